@@ -1,0 +1,32 @@
+"""aioproducer: an asyncio-native Apache Kafka producer.
+
+The public names are listed in ``__all__``; errors live in :mod:`aioproducer.errors`.
+"""
+
+from __future__ import annotations
+
+from aioproducer.config import ProducerConfig
+from aioproducer.producer import Producer, ProducerState
+from aioproducer.records import (
+    BatchResults,
+    Header,
+    ProducerRecord,
+    RecordFuture,
+    RecordMetadata,
+    TimestampType,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchResults",
+    "Header",
+    "Producer",
+    "ProducerConfig",
+    "ProducerRecord",
+    "ProducerState",
+    "RecordFuture",
+    "RecordMetadata",
+    "TimestampType",
+    "__version__",
+]

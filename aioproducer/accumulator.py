@@ -1,0 +1,497 @@
+"""The RecordAccumulator: per-partition deques of record batches over the BufferPool.
+
+Plain synchronous state, no awaits (the producer does the waiting): ``try_append`` adds a
+record to the open batch of its partition, ``ready(now)`` says which brokers have something to
+send and when to look again, ``drain(now)`` takes batches for a broker up to
+``max_request_size``, rotating partitions so none starves, and ``expired_batches(now)`` hands
+back batches past ``delivery_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aioproducer.buffer_pool import BufferPool
+from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from aioproducer.records import SPLIT, RecordFuture
+
+if TYPE_CHECKING:
+    from aioproducer.metadata import Cluster
+
+__all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
+
+TopicPartition = tuple[str, int]
+
+
+class ProducerBatch:
+    """Records for one partition, sent (and retried) together; one future for all of them."""
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "buffer_size",
+        "builder",
+        "created",
+        "delivery_deadline",
+        "drained",
+        "full",
+        "future",
+        "in_retry",
+        "last_attempt",
+        "partition",
+        "producer_epoch",
+        "producer_id",
+        "records",
+        "retry_backoff",
+        "split_from",
+        "topic",
+        "tp",
+        "transactional",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        builder: RecordBatchBuilder,
+        buffer_size: int,
+        now: float,
+        delivery_timeout: float,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.tp: TopicPartition = (topic, partition)
+        self.builder = builder
+        self.buffer_size = buffer_size
+        self.created = now
+        self.delivery_deadline = now + delivery_timeout
+        self.last_attempt = now
+        self.drained = 0.0
+        self.attempts = 0
+        self.retry_backoff = 0.0
+        self.full = False
+        self.in_retry = False
+        self.future = future
+        self.records: list[RecordFuture] = []
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.transactional = False
+        self.split_from: ProducerBatch | None = None
+
+    @property
+    def record_count(self) -> int:
+        """Records in the batch."""
+        return self.builder.record_count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes the batch takes (before compression)."""
+        return self.builder.size_in_bytes
+
+    @property
+    def has_sequence(self) -> bool:
+        """True once the batch was given a sequence number (idempotence)."""
+        return self.base_sequence >= 0
+
+    def done(self) -> bool:
+        """True once the batch was acknowledged or failed."""
+        return self.future.done()
+
+    def complete(self, base_offset: int, log_append_time: int) -> bool:
+        """Resolve every record of the batch; False when it was already done."""
+        if self.future.done():
+            return False
+        self.future.set_result((base_offset, log_append_time))
+        return True
+
+    def fail(self, exc: BaseException) -> bool:
+        """Fail every record of the batch with ``exc``; False when it was already done."""
+        if self.future.done():
+            return False
+        self.future.set_exception(exc)
+        # Mark the exception as retrieved: the sender logs failures itself, and a batch whose
+        # records nobody awaits should not print "exception was never retrieved" at exit.
+        self.future.exception()
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
+            f"attempts={self.attempts} seq={self.base_sequence}>"
+        )
+
+
+@dataclass(slots=True)
+class ReadyResult:
+    """What ``ready`` found: brokers with sendable data, when to look again, unknown leaders."""
+
+    ready_nodes: set[int]
+    next_ready_check_delay: float
+    unknown_leader_topics: set[str]
+
+
+@dataclass(slots=True)
+class DrainResult:
+    """Batches taken for each broker."""
+
+    batches: dict[int, list[ProducerBatch]] = field(default_factory=dict)
+
+
+class RecordAccumulator:
+    """Per-partition deques of batches; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        pool: BufferPool,
+        batch_size: int,
+        linger: float,
+        delivery_timeout: float,
+        retry_backoff: float,
+        compression: CompressionType,
+        compression_level: int | None,
+        create_future: Callable[[], asyncio.Future[Any]],
+        on_batch_created: Callable[[str, int, int], None] | None = None,
+    ) -> None:
+        self._pool = pool
+        self.batch_size = batch_size
+        self.linger = linger
+        self.delivery_timeout = delivery_timeout
+        self.retry_backoff = retry_backoff
+        self._compression = compression
+        self._compression_level = compression_level
+        self._create_future = create_future
+        self._on_batch_created = on_batch_created
+        self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._drain_index: dict[int, int] = {}
+        self._flushes_in_progress = 0
+        self._closed = False
+        self._muted: set[TopicPartition] = set()
+        # Set by the transaction manager: whether the head batch of a partition may be drained.
+        self.drain_filter: Callable[[ProducerBatch], bool] | None = None
+        self.prepare_batch: Callable[[ProducerBatch], None] | None = None
+
+    # ---- appending ------------------------------------------------------------------------
+
+    def deque_for(self, tp: TopicPartition) -> deque[ProducerBatch]:
+        """The deque of batches for ``tp``, created on first use."""
+        batches = self._batches.get(tp)
+        if batches is None:
+            batches = self._batches[tp] = deque()
+        return batches
+
+    def try_append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> RecordFuture | None:
+        """Append to the open batch of the partition; None when a new batch is needed."""
+        batches = self._batches.get((topic, partition))
+        if not batches:
+            return None
+        batch = batches[-1]
+        if batch.full:
+            return None
+        offset = batch.builder.try_append(timestamp, key, value, headers)
+        if offset < 0:
+            batch.full = True
+            return None
+        future = RecordFuture(
+            batch,
+            offset,
+            timestamp,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+        )
+        batch.records.append(future)
+        return future
+
+    def append_to_new_batch(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        buffer: bytearray,
+        now: float,
+    ) -> RecordFuture:
+        """Start a batch in ``buffer`` (from the pool) with this record as its first."""
+        batches = self.deque_for((topic, partition))
+        if batches:
+            # The previous batch is done taking records once a newer one exists.
+            batches[-1].full = True
+        builder = RecordBatchBuilder(buffer, self._compression, self._compression_level)
+        batch = ProducerBatch(
+            topic,
+            partition,
+            builder,
+            len(buffer),
+            now,
+            self.delivery_timeout,
+            self._create_future(),
+        )
+        offset = builder.try_append(timestamp, key, value, headers)
+        future = RecordFuture(
+            batch,
+            offset,
+            timestamp,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+        )
+        batch.records.append(future)
+        batches.append(batch)
+        self._incomplete.add(batch)
+        if self._on_batch_created is not None:
+            self._on_batch_created(topic, partition, len(batches))
+        return future
+
+    def buffer_size_for(self, record_size: int) -> int:
+        """The buffer a new batch needs: max(batch_size, the record plus the batch header)."""
+        return max(self.batch_size, record_size + RECORD_BATCH_OVERHEAD)
+
+    # ---- readiness and draining -------------------------------------------------------------
+
+    def has_undrained(self) -> bool:
+        """True when any partition holds a batch not yet sent."""
+        return any(self._batches.values())
+
+    def has_incomplete(self) -> bool:
+        """True while any batch is not yet acknowledged or failed."""
+        return bool(self._incomplete)
+
+    def queue_sizes(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """Batches waiting in each partition of ``topic`` (for adaptive partitioning)."""
+        get = self._batches.get
+        return [len(get((topic, p)) or ()) for p in partitions]
+
+    def ready(self, cluster: Cluster, now: float) -> ReadyResult:
+        """Which brokers lead a partition with a sendable batch, and when to check again."""
+        ready_nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_delay = float("inf")
+        exhausted = self._pool.queued() > 0
+        force = exhausted or self._closed or self._flushes_in_progress > 0
+        linger = self.linger
+        drain_filter = self.drain_filter
+        for tp, batches in self._batches.items():
+            if not batches:
+                continue
+            leader = cluster.leader_for(tp[0], tp[1])
+            if leader < 0:
+                unknown.add(tp[0])
+                continue
+            if leader in ready_nodes or tp in self._muted:
+                continue
+            batch = batches[0]
+            if drain_filter is not None and not drain_filter(batch):
+                continue
+            if batch.in_retry:
+                backoff_left = batch.last_attempt + batch.retry_backoff - now
+                if backoff_left > 0:
+                    next_delay = min(next_delay, backoff_left)
+                    continue
+                ready_nodes.add(leader)
+                continue
+            if force or batch.full or len(batches) > 1:
+                ready_nodes.add(leader)
+                continue
+            time_left = batch.created + linger - now
+            if time_left <= 0:
+                ready_nodes.add(leader)
+            else:
+                next_delay = min(next_delay, time_left)
+        return ReadyResult(ready_nodes, next_delay, unknown)
+
+    def drain(
+        self, cluster: Cluster, nodes: Iterable[int], max_request_size: int, now: float
+    ) -> dict[int, list[ProducerBatch]]:
+        """Take at most one batch per partition for each broker, up to ``max_request_size``."""
+        drained: dict[int, list[ProducerBatch]] = {}
+        for node in nodes:
+            batches = self._drain_node(cluster, node, max_request_size, now)
+            if batches:
+                drained[node] = batches
+        return drained
+
+    def _drain_node(
+        self, cluster: Cluster, node: int, max_request_size: int, now: float
+    ) -> list[ProducerBatch]:
+        partitions = cluster.partitions_for_node(node)
+        count = len(partitions)
+        if count == 0:
+            return []
+        start = self._drain_index.get(node, 0) % count
+        size = 0
+        ready: list[ProducerBatch] = []
+        get = self._batches.get
+        drain_filter = self.drain_filter
+        prepare = self.prepare_batch
+        for i in range(count):
+            tp = partitions[(start + i) % count]
+            batches = get(tp)
+            if not batches or tp in self._muted:
+                continue
+            first = batches[0]
+            if first.in_retry and first.last_attempt + first.retry_backoff > now:
+                continue
+            if drain_filter is not None and not drain_filter(first):
+                continue
+            batch_size = first.size_in_bytes
+            if ready and size + batch_size > max_request_size:
+                # Start after this partition next time so it is not starved.
+                self._drain_index[node] = (start + i) % count
+                return ready
+            batches.popleft()
+            first.full = True
+            first.drained = now
+            if prepare is not None:
+                prepare(first)
+            ready.append(first)
+            size += batch_size
+        self._drain_index[node] = (start + 1) % count
+        return ready
+
+    def mute(self, tp: TopicPartition) -> None:
+        """Stop draining ``tp`` (one batch in flight at a time, to keep order)."""
+        self._muted.add(tp)
+
+    def unmute(self, tp: TopicPartition) -> None:
+        """Allow draining ``tp`` again."""
+        self._muted.discard(tp)
+
+    def reenqueue(self, batch: ProducerBatch, now: float, backoff: float) -> None:
+        """Put a batch to retry back at the front of its partition, in sequence order."""
+        batch.attempts += 1
+        batch.last_attempt = now
+        batch.retry_backoff = backoff
+        batch.in_retry = True
+        batches = self.deque_for(batch.tp)
+        if batch.has_sequence and batches:
+            # Keep batches with sequence numbers ordered by sequence so the broker sees no gap.
+            index = 0
+            for index, queued in enumerate(batches):  # noqa: B007
+                if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
+                    break
+            else:
+                index = len(batches)
+            batches.insert(index, batch)
+        else:
+            batches.appendleft(batch)
+
+    def expired_batches(self, now: float) -> list[ProducerBatch]:
+        """Remove and return undrained batches older than ``delivery_timeout_ms``."""
+        expired: list[ProducerBatch] = []
+        for batches in self._batches.values():
+            while batches and batches[0].delivery_deadline <= now:
+                expired.append(batches.popleft())
+        return expired
+
+    def next_expiry(self) -> float:
+        """The earliest delivery deadline of an undrained batch (inf when none)."""
+        deadline = float("inf")
+        for batches in self._batches.values():
+            if batches and batches[0].delivery_deadline < deadline:
+                deadline = batches[0].delivery_deadline
+        return deadline
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        """Return the batch's buffer to the pool once it is done."""
+        self._incomplete.discard(batch)
+        builder = batch.builder
+        builder.release_view()
+        self._pool.deallocate(builder.buffer, batch.buffer_size)
+
+    def split_and_reenqueue(self, batch: ProducerBatch, records: list[Any], now: float) -> int:
+        """Split a batch the broker found too large into batch_size batches; return how many.
+
+        ``records`` are the decoded records of the batch, in order. The new batches take the
+        place of the old one at the front of the partition; the old batch's record futures
+        move to them.
+        """
+        new_batches: list[ProducerBatch] = []
+        current: ProducerBatch | None = None
+        for index, record in enumerate(records):
+            future = batch.records[index]
+            timestamp = batch.builder.base_timestamp + record.timestamp_delta
+            while True:
+                if current is not None:
+                    offset = current.builder.try_append(
+                        timestamp, record.key, record.value, record.headers
+                    )
+                    if offset >= 0:
+                        break
+                    current.full = True
+                size = self.buffer_size_for(
+                    len(record.key or b"") + len(record.value or b"") + 64
+                    + sum(len(k) + len(v or b"") + 10 for k, v in record.headers)
+                )
+                current = ProducerBatch(
+                    batch.topic,
+                    batch.partition,
+                    RecordBatchBuilder(bytearray(size), self._compression, self._compression_level),
+                    size,
+                    batch.created,
+                    0.0,
+                    self._create_future(),
+                )
+                current.delivery_deadline = batch.delivery_deadline
+                current.split_from = batch
+                new_batches.append(current)
+            future._rebind(current, offset)
+            current.records.append(future)
+        # The old batch's share of buffer_memory passes to the first new batch (the others
+        # account nothing), so the pool stays within its total while the split batches live.
+        for index, new_batch in enumerate(new_batches):
+            new_batch.full = True
+            new_batch.buffer_size = batch.buffer_size if index == 0 else 0
+            self._incomplete.add(new_batch)
+        batches = self.deque_for(batch.tp)
+        for new_batch in reversed(new_batches):
+            batches.appendleft(new_batch)
+        self._incomplete.discard(batch)
+        batch.builder.release_view()
+        batch.future.set_result(SPLIT)
+        return len(new_batches)
+
+    # ---- flush and close ------------------------------------------------------------------------
+
+    def begin_flush(self) -> None:
+        """Make every batch ready now, until ``end_flush``."""
+        self._flushes_in_progress += 1
+
+    def end_flush(self) -> None:
+        """A flush is over."""
+        self._flushes_in_progress -= 1
+
+    def pending_batches(self) -> list[ProducerBatch]:
+        """Every batch not yet acknowledged or failed."""
+        return list(self._incomplete)
+
+    def close(self) -> None:
+        """No more appends; everything buffered becomes ready."""
+        self._closed = True
+
+    def abort_undrained(self, exc: BaseException) -> list[ProducerBatch]:
+        """Fail every batch not yet sent with ``exc``; return them."""
+        aborted: list[ProducerBatch] = []
+        for batches in self._batches.values():
+            while batches:
+                batch = batches.popleft()
+                batch.fail(exc)
+                self.deallocate(batch)
+                aborted.append(batch)
+        return aborted

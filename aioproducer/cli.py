@@ -1,0 +1,1198 @@
+"""The ``aioproducer`` command: produce lines of text, measure throughput, run the demo.
+
+Every subcommand talks to the cluster named by ``--bootstrap-servers`` (or
+``bootstrap.servers`` in ``--producer-props`` / ``--producer.config``). When none is given,
+it starts a throwaway Tansu broker (:class:`aioproducer.embedded.EmbeddedBroker`), creates
+the topic on it, and stops the broker on exit, so every command works on a fresh machine.
+
+Exit codes: 0 on success, 1 when a record was not delivered (or the broker could not be
+reached), 2 for usage errors, 130 on Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from aioproducer.errors import ConfigurationError, KafkaError
+
+__all__ = ["build_parser", "main"]
+
+_T = TypeVar("_T")
+
+PROG = "aioproducer"
+DEFAULT_PARTITIONS = 3
+PERF_CLIENT_ID = "perf-producer-client"
+#: Kafka's perf tool prints a window line every five seconds.
+REPORTING_INTERVAL_S = 5.0
+#: At most this many latencies are kept for the percentiles, as in Kafka's perf tool.
+MAX_LATENCY_SAMPLES = 500_000
+#: How many distinct random payloads ``perf --record-size`` cycles through.
+PAYLOAD_POOL_SIZE = 64
+
+_EXIT_OK = 0
+_EXIT_DELIVERY = 1
+_EXIT_USAGE = 2
+_EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """The command line asks for something impossible; exit code 2."""
+
+
+class DeliveryError(Exception):
+    """A record was not delivered, or the cluster could not be used; exit code 1."""
+
+
+# ---- argument parsing ----------------------------------------------------------------------
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("cluster and producer")
+    group.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT[,...]",
+        help="the Kafka cluster to use; without it (and without bootstrap.servers in the "
+        "producer properties) an embedded Tansu broker is started for the run",
+    )
+    group.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        metavar="N",
+        help="partitions of the topic created on the embedded broker "
+        f"(default: {DEFAULT_PARTITIONS}; ignored with --bootstrap-servers)",
+    )
+    group.add_argument(
+        "--producer-props",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=VALUE",
+        help="producer configs by their Java names (linger.ms=5 acks=all ...); these win "
+        "over --producer.config",
+    )
+    group.add_argument(
+        "--producer.config",
+        dest="producer_config_file",
+        metavar="FILE",
+        help="a Java-style properties file of producer configs",
+    )
+    group.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        help="run on the standard asyncio event loop even when uvloop is installed",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``aioproducer`` argument parser with its ``produce``, ``perf`` and ``demo`` commands."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="An asyncio-native Apache Kafka producer. Without --bootstrap-servers, "
+        "each command runs against an embedded Tansu broker started for the run.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _common_options()
+
+    produce = commands.add_parser(
+        "produce",
+        parents=[common],
+        help="send each line of the files (or stdin) as a record",
+        description="Send each line of the FILEs (or of stdin) as one record, then print "
+        "where the records went. Exits 1 if any record was not delivered.",
+    )
+    produce.add_argument("--topic", required=True, help="the topic to produce to")
+    keys = produce.add_mutually_exclusive_group()
+    keys.add_argument("--key", help="the key of every record (UTF-8)")
+    keys.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="split each line at the first SEP into key and value",
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a header for every record; repeat for more",
+    )
+    produce.add_argument(
+        "--partition", type=int, metavar="N", help="send every record to this partition"
+    )
+    produce.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="files to read; '-' or none means stdin",
+    )
+    produce.set_defaults(handler=_cmd_produce)
+
+    perf = commands.add_parser(
+        "perf",
+        parents=[common],
+        help="measure throughput and latency like kafka-producer-perf-test",
+        description="Send --num-records records as fast as --throughput allows and print "
+        "Kafka's kafka-producer-perf-test lines: one per 5-second window, then the total.",
+    )
+    _add_perf_options(perf)
+    perf.set_defaults(handler=_cmd_perf)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[common],
+        help="perf with defaults, then read the records back (the README's first command)",
+        description="Send 200,000 records of 100 bytes unthrottled (to an embedded broker "
+        "unless --bootstrap-servers is given), print the perf lines, then read the records "
+        "back with a confluent-kafka consumer and check that every one arrived.",
+    )
+    demo.add_argument("--topic", default="demo", help="the topic (default: demo)")
+    demo.add_argument("--num-records", type=int, default=200_000, metavar="N")
+    demo.add_argument("--record-size", type=int, default=100, metavar="BYTES")
+    demo.add_argument("--batch", action="store_true", help="use send_many in chunks")
+    demo.set_defaults(
+        handler=_cmd_perf,
+        throughput=-1.0,
+        payload_file=None,
+        payload_delimiter="\\n",
+        payload_monotonic=False,
+        print_metrics=False,
+        warmup_records=0,
+        chunk_size=1000,
+        verify=True,
+    )
+    return parser
+
+
+def _add_perf_options(perf: argparse.ArgumentParser) -> None:
+    perf.add_argument("--topic", required=True, help="produce messages to this topic")
+    perf.add_argument(
+        "--num-records", type=int, required=True, metavar="N", help="number of records to send"
+    )
+    payload = perf.add_mutually_exclusive_group(required=True)
+    payload.add_argument(
+        "--record-size", type=int, metavar="BYTES", help="size of each record's value"
+    )
+    payload.add_argument(
+        "--payload-file",
+        metavar="FILE",
+        help="a UTF-8 file of payloads; each record takes one of them at random",
+    )
+    payload.add_argument(
+        "--payload-monotonic",
+        action="store_true",
+        help="each value is the record's number as decimal text",
+    )
+    perf.add_argument(
+        "--payload-delimiter",
+        default="\\n",
+        metavar="DELIMITER",
+        help="what separates payloads in --payload-file (default: \\n)",
+    )
+    perf.add_argument(
+        "--throughput",
+        type=float,
+        required=True,
+        metavar="RECORDS_PER_SEC",
+        help="cap the send rate at about this many records per second; -1 for no cap",
+    )
+    perf.add_argument(
+        "--print-metrics", action="store_true", help="print the producer's metrics at the end"
+    )
+    perf.add_argument(
+        "--warmup-records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print a 'steady state' summary of the records after the first N",
+    )
+    perf.add_argument(
+        "--batch",
+        action="store_true",
+        help="send with send_many in chunks of --chunk-size records (the bulk path); "
+        "a record's latency is then its chunk's",
+    )
+    perf.add_argument(
+        "--chunk-size",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="records per send_many call with --batch (default: 1000)",
+    )
+    perf.add_argument(
+        "--verify",
+        action="store_true",
+        help="afterwards, read the topic back with a confluent-kafka consumer and check "
+        "that the broker stored every acknowledged record",
+    )
+
+
+def _version() -> str:
+    try:
+        from aioproducer import __version__
+    except Exception:  # the command should still say something with a half-broken install
+        return "unknown"
+    return __version__
+
+
+# ---- shared plumbing ---------------------------------------------------------------------
+
+
+def _parse_pairs(pairs: Sequence[str], option: str) -> list[tuple[str, str]]:
+    parsed: list[tuple[str, str]] = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(
+                f"{option} takes NAME=VALUE, got {pair!r} (put FILE arguments before "
+                f"{option}, or after --)"
+            )
+        parsed.append((name.strip(), value))
+    return parsed
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    """A Java ``.properties`` file: ``name=value`` or ``name: value`` lines, ``#`` comments."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read --producer.config {path}: {exc.strerror or exc}") from None
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise UsageError(f"{path}:{number}: expected name=value, got {raw!r}")
+        props[line[:cut].strip()] = line[cut + 1 :].strip()
+    return props
+
+
+def _producer_props(args: argparse.Namespace) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if args.producer_config_file:
+        props.update(_read_properties(args.producer_config_file))
+    props.update(_parse_pairs(args.producer_props, "--producer-props"))
+    if args.bootstrap_servers:
+        props.pop("bootstrap_servers", None)
+        props["bootstrap.servers"] = args.bootstrap_servers
+    return props
+
+
+def _bootstrap_of(props: dict[str, str]) -> str | None:
+    return props.get("bootstrap.servers") or props.get("bootstrap_servers") or None
+
+
+@contextlib.contextmanager
+def _cluster(props: dict[str, str], topic: str, partitions: int) -> Iterator[tuple[str, bool]]:
+    """Yield ``(bootstrap_servers, embedded)``, starting an embedded broker when none is set.
+
+    The broker is stopped when the block exits, whatever the reason (errors, Ctrl+C, and
+    SIGTERM, which :func:`main` turns into ``SystemExit``).
+    """
+    bootstrap = _bootstrap_of(props)
+    if bootstrap is not None:
+        yield bootstrap, False
+        return
+    from aioproducer.embedded import EmbeddedBroker, EmbeddedBrokerError
+
+    if partitions < 1:
+        raise UsageError(f"--partitions must be at least 1, got {partitions}")
+    broker = EmbeddedBroker()
+    try:
+        try:
+            broker.start()
+            broker.create_topic(topic, partitions=partitions)
+        except EmbeddedBrokerError as exc:
+            raise DeliveryError(f"could not start the embedded broker: {exc}") from None
+        _note(
+            f"started an embedded Tansu broker at {broker.bootstrap_servers}; "
+            f"topic {topic} created with {partitions} partitions"
+        )
+        yield broker.bootstrap_servers, True
+    finally:
+        broker.stop()
+
+
+def _note(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _run(main_coroutine: Callable[[], Awaitable[_T]], use_uvloop: bool) -> _T:
+    async def runner() -> _T:
+        return await main_coroutine()
+
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(runner())
+    return asyncio.run(runner())
+
+
+def _make_producer(props: dict[str, str], bootstrap: str) -> Any:
+    from aioproducer import Producer
+
+    config: dict[str, Any] = dict(props)
+    config.pop("bootstrap_servers", None)
+    config["bootstrap.servers"] = bootstrap
+    try:
+        return Producer(config)
+    except ConfigurationError as exc:
+        raise UsageError(f"invalid producer configuration: {exc}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass
+class _Failures:
+    """Failed records: a count and the first few distinct messages."""
+
+    count: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, exc: BaseException) -> None:
+        self.count += 1
+        message = _describe(exc)
+        if len(self.messages) < 5 and message not in self.messages:
+            self.messages.append(message)
+
+    def report(self, total: int) -> str:
+        lines = [f"{self.count} of {total} records were not delivered:"]
+        lines += [f"  {message}" for message in self.messages]
+        return "\n".join(lines)
+
+
+# ---- produce -------------------------------------------------------------------------------
+
+
+class _LineReader:
+    """Lines from files or stdin, read in a daemon thread so the event loop keeps sending.
+
+    A daemon thread rather than the loop's executor: a thread blocked on an idle terminal
+    must not keep the process alive after Ctrl+C.
+    """
+
+    def __init__(self, sources: Sequence[str], chunk_size: int = 1 << 16) -> None:
+        self._sources = list(sources) or ["-"]
+        self._chunk_size = chunk_size
+
+    def _open(self, source: str) -> IO[bytes]:
+        if source == "-":
+            return sys.stdin.buffer
+        return open(source, "rb")
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Each line without its line ending, across all sources in order."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        credit = threading.Semaphore(8)  # chunks read ahead of the sender, at most
+
+        def put(item: bytes | BaseException | None) -> bool:
+            credit.acquire()
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody is listening any more
+                return False
+            return True
+
+        def read_all() -> None:
+            for source in self._sources:
+                try:
+                    stream = self._open(source)
+                except OSError as exc:
+                    put(exc)
+                    return
+                try:
+                    read = getattr(stream, "read1", stream.read)
+                    while chunk := read(self._chunk_size):
+                        if not put(chunk):
+                            return
+                    if not put(b""):  # end of this source: its last line needs no newline
+                        return
+                except OSError as exc:
+                    put(exc)
+                    return
+                finally:
+                    if stream is not sys.stdin.buffer:
+                        stream.close()
+            put(None)
+
+        threading.Thread(target=read_all, name="aioproducer-stdin", daemon=True).start()
+        pending = b""
+        while True:
+            item = await queue.get()
+            credit.release()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise UsageError(f"cannot read input: {item}")
+            if not item:
+                if pending:
+                    yield pending[:-1] if pending.endswith(b"\r") else pending
+                pending = b""
+                continue
+            pending += item
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line[:-1] if line.endswith(b"\r") else line
+
+
+@dataclass
+class _ProduceReport:
+    topic: str
+    sent: int = 0
+    delivered: int = 0
+    offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    failures: _Failures = field(default_factory=_Failures)
+
+    def on_done(self, future: Any) -> None:
+        exc = future.exception()
+        if exc is not None:
+            self.failures.add(exc)
+            return
+        metadata = future.result()
+        self.delivered += 1
+        low, high, count = self.offsets.get(metadata.partition, (metadata.offset, -1, 0))
+        self.offsets[metadata.partition] = (
+            min(low, metadata.offset),
+            max(high, metadata.offset),
+            count + 1,
+        )
+
+    def summary(self) -> str:
+        parts = ", ".join(str(p) for p in sorted(self.offsets)) or "none"
+        lines = [
+            f"{self.delivered} records delivered to topic {self.topic} "
+            f"(partitions: {parts})"
+        ]
+        for partition in sorted(self.offsets):
+            low, high, count = self.offsets[partition]
+            noun = "record" if count == 1 else "records"
+            lines.append(f"  partition {partition}: offsets {low}..{high} ({count} {noun})")
+        return "\n".join(lines)
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    props = _producer_props(args)
+    headers: list[tuple[str, bytes | None]] = [
+        (name, value.encode()) for name, value in _parse_pairs(args.header, "--header")
+    ]
+    if args.key_separator == "":
+        raise UsageError("--key-separator must not be empty")
+    if args.partition is not None and args.partition < 0:
+        raise UsageError(f"--partition must be 0 or more, got {args.partition}")
+    for path in args.files:
+        if path != "-" and not os.path.isfile(path):
+            raise UsageError(f"no such file: {path}")
+    with _cluster(props, args.topic, args.partitions) as (bootstrap, _embedded):
+        producer = _make_producer(props, bootstrap)
+        report = _ProduceReport(args.topic)
+        error = _run(
+            lambda: _produce(producer, args, headers or None, report), not args.no_uvloop
+        )
+    print(report.summary(), flush=True)
+    if error is not None:
+        print(f"{PROG} produce: error: {error}", file=sys.stderr)
+    if report.failures.count:
+        print(f"{PROG} produce: error: {report.failures.report(report.sent)}", file=sys.stderr)
+    return _EXIT_DELIVERY if error is not None or report.failures.count else _EXIT_OK
+
+
+async def _produce(
+    producer: Any,
+    args: argparse.Namespace,
+    headers: list[tuple[str, bytes | None]] | None,
+    report: _ProduceReport,
+) -> str | None:
+    """Send every line; return why sending stopped early, or None."""
+    key = args.key.encode() if args.key is not None else None
+    separator = args.key_separator.encode() if args.key_separator is not None else None
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        raise DeliveryError(f"cannot connect to {producer.config.bootstrap_servers}: "
+                            f"{_describe(exc)}") from None
+    stopped: str | None = None
+    try:
+        number = 0
+        async for line in _LineReader(args.files).lines():
+            number += 1
+            value = line
+            if separator is not None:
+                key, sep, value = line.partition(separator)
+                if not sep:
+                    stopped = (
+                        f"line {number} has no key separator {args.key_separator!r}; "
+                        "stopped there"
+                    )
+                    break
+            future = await producer.send(
+                args.topic, value, key, partition=args.partition, headers=headers
+            )
+            report.sent += 1
+            future.add_done_callback(report.on_done)
+        await producer.flush()
+    except KafkaError as exc:
+        stopped = f"sending stopped after {report.sent} records: {_describe(exc)}"
+    except BaseException:  # Ctrl+C: a last, bounded chance for the lines already read
+        await _close_quietly(producer, timeout=5.0)
+        raise
+    await producer.close()
+    return stopped
+
+
+# ---- perf ----------------------------------------------------------------------------------
+
+
+class PerfStats:
+    """Kafka's perf-test statistics: totals, 5-second windows and sampled latencies.
+
+    Latencies are milliseconds from the send call to the acknowledgement. At most
+    :data:`MAX_LATENCY_SAMPLES` of them are kept (every ``sampling``-th record), and the
+    percentiles are read off the sorted sample at index ``int(p * size)``, as the Java tool does.
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        *,
+        steady_state: bool = False,
+        out: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
+        self.start = self.window_start = clock()
+        self.sampling = max(1, num_records // max(1, min(num_records, MAX_LATENCY_SAMPLES)))
+        self.latencies: list[float] = []
+        self.iteration = 0
+        self.count = 0
+        self.bytes = 0
+        self.total_latency = 0.0
+        self.max_latency = 0.0
+        self.window_count = 0
+        self.window_bytes = 0
+        self.window_total_latency = 0.0
+        self.window_max_latency = 0.0
+        self.steady_state = steady_state
+        self.suppress_printing = False
+        self._out = out
+
+    def record(self, latency_ms: float, size: int, now: float) -> None:
+        """One record of ``size`` bytes was acknowledged ``latency_ms`` after it was sent."""
+        self.count += 1
+        self.bytes += size
+        self.total_latency += latency_ms
+        if latency_ms > self.max_latency:
+            self.max_latency = latency_ms
+        self.window_count += 1
+        self.window_bytes += size
+        self.window_total_latency += latency_ms
+        if latency_ms > self.window_max_latency:
+            self.window_max_latency = latency_ms
+        if self.iteration % self.sampling == 0:
+            self.latencies.append(latency_ms)
+        self.iteration += 1
+        if now - self.window_start >= REPORTING_INTERVAL_S:
+            self._end_window(now)
+
+    def record_many(self, latency_ms: float, count: int, size: int, now: float) -> None:
+        """``count`` records of ``size`` bytes in total, each acknowledged after ``latency_ms``."""
+        if count <= 0:
+            return
+        self.count += count
+        self.bytes += size
+        self.total_latency += latency_ms * count
+        self.max_latency = max(self.max_latency, latency_ms)
+        self.window_count += count
+        self.window_bytes += size
+        self.window_total_latency += latency_ms * count
+        self.window_max_latency = max(self.window_max_latency, latency_ms)
+        first = (-self.iteration) % self.sampling
+        if first < count:
+            self.latencies.extend([latency_ms] * ((count - 1 - first) // self.sampling + 1))
+        self.iteration += count
+        if now - self.window_start >= REPORTING_INTERVAL_S:
+            self._end_window(now)
+
+    def _end_window(self, now: float) -> None:
+        if self.steady_state and self.count == self.window_count:
+            self._print("In steady state.")
+        if not self.suppress_printing:
+            self._print(self.window_line(now))
+        self.window_start = now
+        self.window_count = self.window_bytes = 0
+        self.window_total_latency = self.window_max_latency = 0.0
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._out or sys.stdout, flush=True)
+
+    def window_line(self, now: float | None = None) -> str:
+        """The 5-second line: ``N records sent, R records/sec (M MB/sec), ...``."""
+        elapsed = max((self._clock() if now is None else now) - self.window_start, 1e-9)
+        count = self.window_count
+        average = self.window_total_latency / count if count else 0.0
+        return (
+            f"{count} records sent, {count / elapsed:.1f} records/sec "
+            f"({self.window_bytes / elapsed / (1024.0 * 1024.0):.2f} MB/sec), "
+            f"{average:.1f} ms avg latency, {self.window_max_latency:.1f} ms max latency."
+        )
+
+    def percentiles(self, *quantiles: float) -> list[int]:
+        """Whole-millisecond latencies at ``quantiles`` of the sample (0 when empty)."""
+        sample = sorted(self.latencies)
+        if not sample:
+            return [0 for _ in quantiles]
+        return [int(sample[min(int(q * len(sample)), len(sample) - 1)]) for q in quantiles]
+
+    def total_line(self, now: float | None = None) -> str:
+        """The final line, in the format of Kafka's ``kafka-producer-perf-test``."""
+        elapsed = max((self._clock() if now is None else now) - self.start, 1e-9)
+        p50, p95, p99, p999 = self.percentiles(0.5, 0.95, 0.99, 0.999)
+        count = self.count
+        label = " steady state" if self.steady_state else ""
+        average = self.total_latency / count if count else 0.0
+        return (
+            f"{count}{label} records sent, {count / elapsed:f} records/sec "
+            f"({self.bytes / elapsed / (1024.0 * 1024.0):.2f} MB/sec), "
+            f"{average:.2f} ms avg latency, {self.max_latency:.2f} ms max latency, "
+            f"{p50} ms 50th, {p95} ms 95th, {p99} ms 99th, {p999} ms 99.9th."
+        )
+
+
+class _Throttler:
+    """Keeps the send rate near ``target`` records per second (no cap when ``target`` < 0)."""
+
+    def __init__(self, target: float, start: float) -> None:
+        self.target = target
+        self.start = start
+
+    def should_throttle(self, sent: int, now: float) -> bool:
+        elapsed = now - self.start
+        return self.target > 0 and elapsed > 0 and sent / elapsed > self.target
+
+    async def throttle(self, sent: int, now: float) -> None:
+        await asyncio.sleep(max(0.0, self.start + sent / self.target - now))
+
+
+def _random_payloads(size: int, count: int, seed: int = 0) -> list[bytes]:
+    rng = random.Random(seed)
+    letters = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return [bytes(rng.choices(letters, k=size)) for _ in range(count)]
+
+
+def _file_payloads(path: str, delimiter: str) -> list[bytes]:
+    print(f"Reading payloads from: {Path(path).resolve()}", flush=True)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --payload-file {path}: {exc}") from None
+    payloads = [piece.encode() for piece in text.split(delimiter) if piece]
+    if not payloads:
+        raise UsageError(f"--payload-file {path} holds no payloads")
+    print(f"Number of messages read: {len(payloads)}", flush=True)
+    return payloads
+
+
+@dataclass
+class _PerfPlan:
+    topic: str
+    num_records: int
+    payloads: list[bytes]
+    monotonic: bool
+    throughput: float
+    warmup: int
+    batch: bool
+    chunk_size: int
+    print_metrics: bool
+
+
+@dataclass
+class _PerfResult:
+    stats: PerfStats | None = None
+    steady: PerfStats | None = None
+    failures: _Failures = field(default_factory=_Failures)
+    sent: int = 0
+    stopped: str | None = None
+
+
+def _perf_plan(args: argparse.Namespace) -> _PerfPlan:
+    if args.num_records <= 0:
+        raise UsageError("--num-records should be greater than zero")
+    if args.warmup_records < 0 or args.warmup_records >= args.num_records:
+        raise UsageError(
+            "--warmup-records must be 0 or more and strictly fewer than --num-records"
+        )
+    if args.record_size is not None and args.record_size <= 0:
+        raise UsageError("--record-size should be greater than zero")
+    if args.throughput == 0 or math.isnan(args.throughput):
+        raise UsageError("--throughput must be positive, or -1 for no cap")
+    if args.chunk_size <= 0:
+        raise UsageError("--chunk-size should be greater than zero")
+    if args.verify:
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--verify reads the topic back with confluent-kafka: pip install confluent-kafka"
+            ) from None
+    if args.record_size is not None:
+        payloads = _random_payloads(args.record_size, PAYLOAD_POOL_SIZE)
+    elif args.payload_file is not None:
+        delimiter = "\n" if args.payload_delimiter == "\\n" else args.payload_delimiter
+        choices = _file_payloads(args.payload_file, delimiter)
+        # Random picks made now, outside the timed loop, then cycled through.
+        rng = random.Random(0)
+        payloads = [rng.choice(choices) for _ in range(min(args.num_records, 4096))]
+    else:
+        payloads = []
+    return _PerfPlan(
+        topic=args.topic,
+        num_records=args.num_records,
+        payloads=payloads,
+        monotonic=bool(args.payload_monotonic),
+        throughput=args.throughput,
+        warmup=args.warmup_records,
+        batch=bool(args.batch),
+        chunk_size=args.chunk_size,
+        print_metrics=bool(args.print_metrics),
+    )
+
+
+def _cmd_perf(args: argparse.Namespace) -> int:
+    plan = _perf_plan(args)
+    props = _producer_props(args)
+    props.setdefault("client.id", PERF_CLIENT_ID)
+    with _cluster(props, plan.topic, args.partitions) as (bootstrap, embedded):
+        start_offsets: dict[int, int] | None = None
+        if args.verify and not embedded:
+            start_offsets = _end_offsets(bootstrap, plan.topic)
+        producer = _make_producer(props, bootstrap)
+        if plan.warmup > 0:
+            print(
+                f"Warmup first {plan.warmup} records. Steady state results will print after "
+                "the complete test summary.",
+                flush=True,
+            )
+        result = _run(lambda: _perf(producer, plan), not args.no_uvloop)
+        verify_error: str | None = None
+        if args.verify and result.stats is not None and not result.stopped:
+            verify_error = _verify(bootstrap, plan.topic, result.stats.count, start_offsets)
+    if result.stopped:
+        print(f"{PROG} perf: error: {result.stopped}", file=sys.stderr)
+    if result.failures.count:
+        print(f"{PROG} perf: error: {result.failures.report(result.sent)}", file=sys.stderr)
+    if verify_error:
+        print(f"{PROG} perf: error: {verify_error}", file=sys.stderr)
+    failed = result.stopped or result.failures.count or verify_error
+    return _EXIT_DELIVERY if failed else _EXIT_OK
+
+
+async def _perf(producer: Any, plan: _PerfPlan) -> _PerfResult:
+    result = _PerfResult()
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        raise DeliveryError(
+            f"cannot connect to {producer.config.bootstrap_servers}: {_describe(exc)}"
+        ) from None
+    try:
+        # Metadata first, so the first records are not timed waiting for it (as in Java,
+        # where the producer is created before the clock starts and send() blocks on it).
+        await producer.partitions_for(plan.topic)
+        result.stats = PerfStats(plan.num_records)
+        if plan.batch:
+            await _perf_bulk(producer, plan, result)
+        else:
+            await _perf_each(producer, plan, result)
+    except KafkaError as exc:
+        result.stopped = f"sending stopped after {result.sent} records: {_describe(exc)}"
+    except BaseException:  # Ctrl+C: leave now, without delivering what is buffered
+        await _close_quietly(producer, timeout=0)
+        raise
+    if result.stats is not None:
+        result.stats._print(result.stats.total_line())
+    if result.steady is not None:
+        result.steady._print(result.steady.total_line())
+    if plan.print_metrics:
+        _print_metrics(producer.metrics(), producer.config.client_id)
+    await producer.close()
+    return result
+
+
+async def _close_quietly(producer: Any, timeout: float | None) -> None:
+    with contextlib.suppress(Exception):
+        await producer.close(timeout=timeout)
+
+
+class _AckCollector:
+    """Turns acknowledgements into latencies, in send order, without a callback per record.
+
+    The send loop appends ``(future, send_time, size)``; this task awaits the oldest pending
+    future and, once it is done, takes every done future off the front of the queue, stamping
+    them with the current time. A per-record done-callback would cost about as much as the send
+    itself (each is a scheduled event-loop callback); this costs a deque append and two cheap
+    checks. Records are acknowledged in send order per broker connection, so a record is
+    stamped late only when a request to another broker finished before an older one.
+    """
+
+    def __init__(self, result: _PerfResult, warmup: int) -> None:
+        self.pending: deque[tuple[Any, float, int]] = deque()
+        self._result = result
+        self._warmup = warmup
+        self._taken = 0
+        self._wake = asyncio.Event()
+        self._finished = False
+
+    def wake(self) -> None:
+        """Records were appended: look at them (cheap; called at the send loop's yields)."""
+        self._wake.set()
+
+    def finish(self) -> None:
+        """No more records will be appended."""
+        self._finished = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        pending = self.pending
+        clock = time.monotonic
+        while True:
+            if not pending:
+                if self._finished:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            head = pending[0][0]
+            if not head.done():
+                with contextlib.suppress(Exception):  # read below, per record
+                    await head
+            self._take_done(clock())
+
+    def _take_done(self, now: float) -> None:
+        pending = self.pending
+        result = self._result
+        stats = result.stats
+        assert stats is not None
+        record = stats.record
+        while pending:
+            future, start, size = pending[0]
+            if not future.done():
+                return
+            pending.popleft()
+            self._taken += 1
+            exc = future.exception()
+            if exc is not None:
+                result.failures.add(exc)
+                continue
+            latency = (now - start) * 1000.0
+            record(latency, size, now)
+            if self._taken > self._warmup and result.steady is not None:
+                result.steady.record(latency, size, now)
+
+
+async def _perf_each(producer: Any, plan: _PerfPlan, result: _PerfResult) -> None:
+    """One ``send`` per record; each record's latency from its own acknowledgement."""
+    stats = result.stats
+    assert stats is not None
+    collector = _AckCollector(result, plan.warmup)
+    collecting = asyncio.ensure_future(collector.run())
+    append = collector.pending.append
+    clock = time.monotonic
+    send = producer.send
+    topic = plan.topic
+    payloads = plan.payloads
+    pool = len(payloads)
+    throttler = _Throttler(plan.throughput, clock())
+    throttled = plan.throughput > 0
+    sleep = asyncio.sleep
+    try:
+        for i in range(plan.num_records):
+            payload = str(i).encode() if plan.monotonic else payloads[i % pool]
+            if i == plan.warmup and i > 0:
+                result.steady = PerfStats(plan.num_records - plan.warmup, steady_state=True)
+                stats.suppress_printing = True
+            start = clock()
+            future = await send(topic, payload)
+            append((future, start, len(payload)))
+            result.sent = i + 1
+            if throttled and throttler.should_throttle(i, start):
+                collector.wake()
+                await throttler.throttle(i, start)
+            elif i & 255 == 255:
+                # send() returns without suspending while there is buffer space; yielding
+                # now and then lets the sender task ship batches while this loop keeps
+                # filling them.
+                collector.wake()
+                await sleep(0)
+    except BaseException:
+        collecting.cancel()
+        raise
+    collector.finish()
+    await producer.flush()
+    await collecting
+
+
+async def _perf_bulk(producer: Any, plan: _PerfPlan, result: _PerfResult) -> None:
+    """``send_many`` in chunks; every record of a chunk gets the chunk's latency."""
+    stats = result.stats
+    assert stats is not None
+    clock = time.monotonic
+    # One small task per chunk (not per record) waits for the chunk's acknowledgements.
+    pending: set[asyncio.Task[None]] = set()
+
+    async def collect(results: Any, start: float, count: int, size: int, steady: bool) -> None:
+        with contextlib.suppress(Exception):  # each record's own outcome is read below
+            await results
+        now = clock()
+        ok = 0
+        for future in results.futures:
+            exc = future.exception()
+            if exc is None:
+                ok += 1
+            else:
+                result.failures.add(exc)
+        ok_bytes = size if ok == count else size * ok // count
+        latency = (now - start) * 1000.0
+        stats.record_many(latency, ok, ok_bytes, now)
+        if steady and result.steady is not None:
+            result.steady.record_many(latency, ok, ok_bytes, now)
+
+    try:
+        await _send_chunks(producer, plan, result, collect, pending)
+    except BaseException:
+        for task in pending:
+            task.cancel()
+        raise
+    await producer.flush()
+    if pending:
+        await asyncio.gather(*pending)
+
+
+async def _send_chunks(
+    producer: Any,
+    plan: _PerfPlan,
+    result: _PerfResult,
+    collect: Callable[[Any, float, int, int, bool], Awaitable[None]],
+    pending: set[asyncio.Task[None]],
+) -> None:
+    stats = result.stats
+    assert stats is not None
+    clock = time.monotonic
+    pool = len(plan.payloads)
+    cycle = plan.payloads * (plan.chunk_size // pool + 2) if pool else []
+    throttler = _Throttler(plan.throughput, clock())
+    sent = 0
+    while sent < plan.num_records:
+        count = min(plan.chunk_size, plan.num_records - sent)
+        if plan.warmup > 0 and sent < plan.warmup < sent + count:
+            count = plan.warmup - sent
+        if sent == plan.warmup and sent > 0 and result.steady is None:
+            result.steady = PerfStats(plan.num_records - plan.warmup, steady_state=True)
+            stats.suppress_printing = True
+        if plan.monotonic:
+            items = [str(i).encode() for i in range(sent, sent + count)]
+        else:
+            offset = sent % pool
+            items = cycle[offset : offset + count]
+        size = sum(map(len, items))
+        start = clock()
+        results = await producer.send_many(plan.topic, items)
+        task = asyncio.ensure_future(
+            collect(results, start, count, size, result.steady is not None)
+        )
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        sent += count
+        result.sent = sent
+        now = clock()
+        if throttler.should_throttle(sent, now):
+            await throttler.throttle(sent, now)
+        else:
+            await asyncio.sleep(0)
+
+
+def _print_metrics(metrics: dict[str, float], client_id: str | None) -> None:
+    tags = f"{{client-id={client_id}}}" if client_id else "{}"
+    names = {name: f"producer-metrics:{name}:{tags}" for name in metrics}
+    width = max((len(display) for display in names.values()), default=0)
+    print(f"\n{'Metric Name':<{width}} : Value")
+    for name in sorted(metrics):
+        print(f"{names[name]:<{width}} : {metrics[name]:.3f}")
+    sys.stdout.flush()
+
+
+# ---- read-back verification ----------------------------------------------------------------
+
+
+def _consumer(bootstrap: str) -> Any:
+    import confluent_kafka
+
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"aioproducer-verify-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": 100,
+            "log_level": 3,
+        }
+    )
+
+
+def _partitions(consumer: Any, topic: str) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=10)
+    entry = metadata.topics.get(topic)
+    if entry is None or entry.error is not None:
+        return []
+    return sorted(entry.partitions)
+
+
+def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset before the run, so that only this run's records count."""
+    import confluent_kafka
+
+    consumer = _consumer(bootstrap)
+    try:
+        return {
+            partition: int(
+                consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(topic, partition), timeout=10, cached=False
+                )[1]
+            )
+            for partition in _partitions(consumer, topic)
+        }
+    except confluent_kafka.KafkaException:
+        return {}  # a topic that does not exist yet holds no earlier records
+    finally:
+        consumer.close()
+
+
+def count_records(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    start_offsets: dict[int, int] | None = None,
+    *,
+    idle_timeout: float = 10.0,
+    settle: float = 0.5,
+) -> int:
+    """Read ``topic`` with confluent-kafka and count its records.
+
+    Reading starts at ``start_offsets`` (the beginning for partitions not in it) and stops
+    ``settle`` seconds after ``expected`` records arrived (to catch extra ones), or after
+    ``idle_timeout`` seconds without a new record.
+    """
+    import confluent_kafka
+
+    consumer = _consumer(bootstrap)
+    count = 0
+    try:
+        partitions = _partitions(consumer, topic)
+        offsets = start_offsets or {}
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(
+                    topic, p, offsets.get(p, confluent_kafka.OFFSET_BEGINNING)
+                )
+                for p in partitions
+            ]
+        )
+        last_progress = time.monotonic()
+        stop_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if stop_at is None and count >= expected:
+                stop_at = now + settle
+            if (stop_at is not None and now >= stop_at) or now - last_progress > idle_timeout:
+                break
+            messages = consumer.consume(num_messages=10_000, timeout=0.2)
+            for message in messages:
+                if message.error() is None:
+                    count += 1
+            if messages:
+                last_progress = time.monotonic()
+    finally:
+        consumer.close()
+    return count
+
+
+def _verify(
+    bootstrap: str, topic: str, acknowledged: int, start_offsets: dict[int, int] | None
+) -> str | None:
+    stored = count_records(bootstrap, topic, acknowledged, start_offsets)
+    if stored != acknowledged:
+        return (
+            f"verify: the broker acknowledged {acknowledged} records but a consumer read "
+            f"{stored} back from topic {topic}"
+        )
+    print(
+        f"Verified: a confluent-kafka consumer read back all {stored} records from topic "
+        f"{topic}.",
+        flush=True,
+    )
+    return None
+
+
+# ---- entry point ---------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``aioproducer`` command; return its exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
+    command = f"{PROG} {args.command}"
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    # SIGTERM becomes SystemExit so that `finally` blocks stop the embedded broker.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        code: int = args.handler(args)
+        return code
+    except UsageError as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return _EXIT_USAGE
+    except DeliveryError as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return _EXIT_DELIVERY
+    except KafkaError as exc:
+        print(f"{command}: error: {_describe(exc)}", file=sys.stderr)
+        return _EXIT_DELIVERY
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return _EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()

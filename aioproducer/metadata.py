@@ -1,0 +1,310 @@
+"""The producer's view of the cluster and when to refresh it.
+
+``Cluster`` is an immutable snapshot built from one Metadata response. ``Metadata`` holds the
+current snapshot, the topics the producer uses (dropped after ``metadata_max_idle_ms`` without
+use), and the refresh policy: on age (``metadata_max_age_ms``), on request (unknown topics or
+partitions, leader errors), with ``retry_backoff_ms`` between attempts. Waiters for a topic are
+futures woken on each update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aioproducer.errors import (
+    InvalidTopicError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+
+__all__ = ["Broker", "Cluster", "Metadata", "PartitionInfo", "TopicInfo", "validate_topic"]
+
+log = logging.getLogger("aioproducer.metadata")
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_MAX_TOPIC_LENGTH = 249
+
+
+def validate_topic(topic: object) -> str:
+    """Check ``topic`` is a legal Kafka topic name, as the broker would; return it.
+
+    Raises:
+        InvalidTopicError: empty, too long, ``.`` or ``..``, or with a character outside
+            ``[a-zA-Z0-9._-]``.
+    """
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"a topic name must be a str, not {type(topic).__name__}")
+    if not topic:
+        raise InvalidTopicError("a topic name cannot be empty")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"a topic name cannot be {topic!r}")
+    if len(topic) > _MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(
+            f"topic name {topic[:40]!r}... is {len(topic)} characters long; the limit is "
+            f"{_MAX_TOPIC_LENGTH}"
+        )
+    if not _LEGAL_TOPIC.match(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} is illegal: it may contain only ASCII letters, digits, "
+            "'.', '_' and '-'"
+        )
+    return topic
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """A broker of the cluster."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition as the last metadata saw it."""
+
+    partition: int
+    leader: int
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as the last metadata saw it."""
+
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    error_code: int = 0
+    topic_id: bytes | None = None
+
+    @property
+    def partition_count(self) -> int:
+        """Number of partitions."""
+        return len(self.partitions)
+
+    @property
+    def available_partitions(self) -> tuple[int, ...]:
+        """Partitions that have a leader."""
+        return tuple(p.partition for p in self.partitions if p.leader >= 0)
+
+
+@dataclass(slots=True)
+class Cluster:
+    """An immutable snapshot of brokers, topics and leaders."""
+
+    brokers: Mapping[int, Broker] = field(default_factory=dict)
+    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    cluster_id: str | None = None
+    controller_id: int = -1
+    _leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+    _by_node: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                if p.leader >= 0 and p.leader in self.brokers:
+                    self._leaders[(topic.name, p.partition)] = p.leader
+                    self._by_node.setdefault(p.leader, []).append((topic.name, p.partition))
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The leader's node id, or -1 when unknown."""
+        return self._leaders.get((topic, partition), -1)
+
+    def partitions_for_node(self, node_id: int) -> list[tuple[str, int]]:
+        """The partitions this broker leads."""
+        return self._by_node.get(node_id, [])
+
+    def topic(self, name: str) -> TopicInfo | None:
+        """A topic with at least one partition, or None."""
+        info = self.topics.get(name)
+        if info is None or not info.partitions:
+            return None
+        return info
+
+    def broker(self, node_id: int) -> Broker | None:
+        """A broker by node id."""
+        return self.brokers.get(node_id)
+
+
+# Topic errors that mean "not there yet, keep waiting" rather than "give up".
+_TRANSIENT_TOPIC_ERRORS = frozenset({3, 5, 7, 15})
+
+
+class Metadata:
+    """The current cluster view and the refresh policy."""
+
+    def __init__(
+        self,
+        *,
+        max_age: float,
+        max_idle: float,
+        retry_backoff: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.cluster = Cluster()
+        self._max_age = max_age
+        self._max_idle = max_idle
+        self._retry_backoff = retry_backoff
+        self._loop = loop
+        self._topics: dict[str, float] = {}
+        self._need_update = True
+        self._last_refresh_attempt = float("-inf")
+        self._last_successful_refresh = float("-inf")
+        self._waiters: list[asyncio.Future[None]] = []
+        self._update_in_flight = False
+        self.version = 0
+        self.fatal_topic_errors: dict[str, KafkaError] = {}
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics the producer asks metadata for."""
+        return list(self._topics)
+
+    def add_topic(self, topic: str, now: float) -> bool:
+        """Track ``topic``; True when it is new (and an update was requested)."""
+        new = topic not in self._topics
+        self._topics[topic] = now
+        if new:
+            self._need_update = True
+        return new
+
+    def touch(self, topic: str, now: float) -> None:
+        """Note a use of ``topic`` (for idle expiry)."""
+        self._topics[topic] = now
+
+    def request_update(self) -> None:
+        """Refresh as soon as the backoff allows."""
+        self._need_update = True
+
+    @property
+    def update_requested(self) -> bool:
+        """True when a refresh is wanted now (not waiting for age)."""
+        return self._need_update
+
+    def time_to_next_update(self, now: float) -> float:
+        """Seconds until a refresh is due (0 means now)."""
+        if self._update_in_flight:
+            return float("inf")
+        backoff_left = self._last_refresh_attempt + self._retry_backoff - now
+        if self._need_update:
+            return max(0.0, backoff_left)
+        age_left = self._last_successful_refresh + self._max_age - now
+        return max(0.0, age_left, backoff_left)
+
+    def update_started(self, now: float) -> None:
+        """A Metadata request went out."""
+        self._update_in_flight = True
+        self._last_refresh_attempt = now
+
+    def update_failed(self, now: float, exc: BaseException) -> None:
+        """The Metadata request failed; try again after the backoff."""
+        self._update_in_flight = False
+        self._need_update = True
+        log.debug("metadata refresh failed: %s", exc)
+
+    def update(
+        self,
+        brokers: Sequence[Broker],
+        topics: Sequence[TopicInfo],
+        now: float,
+        *,
+        cluster_id: str | None = None,
+        controller_id: int = -1,
+    ) -> Cluster:
+        """Install a new snapshot from a Metadata response and wake the waiters."""
+        self._update_in_flight = False
+        self._last_successful_refresh = now
+        self._need_update = False
+        # Idle topics leave the metadata set.
+        for name, last_used in list(self._topics.items()):
+            if now - last_used > self._max_idle:
+                del self._topics[name]
+        topic_map: dict[str, TopicInfo] = {}
+        for topic in topics:
+            if topic.error_code == 0:
+                topic_map[topic.name] = topic
+                self.fatal_topic_errors.pop(topic.name, None)
+                if any(p.leader < 0 for p in topic.partitions):
+                    # A leader is being elected: ask again soon.
+                    self._need_update = True
+                continue
+            if topic.error_code in _TRANSIENT_TOPIC_ERRORS:
+                self._need_update = True
+            else:
+                self.fatal_topic_errors[topic.name] = error_for_code(
+                    topic.error_code, f"metadata for topic {topic.name!r}"
+                )
+            # Keep what we knew of a topic with a transient error.
+            previous = self.cluster.topics.get(topic.name)
+            if previous is not None and topic.error_code in _TRANSIENT_TOPIC_ERRORS:
+                topic_map[topic.name] = previous
+        self.cluster = Cluster(
+            brokers={b.node_id: b for b in brokers},
+            topics=topic_map,
+            cluster_id=cluster_id,
+            controller_id=controller_id,
+        )
+        self.version += 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        return self.cluster
+
+    async def wait_for_update(self, timeout: float) -> bool:
+        """Wait for the next update, at most ``timeout`` seconds; False on timeout."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    def wake_waiters(self) -> None:
+        """Wake everyone waiting for an update (e.g. on close)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def check_topic(self, topic: str) -> None:
+        """Raise the fatal metadata error of ``topic``, if the broker reported one."""
+        exc = self.fatal_topic_errors.get(topic)
+        if exc is not None:
+            raise type(exc)(exc.message)
+
+    @staticmethod
+    def unknown_topic_error(topic: str, waited_ms: float, partition: int | None) -> KafkaError:
+        """The error for a topic (or partition) that did not appear within max_block_ms."""
+        if partition is None:
+            return UnknownTopicOrPartitionError(
+                f"topic {topic!r} not present in metadata after {waited_ms:.0f} ms "
+                "(max_block_ms)"
+            )
+        return UnknownTopicOrPartitionError(
+            f"partition {partition} of topic {topic!r} not present in metadata after "
+            f"{waited_ms:.0f} ms (max_block_ms)"
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """A small summary for logs and debugging."""
+        return {
+            "brokers": sorted(self.cluster.brokers),
+            "topics": {t.name: t.partition_count for t in self.cluster.topics.values()},
+            "version": self.version,
+        }

@@ -1,0 +1,1307 @@
+"""Connections to brokers: one pipelined :class:`BrokerConnection` per broker, and the
+:class:`ConnectionManager` that opens them on demand with reconnect backoff.
+
+:class:`BrokerConnection` moves bytes: it frames requests, writes them with
+``transport.writelines`` (no joining of large buffers), splits the incoming byte stream into
+size-prefixed frames and resolves each request's future strictly in the order the requests were
+sent, because a Kafka broker answers the requests of one connection in order.
+
+It is an :class:`asyncio.Protocol` (not a stream) because the protocol API costs about half
+as much per read as streams, and it runs unchanged on uvloop.
+
+Failure policy, in one place:
+
+- The connection dies (reset, EOF, write error, :meth:`BrokerConnection.close`): every
+  in-flight request fails once with a retriable :class:`~aioproducer.errors.KafkaConnectionError`
+  that names the broker and the cause.
+- A response cannot be decoded: that request fails with
+  :class:`~aioproducer.errors.CorruptResponseError`. The byte stream can no longer be trusted
+  (a decoder that stopped early or read too far means the framing or the version is wrong), so
+  the connection is closed and the other in-flight requests fail as retriable connection errors.
+- A frame's size prefix is below 4 or above ``max_response_size``, or a response carries a
+  correlation id that no request explains: the connection is closed with
+  :class:`~aioproducer.errors.CorruptResponseError` for the oldest in-flight request.
+- The oldest in-flight request is older than ``request_timeout_ms``
+  (:meth:`BrokerConnection.check_request_timeouts`): it fails with
+  :class:`~aioproducer.errors.RequestTimedOutError` and the connection is closed, as the Java
+  client does, because a late answer would arrive on a pipeline nobody waits on anymore.
+
+All times are seconds of the injected clock (``time.monotonic`` by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+import math
+import random
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
+
+from aioproducer.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    CorruptResponseError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from aioproducer.protocol.api import ApiKey, Request, Response, response_header_flexible
+from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
+from aioproducer.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+if TYPE_CHECKING:
+    from aioproducer.config import ProducerConfig
+
+__all__ = [
+    "MIN_FRAME_SIZE",
+    "WRITE_BUFFER_HIGH_WATER",
+    "WRITE_BUFFER_LOW_WATER",
+    "BrokerConnection",
+    "ConnectionManager",
+    "ConnectionState",
+    "ExponentialBackoff",
+]
+
+log = logging.getLogger("aioproducer.net")
+
+#: The smallest legal response frame: a response header is at least its 4-byte correlation id.
+MIN_FRAME_SIZE: Final = 4
+
+#: The transport's write buffer size above which :attr:`BrokerConnection.writable` turns False.
+#: asyncio's default (64 KiB) is smaller than one typical produce request, which would make the
+#: connection look congested after every request; 1 MiB keeps one large request plus headroom.
+WRITE_BUFFER_HIGH_WATER: Final = 1 << 20
+#: The write buffer size below which :attr:`BrokerConnection.writable` turns True again.
+WRITE_BUFFER_LOW_WATER: Final = 256 << 10
+
+# Compacting the receive buffer moves the unread tail to the front; doing it only once the read
+# offset is large (and past half the buffer) keeps the total copying linear in the bytes read.
+_COMPACT_THRESHOLD: Final = 64 << 10
+
+# How many correlation ids of requests sent without expecting a response (Produce with acks=0)
+# are remembered, to recognise the answers some brokers send anyway (Tansu, librdkafka's mock).
+# Such answers come back in order, so a short memory is enough.
+_UNANSWERED_MEMORY: Final = 1024
+
+_CORRELATION_ID_MASK: Final = 0x7FFFFFFF
+_UNSUPPORTED_VERSION: Final = 35
+
+#: The first ApiVersions version tried; v3 carries the client's software name and version.
+_API_VERSIONS_FIRST_VERSION: Final = 3
+
+_SSL_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
+_SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+_SSL_NETWORK_ERRORS: Final = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+# (correlation id, request, version, future, sent at)
+_InFlight = tuple[int, Request[Any], int, "asyncio.Future[Any]", float]
+
+_R = TypeVar("_R", bound=Response)
+
+OnClose = Callable[["BrokerConnection", Union[BaseException, None]], None]  # noqa: UP007
+OnCapacity = Callable[["BrokerConnection"], None]
+
+
+class ConnectionState(enum.Enum):
+    """Where a :class:`BrokerConnection` is in its life."""
+
+    CREATED = "created"
+    """Built, :meth:`BrokerConnection.connect` not called yet."""
+    CONNECTING = "connecting"
+    """TCP (and TLS) connection being set up."""
+    HANDSHAKING = "handshaking"
+    """Connected; ApiVersions (and later SASL) in progress. Only the handshake sends."""
+    READY = "ready"
+    """Handshake done; the connection takes requests."""
+    CLOSED = "closed"
+    """Closed for good; every in-flight request has been failed."""
+
+
+def _protocol_name(value: object) -> str:
+    # security_protocol may be a str or a str-valued enum.
+    return str(getattr(value, "value", value)).upper()
+
+
+def _ssl_context_for(config: ProducerConfig) -> ssl.SSLContext | None:
+    """The TLS context for ``config``: None without TLS, else the given or a built one."""
+    if _protocol_name(config.security_protocol) not in _SSL_PROTOCOLS:
+        return None
+    if config.ssl_context is not None:
+        return config.ssl_context
+    return _build_ssl_context(
+        config.ssl_cafile, config.ssl_certfile, config.ssl_keyfile, config.ssl_password
+    )
+
+
+# Building a context reads files and costs milliseconds; every connection of a producer shares one.
+@functools.lru_cache(maxsize=8)
+def _build_ssl_context(
+    cafile: str | None, certfile: str | None, keyfile: str | None, password: str | None
+) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        if certfile is not None:
+            context.load_cert_chain(certfile, keyfile, password)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot build the TLS context from the ssl_* files: {exc}"
+        ) from exc
+    return context
+
+
+def _decode_unsupported_api_versions(
+    request: Request[Any], body: memoryview, version: int
+) -> Response:
+    """Read an UNSUPPORTED_VERSION answer to ApiVersions, whatever its layout.
+
+    Kafka answers in the v0 layout, listing the ApiVersions range it speaks; librdkafka's mock
+    cluster answers in the layout that was asked for, with an array count that does not match
+    its entries. Only the error code is essential: without a readable range the handshake
+    retries with v0, which every broker speaks.
+    """
+    for candidate in (0, version):
+        try:
+            response: Response = request.decode_response(body, candidate)
+        except CorruptResponseError:
+            continue
+        return response
+    return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
+
+
+class BrokerConnection(asyncio.Protocol):
+    """A pipelined connection to one broker, with the ApiVersions handshake.
+
+    Build it, ``await connect()``, then :meth:`send` requests while :meth:`can_send` is true.
+    Responses resolve the futures :meth:`send` returns, strictly in send order. The connection
+    never reconnects: once closed it stays closed (:class:`ConnectionManager` makes new ones).
+
+    Args:
+        node_id: the broker's node id (negative for bootstrap servers, as in the Java client).
+        host: the host name or address to connect to.
+        port: the TCP port.
+        config: the producer configuration (timeouts, limits, TLS, client id).
+        on_close: called once, synchronously, when the connection closes, with the cause
+            (None for a plain :meth:`close`).
+        on_capacity: called when the connection can take more requests after it could not:
+            a response freed a slot while the connection was at ``max_in_flight``, or the
+            transport's write buffer drained (see :attr:`writable`).
+        clock: the monotonic clock (seconds) used to time requests out.
+
+    Attributes:
+        node_id: the broker's node id.
+        host: the broker's host.
+        port: the broker's port.
+        api_versions: ``{api_key: (min_version, max_version)}`` the broker supports, filled
+            by the ApiVersions handshake.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        config: ProducerConfig,
+        *,
+        on_close: OnClose | None = None,
+        on_capacity: OnCapacity | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._config = config
+        self._on_close = on_close
+        self._on_capacity = on_capacity
+        self._clock = clock
+        self._client_id: str | None = config.client_id
+        self._max_in_flight: int = config.max_in_flight_requests_per_connection
+        self._max_response_size: int = config.max_response_size
+        self._request_timeout: float = config.request_timeout_ms / 1000.0
+        self._state = ConnectionState.CREATED
+        self._transport: asyncio.Transport | None = None
+        self._in_flight: deque[_InFlight] = deque()
+        self._unanswered_ids: deque[int] = deque(maxlen=_UNANSWERED_MEMORY)
+        self._next_correlation_id = 0
+        self._recv_buffer = bytearray()
+        self._recv_offset = 0
+        self._writable = True
+        self._versions_cache: dict[type[Request[Any]], int] = {}
+        self._close_cause: BaseException | None = None
+        self._lost: asyncio.Future[None] | None = None
+        self.description = f"node {node_id} ({host}:{port})"
+
+    def __repr__(self) -> str:
+        return (
+            f"<BrokerConnection {self.description} {self._state.value} "
+            f"in_flight={len(self._in_flight)}>"
+        )
+
+    # ---- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """The connection's :class:`ConnectionState`."""
+        return self._state
+
+    @property
+    def is_ready(self) -> bool:
+        """True once the handshake is done and until the connection closes."""
+        return self._state is ConnectionState.READY
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is closed."""
+        return self._state is ConnectionState.CLOSED
+
+    @property
+    def close_cause(self) -> BaseException | None:
+        """Why the connection closed (None while open, or after a plain :meth:`close`)."""
+        return self._close_cause
+
+    @property
+    def writable(self) -> bool:
+        """False while the transport's write buffer is above its high-water mark.
+
+        The sender should hold back new produce requests while this is False: the bytes
+        would only queue in user space. ``on_capacity`` fires when it turns True again.
+        :meth:`can_send` does not look at it, because the in-flight limit already bounds
+        what can queue and small requests (Metadata) should not wait behind a full buffer.
+        """
+        return self._writable
+
+    def can_send(self) -> bool:
+        """True when the connection is ready and has fewer than the maximum in flight."""
+        return self._state is ConnectionState.READY and len(self._in_flight) < self._max_in_flight
+
+    def in_flight_count(self) -> int:
+        """How many requests await a response."""
+        return len(self._in_flight)
+
+    def oldest_request_sent_at(self) -> float | None:
+        """When the oldest in-flight request was sent (clock seconds), or None."""
+        return self._in_flight[0][4] if self._in_flight else None
+
+    # ---- connecting --------------------------------------------------------------------------
+
+    async def connect(self, setup_timeout_ms: float | None = None) -> None:
+        """Open the connection, run the ApiVersions handshake and :meth:`authenticate`.
+
+        The TCP (and TLS) setup is bounded by ``setup_timeout_ms`` (by default
+        ``socket_connection_setup_timeout_ms``; :class:`ConnectionManager` grows it after
+        failures); the handshake's requests by ``request_timeout_ms``.
+
+        Raises:
+            KafkaConnectionError: the broker is unreachable, did not answer in time or
+                dropped the connection (retriable).
+            AuthenticationError: the TLS handshake failed.
+            ConfigurationError: the TLS files cannot be loaded, or SASL was asked for.
+            UnsupportedVersionError: the broker speaks no ApiVersions version in common.
+            IllegalStateError: :meth:`connect` was already called.
+        """
+        if self._state is not ConnectionState.CREATED:
+            raise IllegalStateError(f"connect() called on a {self._state.value} connection")
+        self._state = ConnectionState.CONNECTING
+        loop = asyncio.get_running_loop()
+        self._lost = loop.create_future()
+        config = self._config
+        if setup_timeout_ms is None:
+            setup_timeout_ms = config.socket_connection_setup_timeout_ms
+        try:
+            ssl_context = _ssl_context_for(config)
+        except ConfigurationError as exc:
+            self._fail_connect(exc)
+            raise
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: self,
+                    self.host,
+                    self.port,
+                    ssl=ssl_context,
+                    server_hostname=self.host if ssl_context is not None else None,
+                ),
+                setup_timeout_ms / 1000.0,
+            )
+        except asyncio.CancelledError:
+            self._fail_connect(KafkaConnectionError(f"connecting to {self.description} cancelled"))
+            raise
+        except asyncio.TimeoutError as exc:
+            error = KafkaConnectionError(
+                f"could not connect to {self.description} within {setup_timeout_ms:.0f} ms "
+                "(socket_connection_setup_timeout_ms)"
+            )
+            self._fail_connect(error)
+            raise error from exc
+        except ssl.SSLError as exc:
+            if isinstance(exc, _SSL_NETWORK_ERRORS):
+                # The peer went away mid-handshake: a network failure, worth retrying.
+                error = KafkaConnectionError(
+                    f"TLS handshake with {self.description} was cut off: {exc}"
+                )
+                self._fail_connect(error)
+                raise error from exc
+            auth_error = AuthenticationError(f"TLS handshake with {self.description} failed: {exc}")
+            self._fail_connect(auth_error)
+            raise auth_error from exc
+        except OSError as exc:
+            error = KafkaConnectionError(f"could not connect to {self.description}: {exc}")
+            self._fail_connect(error)
+            raise error from exc
+        if self._state is ConnectionState.CLOSED:
+            # Lost between connection_made and here (the broker hung up at once).
+            raise self._connection_error("the connection closed during setup")
+        self._state = ConnectionState.HANDSHAKING
+        try:
+            await self._handshake_api_versions()
+            await self.authenticate()
+        except BaseException as exc:
+            if not self.closed:
+                self.close(exc)
+            if isinstance(exc, (KafkaError, asyncio.CancelledError)):
+                raise
+            raise self._connection_error(f"handshake failed: {exc!r}") from exc
+        if self._state is ConnectionState.CLOSED:
+            raise self._connection_error("the connection closed during the handshake")
+        self._state = ConnectionState.READY
+        log.debug("connected to %s; api versions %s", self.description, self.api_versions)
+
+    async def authenticate(self) -> None:
+        """Authenticate on the handshaken connection (SASL). A no-op without SASL.
+
+        This is the hook for SASL: it runs after ApiVersions, so :meth:`negotiate` works and
+        :meth:`send` accepts requests (the connection is in ``HANDSHAKING``).
+
+        Raises:
+            ConfigurationError: ``security_protocol`` asks for SASL, which is not
+                implemented yet.
+        """
+        protocol = _protocol_name(self._config.security_protocol)
+        if protocol in _SASL_PROTOCOLS:
+            raise ConfigurationError(
+                f"security_protocol={protocol} needs SASL, which aioproducer does not support yet"
+            )
+
+    def _fail_connect(self, error: KafkaError) -> None:
+        if not self.closed:
+            self._shutdown(None, error)
+
+    async def _handshake_api_versions(self) -> None:
+        config = self._config
+        version = min(_API_VERSIONS_FIRST_VERSION, ApiVersionsRequest.MAX_VERSION)
+        while True:
+            request = ApiVersionsRequest(
+                client_software_name=config.client_software_name,
+                client_software_version=config.client_software_version,
+            )
+            response = await self._handshake_request(request, version)
+            assert isinstance(response, ApiVersionsResponse)
+            if response.error_code == _UNSUPPORTED_VERSION and version > 0:
+                # The broker answered in v0 and listed the ApiVersions range it does speak.
+                broker_max = next(
+                    (k.max_version for k in response.api_keys if k.api_key == ApiKey.API_VERSIONS),
+                    0,
+                )
+                fallback = broker_max if broker_max < version else 0
+                log.debug(
+                    "%s does not support ApiVersions v%d; retrying with v%d",
+                    self.description,
+                    version,
+                    fallback,
+                )
+                version = fallback
+                continue
+            if response.error_code != 0:
+                raise error_for_code(
+                    response.error_code,
+                    f"ApiVersions v{version} to {self.description} failed",
+                )
+            self.api_versions = {
+                k.api_key: (k.min_version, k.max_version) for k in response.api_keys
+            }
+            self._versions_cache.clear()
+            return
+
+    async def _handshake_request(self, request: Request[_R], version: int) -> _R | None:
+        future = self.send(request, version)
+        try:
+            return await asyncio.wait_for(future, self._request_timeout)
+        except asyncio.TimeoutError as exc:
+            error = RequestTimedOutError(
+                f"{type(request).__name__} v{version} to {self.description} got no response "
+                f"within {self._config.request_timeout_ms} ms (request_timeout_ms)"
+            )
+            self._shutdown(None, error)
+            raise error from exc
+
+    # ---- versions --------------------------------------------------------------------------
+
+    def negotiate(self, request_type: type[Request[Any]]) -> int:
+        """The highest version of ``request_type`` both this client and the broker support.
+
+        Raises:
+            UnsupportedVersionError: the broker does not know the API, or the ranges do not
+                overlap (the message gives both ranges).
+        """
+        cached = self._versions_cache.get(request_type)
+        if cached is not None:
+            return cached
+        name = request_type.__name__
+        broker_range = self.api_versions.get(request_type.API_KEY)
+        if broker_range is None:
+            raise UnsupportedVersionError(
+                f"{self.description} does not support {name} (api key {request_type.API_KEY})"
+            )
+        broker_min, broker_max = broker_range
+        high = min(request_type.MAX_VERSION, broker_max)
+        if high < max(request_type.MIN_VERSION, broker_min):
+            raise UnsupportedVersionError(
+                f"{self.description} supports {name} v{broker_min}-v{broker_max}; "
+                f"aioproducer implements v{request_type.MIN_VERSION}-v{request_type.MAX_VERSION}"
+            )
+        self._versions_cache[request_type] = high
+        return high
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    def send(self, request: Request[_R], version: int | None = None) -> asyncio.Future[_R | None]:
+        """Write ``request`` and return the future of its response.
+
+        Synchronous: the bytes are handed to the transport before this returns. The future
+        resolves, in send order, to the decoded response, or to None at once for a request
+        that expects no response (Produce with ``acks=0``). It fails with a retriable
+        :class:`~aioproducer.errors.KafkaConnectionError` if the connection dies first.
+
+        Check :meth:`can_send` first. Buffers passed in the request must not be mutated until
+        the future is done: the transport may keep references to them.
+
+        Args:
+            request: the version-neutral request.
+            version: the version to encode; by default :meth:`negotiate` picks it.
+
+        Raises:
+            KafkaConnectionError: the connection is not open (not connected yet, or closed).
+            IllegalStateError: ``max_in_flight_requests_per_connection`` requests are already
+                in flight.
+            UnsupportedVersionError: no version in common (from :meth:`negotiate`).
+        """
+        state = self._state
+        if state is not ConnectionState.READY and state is not ConnectionState.HANDSHAKING:
+            raise self._connection_error(f"cannot send on a {state.value} connection")
+        expects_response = request.expects_response()
+        if expects_response and len(self._in_flight) >= self._max_in_flight:
+            raise IllegalStateError(
+                f"{self.description} already has {len(self._in_flight)} requests in flight "
+                "(max_in_flight_requests_per_connection); check can_send() first"
+            )
+        if version is None:
+            version = self.negotiate(type(request))
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & _CORRELATION_ID_MASK
+        parts = encode_request(request, version, correlation_id, self._client_id)
+        transport = self._transport
+        assert transport is not None
+        try:
+            transport.writelines(parts)
+        except (OSError, RuntimeError) as exc:
+            # uvloop raises RuntimeError (asyncio an OSError or nothing) when the transport is
+            # already closing; either way the connection is gone.
+            error = self._connection_error(f"write failed: {exc!r}")
+            self._shutdown(None, exc)
+            raise error from exc
+        future: asyncio.Future[_R | None] = asyncio.get_running_loop().create_future()
+        if expects_response:
+            self._in_flight.append((correlation_id, request, version, future, self._clock()))
+        else:
+            self._unanswered_ids.append(correlation_id)
+            future.set_result(None)
+        return future
+
+    async def request(self, request: Request[_R], version: int | None = None) -> _R:
+        """Send ``request`` and wait for its response: :meth:`send` for one-off requests.
+
+        No timeout of its own: wrap it in :func:`asyncio.wait_for`, or rely on
+        :meth:`check_request_timeouts`.
+
+        Raises:
+            IllegalStateError: ``request`` expects no response (Produce with ``acks=0``).
+            KafkaError: whatever :meth:`send` raises or the future fails with.
+        """
+        if not request.expects_response():
+            raise IllegalStateError(f"{type(request).__name__} expects no response; use send()")
+        response = await self.send(request, version)
+        assert response is not None  # a request that expects a response gets one
+        return response
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Close the connection and fail every in-flight request, once.
+
+        Each in-flight future fails with a retriable
+        :class:`~aioproducer.errors.KafkaConnectionError` naming the broker, with ``exc``
+        (if given) as its cause. ``on_close`` is called once. Idempotent.
+        """
+        if self._state is ConnectionState.CLOSED:
+            return
+        self._shutdown(None, exc)
+
+    def abort(self) -> None:
+        """Close at once, dropping bytes not yet written; fails in-flight requests as close()."""
+        self.close()
+        transport = self._transport
+        if transport is not None and not (self._lost is not None and self._lost.done()):
+            transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Wait until the transport has closed (returns at once if it never opened)."""
+        if self._lost is not None and self._transport is not None:
+            await asyncio.shield(self._lost)
+
+    def check_request_timeouts(self, now: float) -> bool:
+        """Close the connection if the oldest in-flight request is older than the timeout.
+
+        That request fails with :class:`~aioproducer.errors.RequestTimedOutError`, the others
+        with a retriable :class:`~aioproducer.errors.KafkaConnectionError`.
+
+        Returns:
+            True if the connection was closed.
+        """
+        if not self._in_flight:
+            return False
+        correlation_id, request, version, _, sent_at = self._in_flight[0]
+        if now - sent_at < self._request_timeout:
+            return False
+        error = RequestTimedOutError(
+            f"{type(request).__name__} v{version} (correlation id {correlation_id}) to "
+            f"{self.description} got no response within {self._config.request_timeout_ms} ms "
+            "(request_timeout_ms); closing the connection"
+        )
+        self._shutdown(error, error)
+        return True
+
+    def _connection_error(self, what: str) -> KafkaError:
+        return KafkaConnectionError(f"connection to {self.description}: {what}")
+
+    def _shutdown(self, head_error: KafkaError | None, cause: BaseException | None) -> None:
+        """Close for good: fail in-flight requests (the oldest with ``head_error`` if given)."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        self._state = ConnectionState.CLOSED
+        self._close_cause = cause
+        in_flight, self._in_flight = self._in_flight, deque()
+        self._recv_buffer = bytearray()
+        self._recv_offset = 0
+        reason = f"closed ({type(cause).__name__}: {cause})" if cause is not None else "closed"
+        for index, (correlation_id, request, version, future, _) in enumerate(in_flight):
+            if future.done():
+                continue  # the caller cancelled it
+            if index == 0 and head_error is not None:
+                error: KafkaError = head_error
+            else:
+                error = KafkaConnectionError(
+                    f"connection to {self.description} {reason} while "
+                    f"{type(request).__name__} v{version} (correlation id {correlation_id}) "
+                    "was in flight"
+                )
+                error.__cause__ = cause
+            future.set_exception(error)
+        transport = self._transport
+        if transport is not None:
+            if cause is None:
+                transport.close()  # flushes what was written, e.g. acks=0 produce requests
+            else:
+                transport.abort()
+        if self._lost is not None and transport is None and not self._lost.done():
+            self._lost.set_result(None)
+        on_close = self._on_close
+        self._on_close = None
+        self._on_capacity = None
+        if on_close is not None:
+            try:
+                on_close(self, cause)
+            except Exception:
+                log.exception("on_close callback of %s failed", self.description)
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Called by the event loop when the TCP (and TLS) connection is up."""
+        # uvloop's transports implement the interface without subclassing asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER, low=WRITE_BUFFER_LOW_WATER)
+        self._apply_socket_buffer_sizes(transport)
+        if self._state is ConnectionState.CLOSED:
+            # close() ran while create_connection was finishing (a cancelled connect).
+            transport.abort()
+
+    def _apply_socket_buffer_sizes(self, transport: asyncio.Transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return
+        for option, size in (
+            (socket.SO_SNDBUF, self._config.send_buffer_bytes),
+            (socket.SO_RCVBUF, self._config.receive_buffer_bytes),
+        ):
+            if size >= 0:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, option, size)
+                except OSError as exc:  # pragma: no cover - depends on the platform
+                    log.debug("could not set socket buffer size on %s: %s", self.description, exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Called by the event loop when the connection is closed or lost."""
+        if self._state is not ConnectionState.CLOSED:
+            cause: BaseException = (
+                exc if exc is not None else ConnectionResetError("the broker closed the connection")
+            )
+            self._shutdown(None, cause)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        """Called when the broker half-closes; returning False lets the transport close."""
+        return False
+
+    def pause_writing(self) -> None:
+        """Called when the transport's write buffer goes above the high-water mark."""
+        self._writable = False
+
+    def resume_writing(self) -> None:
+        """Called when the transport's write buffer drains below the low-water mark."""
+        self._writable = True
+        if self._on_capacity is not None and self._state is ConnectionState.READY:
+            self._notify_capacity()
+
+    def data_received(self, data: bytes) -> None:
+        """Called by the event loop with bytes from the broker: split and dispatch frames."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        was_full = len(self._in_flight) >= self._max_in_flight
+        buffer = self._recv_buffer
+        if len(buffer) > self._recv_offset:
+            buffer += data
+            self._read_buffered_frames()
+        else:
+            self._read_frames_from(data)
+        if (
+            was_full
+            and self._on_capacity is not None
+            and len(self._in_flight) < self._max_in_flight
+            and self._state is ConnectionState.READY
+        ):
+            self._notify_capacity()
+
+    def _read_frames_from(self, data: bytes) -> None:
+        # Fast path with nothing buffered: frames are slices of the immutable chunk, no copy.
+        end = len(data)
+        view = memoryview(data)
+        position = 0
+        while end - position >= 4:
+            size = int.from_bytes(view[position : position + 4], "big", signed=True)
+            if not self._check_frame_size(size):
+                return
+            frame_end = position + 4 + size
+            if frame_end > end:
+                break
+            self._handle_frame(view[position + 4 : frame_end])
+            position = frame_end
+            if self._state is ConnectionState.CLOSED:
+                return
+        if position < end:
+            self._recv_buffer = bytearray(view[position:])
+            self._recv_offset = 0
+
+    def _read_buffered_frames(self) -> None:
+        buffer = self._recv_buffer
+        position = self._recv_offset
+        end = len(buffer)
+        while end - position >= 4:
+            size = int.from_bytes(buffer[position : position + 4], "big", signed=True)
+            if not self._check_frame_size(size):
+                return
+            frame_end = position + 4 + size
+            if frame_end > end:
+                break
+            if frame_end == end:
+                # The buffer ends with this frame (typical for a large response that came in
+                # many chunks): hand the buffer over with the frame instead of copying it.
+                self._recv_buffer = bytearray()
+                self._recv_offset = 0
+                self._handle_frame(memoryview(buffer)[position + 4 :])
+                return
+            # Copy the frame out (slicing copies): a view into the buffer would pin it, and a
+            # pinned bytearray cannot grow or be compacted.
+            self._handle_frame(memoryview(buffer[position + 4 : frame_end]))
+            position = frame_end
+            if self._state is ConnectionState.CLOSED:
+                return
+        if position == end:
+            buffer.clear()
+            self._recv_offset = 0
+        elif position >= _COMPACT_THRESHOLD and position * 2 >= end:
+            del buffer[:position]
+            self._recv_offset = 0
+        else:
+            self._recv_offset = position
+
+    def _check_frame_size(self, size: int) -> bool:
+        if MIN_FRAME_SIZE <= size <= self._max_response_size:
+            return True
+        # Never wait for (or allocate) what an untrusted prefix announces.
+        self._corrupt(
+            f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, "
+            f"{self._max_response_size}] (max_response_size)"
+        )
+        return False
+
+    def _corrupt(self, what: str, cause: BaseException | None = None) -> None:
+        error = CorruptResponseError(f"corrupt response from {self.description}: {what}")
+        if cause is not None:
+            error.__cause__ = cause
+        self._shutdown(error, error)
+
+    def _handle_frame(self, frame: memoryview) -> None:
+        correlation_id = read_correlation_id(frame)
+        in_flight = self._in_flight
+        if not in_flight or in_flight[0][0] != correlation_id:
+            self._handle_unexpected(correlation_id)
+            return
+        _, request, version, future, _ = in_flight.popleft()
+        api_key = request.API_KEY
+        try:
+            _, body = split_response_header(frame, response_header_flexible(api_key, version))
+            if (
+                api_key == ApiKey.API_VERSIONS
+                and version > 0
+                and body.nbytes >= 2
+                and int.from_bytes(body[:2], "big") == _UNSUPPORTED_VERSION
+            ):
+                response = _decode_unsupported_api_versions(request, body, version)
+            else:
+                response = request.decode_response(body, version)
+        except Exception as exc:
+            # Not only CorruptResponseError: a decoder bug on hostile bytes must not escape
+            # into the event loop's exception handler and leave the future pending.
+            error = CorruptResponseError(
+                f"could not decode the response to {type(request).__name__} v{version} "
+                f"(correlation id {correlation_id}) from {self.description}: {exc}"
+            )
+            error.__cause__ = exc
+            if not future.done():
+                future.set_exception(error)
+            self._shutdown(None, error)
+            return
+        if not future.done():
+            future.set_result(response)
+
+    def _handle_unexpected(self, correlation_id: int) -> None:
+        unanswered = self._unanswered_ids
+        if correlation_id in unanswered:
+            # An answer to a request sent without expecting one (acks=0): real Kafka sends
+            # none, but some brokers do. The ones before it were not answered; forget them.
+            while unanswered and unanswered.popleft() != correlation_id:
+                pass
+            log.debug(
+                "%s answered correlation id %d, sent without expecting a response; ignored",
+                self.description,
+                correlation_id,
+            )
+            return
+        expected = self._in_flight[0][0] if self._in_flight else None
+        self._corrupt(
+            f"got correlation id {correlation_id}, expected "
+            + (f"{expected}" if expected is not None else "none (nothing in flight)")
+        )
+
+    def _notify_capacity(self) -> None:
+        callback = self._on_capacity
+        if callback is None:
+            return
+        try:
+            callback(self)
+        except Exception:
+            log.exception("on_capacity callback of %s failed", self.description)
+
+
+# ---- reconnect backoff ----------------------------------------------------------------------
+
+
+class ExponentialBackoff:
+    """Exponential backoff with jitter, as the Java client's reconnect backoff.
+
+    The delay after ``attempts`` failures is ``initial * multiplier ** attempts``, scaled by a
+    random factor in ``[1 - jitter, 1 + jitter)``, then capped at ``maximum``. Randomness keeps
+    many clients that lost the same broker from reconnecting in lockstep.
+
+    Args:
+        initial_ms: the first delay.
+        maximum_ms: the cap (raised to ``initial_ms`` if smaller).
+        multiplier: the growth factor per attempt.
+        jitter: the relative spread of the random factor (0.2 is plus or minus 20%).
+        rng: the random source (seed one for reproducible tests).
+    """
+
+    def __init__(
+        self,
+        initial_ms: float,
+        maximum_ms: float,
+        *,
+        multiplier: float = 2.0,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial_ms = float(initial_ms)
+        self.maximum_ms = float(max(maximum_ms, initial_ms))
+        self.multiplier = multiplier
+        self.jitter = jitter
+        self._rng = rng or random.Random()
+        if self.initial_ms > 0 and self.maximum_ms > self.initial_ms and multiplier > 1:
+            # Past this many attempts the delay is at the cap anyway; stops the power overflowing.
+            self._max_exponent = math.log(self.maximum_ms / self.initial_ms, multiplier)
+        else:
+            self._max_exponent = 0.0
+
+    def backoff_ms(self, attempts: int) -> float:
+        """The delay in milliseconds after ``attempts`` consecutive failures (0 for the first)."""
+        if self._max_exponent == 0.0:
+            return self.initial_ms
+        exponent = min(float(attempts), self._max_exponent)
+        delay = self.initial_ms * float(self.multiplier**exponent)
+        if self.jitter > 0:
+            delay *= self._rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        return min(delay, self.maximum_ms)
+
+
+# ---- the connection manager -------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Node:
+    """What the manager knows about one broker (or bootstrap server)."""
+
+    node_id: int
+    host: str
+    port: int
+    connection: BrokerConnection | None = None
+    task: asyncio.Task[BrokerConnection | None] | None = None
+    failed_attempts: int = 0
+    next_attempt_at: float = 0.0
+    last_error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class ConnectionManager:
+    """One :class:`BrokerConnection` per broker, connected on demand, with reconnect backoff.
+
+    The sender asks :meth:`ready` for a node's connection and calls :meth:`ensure_connecting`
+    when there is none; a task per broker then connects (TCP, TLS, ApiVersions). Failed or
+    lost connections are retried no sooner than the reconnect backoff (``reconnect_backoff_ms``
+    doubling up to ``reconnect_backoff_max_ms``, plus or minus 20%); a successful handshake
+    resets it. ``on_state_change`` is called (synchronously, from the event loop) whenever a
+    connection becomes ready, fails to connect, closes, or frees capacity, so the sender can
+    wake up instead of polling.
+
+    Bootstrap servers get negative node ids (-1 for the first server in
+    ``bootstrap_servers``, -2 for the next, ...), as in the Java client; their connections
+    stay usable for cluster-wide requests through :meth:`least_loaded`.
+
+    Args:
+        config: the producer configuration.
+        on_state_change: the wake-up callback.
+        clock: the monotonic clock (seconds) shared with the sender.
+        rng: the random source for the backoff jitter.
+    """
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        on_state_change: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._config = config
+        self._on_state_change = on_state_change
+        self._clock = clock
+        self._backoff = ExponentialBackoff(
+            config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=rng
+        )
+        # KIP-601: the connection setup timeout grows the same way after failed attempts.
+        self._setup_timeout = ExponentialBackoff(
+            config.socket_connection_setup_timeout_ms,
+            config.socket_connection_setup_timeout_max_ms,
+            rng=rng,
+        )
+        self._nodes: dict[int, _Node] = {}
+        self._bootstrap_nodes: list[_Node] = []
+        for index, (host, port) in enumerate(config.bootstrap_addresses()):
+            node = _Node(-(index + 1), host, port)
+            self._nodes[node.node_id] = node
+            self._bootstrap_nodes.append(node)
+        self._closed = False
+        self._closing_done: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
+        return f"<ConnectionManager nodes={sorted(self._nodes)} ready={ready}>"
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _is_ready(node: _Node) -> bool:
+        connection = node.connection
+        return connection is not None and connection.is_ready
+
+    def ready(self, node_id: int) -> BrokerConnection | None:
+        """The connected, handshaken connection to ``node_id``, or None."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return None
+        connection = node.connection
+        if connection is not None and connection.is_ready:
+            return connection
+        return None
+
+    def connections(self) -> list[BrokerConnection]:
+        """Every ready connection, bootstrap ones included."""
+        ready: list[BrokerConnection] = []
+        for node in self._nodes.values():
+            if node.connection is not None and node.connection.is_ready:
+                ready.append(node.connection)
+        return ready
+
+    def is_connecting(self, node_id: int) -> bool:
+        """True while a connect attempt to ``node_id`` is running."""
+        node = self._nodes.get(node_id)
+        return node is not None and node.task is not None
+
+    def connection_delay(self, node_id: int, now: float) -> float:
+        """Seconds until :meth:`ensure_connecting` would start an attempt to ``node_id``.
+
+        0 when ready or free to connect; ``inf`` while an attempt runs (``on_state_change``
+        fires when it ends) or when the node is unknown.
+        """
+        node = self._nodes.get(node_id)
+        if node is None or node.task is not None:
+            return math.inf
+        if self._is_ready(node):
+            return 0.0
+        return max(0.0, node.next_attempt_at - now)
+
+    def least_loaded(self, now: float) -> BrokerConnection | None:
+        """The ready connection with the fewest requests in flight that can take one more.
+
+        Bootstrap connections count, but a broker from the metadata wins a tie. None when no
+        connection can send; then :meth:`ensure_any_connecting` starts one.
+        """
+        best: BrokerConnection | None = None
+        best_load = 0
+        for node in self._nodes.values():
+            connection = node.connection
+            if connection is None or not connection.can_send():
+                continue
+            load = connection.in_flight_count()
+            if (
+                best is None
+                or load < best_load
+                or (load == best_load and best.node_id < 0 <= connection.node_id)
+            ):
+                best = connection
+                best_load = load
+        return best
+
+    # ---- connecting --------------------------------------------------------------------------
+
+    def ensure_connecting(self, node_id: int, now: float) -> None:
+        """Start connecting to ``node_id`` unless connected, connecting or backing off.
+
+        Unknown node ids (not in the metadata given to :meth:`set_brokers`, nor a bootstrap
+        id) are ignored.
+        """
+        if self._closed:
+            return
+        node = self._nodes.get(node_id)
+        if node is None or node.task is not None:
+            return
+        if node.connection is not None and not node.connection.closed:
+            return
+        if now < node.next_attempt_at:
+            return
+        self._start_connect(node)
+
+    def ensure_any_connecting(self, now: float) -> None:
+        """Make sure some connection is on its way when none can send.
+
+        Does nothing while an attempt is running; otherwise starts one to the broker (from the
+        metadata, else a bootstrap server) with the fewest failed attempts that is not
+        backing off.
+        """
+        if self._closed:
+            return
+        candidates: list[_Node] = []
+        for node in self._nodes.values():
+            if node.task is not None:
+                return
+            connection = node.connection
+            if connection is not None and not connection.closed:
+                continue
+            if now >= node.next_attempt_at:
+                candidates.append(node)
+        if not candidates:
+            return
+        known = [n for n in candidates if n.node_id >= 0]
+        pool = known or candidates
+        self._start_connect(min(pool, key=lambda n: (n.failed_attempts, n.next_attempt_at)))
+
+    def _start_connect(self, node: _Node) -> asyncio.Task[BrokerConnection | None]:
+        connection = BrokerConnection(
+            node.node_id,
+            node.host,
+            node.port,
+            self._config,
+            on_close=lambda conn, cause: self._connection_closed(node, conn, cause),
+            on_capacity=lambda conn: self._notify(),
+            clock=self._clock,
+        )
+        node.connection = connection
+        setup_timeout_ms = self._setup_timeout.backoff_ms(node.failed_attempts)
+        task = asyncio.get_running_loop().create_task(
+            self._connect(node, connection, setup_timeout_ms),
+            name=f"aioproducer-connect-{node.node_id}",
+        )
+        node.task = task
+        return task
+
+    async def _connect(
+        self, node: _Node, connection: BrokerConnection, setup_timeout_ms: float
+    ) -> BrokerConnection | None:
+        # Returns None on failure (recorded on the node) rather than raising, so a task nobody
+        # awaits never logs "exception was never retrieved".
+        try:
+            await connection.connect(setup_timeout_ms)
+        except asyncio.CancelledError:
+            node.task = None
+            if node.connection is connection:
+                node.connection = None
+            raise
+        except Exception as exc:
+            node.task = None
+            if node.connection is connection:
+                node.connection = None
+            node.last_error = exc
+            self._record_failure(node)
+            log.debug("connecting to %s failed: %s", connection.description, exc)
+            self._notify()
+            return None
+        node.task = None
+        node.failed_attempts = 0
+        node.next_attempt_at = 0.0
+        node.last_error = None
+        self._notify()
+        return connection
+
+    def _record_failure(self, node: _Node) -> None:
+        delay_ms = self._backoff.backoff_ms(node.failed_attempts)
+        node.failed_attempts += 1
+        node.next_attempt_at = self._clock() + delay_ms / 1000.0
+
+    def _connection_closed(
+        self, node: _Node, connection: BrokerConnection, cause: BaseException | None
+    ) -> None:
+        if node.connection is not connection:
+            return  # replaced or dropped already
+        if node.task is not None:
+            return  # still connecting: _connect records the failure
+        node.connection = None
+        node.last_error = cause
+        if cause is not None:
+            # Back off before reconnecting to a broker that dropped us, as after a failed
+            # attempt; a clean close (set_brokers, close) does not count.
+            self._record_failure(node)
+            log.debug("connection to %s closed: %s", connection.description, cause)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._on_state_change()
+        except Exception:
+            log.exception("on_state_change callback failed")
+
+    # ---- bootstrap -----------------------------------------------------------------------------
+
+    async def bootstrap(self, deadline: float) -> BrokerConnection:
+        """Connect to the first bootstrap server that answers.
+
+        Tries the servers of ``bootstrap_servers`` in order, each at least once, then goes
+        round again over the failed ones, each no sooner than its reconnect backoff, until
+        ``deadline`` (clock seconds).
+
+        Raises:
+            KafkaConnectionError: no server answered before the deadline; the message names
+                every server and its last error.
+            AuthenticationError, ConfigurationError, UnsupportedVersionError: a server answered
+                but the failure is not retriable (raised at once).
+            IllegalStateError: the manager is closed.
+        """
+        nodes = self._bootstrap_nodes
+        if not nodes:
+            raise ConfigurationError("bootstrap_servers is empty")
+        index = 0
+        full_round = False
+        while True:
+            if self._closed:
+                raise IllegalStateError("the connection manager is closed")
+            for node in nodes:
+                if self._is_ready(node):
+                    assert node.connection is not None
+                    return node.connection
+            now = self._clock()
+            if full_round and now >= deadline:
+                raise self._bootstrap_error()
+            node = nodes[index]
+            wait = node.next_attempt_at - now
+            if wait > 0 and node.task is None:
+                if not full_round:
+                    # Backing off from an earlier failure: move on, this one had its try.
+                    index, full_round = self._next_bootstrap_index(index, full_round)
+                    continue
+                soonest = min(n.next_attempt_at for n in nodes if n.task is None)
+                await asyncio.sleep(max(0.0, min(soonest, deadline) - now))
+                index = min(
+                    (i for i, n in enumerate(nodes) if n.task is None),
+                    key=lambda i: nodes[i].next_attempt_at,
+                )
+                continue
+            task = node.task or self._start_connect(node)
+            timeout = None if not full_round else max(0.0, deadline - now)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if task in done:
+                if task.cancelled():
+                    continue  # the node was dropped or the manager closed: look again
+                connection = task.result()
+                if connection is not None:
+                    return connection
+                error = node.last_error
+                if isinstance(error, KafkaError) and not error.retriable:
+                    raise error
+                log.info("bootstrap server %s failed: %s", node.address, error)
+            index, full_round = self._next_bootstrap_index(index, full_round)
+
+    def _next_bootstrap_index(self, index: int, full_round: bool) -> tuple[int, bool]:
+        index += 1
+        if index >= len(self._bootstrap_nodes):
+            return 0, True
+        return index, full_round
+
+    def _bootstrap_error(self) -> KafkaConnectionError:
+        details = "; ".join(
+            f"{n.address}: {n.last_error or 'no answer yet'}" for n in self._bootstrap_nodes
+        )
+        error = KafkaConnectionError(
+            f"could not connect to any bootstrap server "
+            f"({', '.join(n.address for n in self._bootstrap_nodes)}): {details}"
+        )
+        causes = [n.last_error for n in self._bootstrap_nodes if n.last_error is not None]
+        if causes:
+            error.__cause__ = causes[-1]
+        return error
+
+    # ---- metadata --------------------------------------------------------------------------------
+
+    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+        """Adopt the brokers of a Metadata response: ``{node_id: (host, port)}``.
+
+        Connections to brokers that left the cluster, or whose address changed, are closed
+        (their in-flight requests fail as retriable). Bootstrap connections are kept.
+        """
+        for node_id, node in list(self._nodes.items()):
+            if node_id < 0:
+                continue
+            address = brokers.get(node_id)
+            if address is not None and (address[0], address[1]) == (node.host, node.port):
+                continue
+            del self._nodes[node_id]
+            reason = (
+                "the broker left the cluster metadata"
+                if address is None
+                else f"the broker moved to {address[0]}:{address[1]}"
+            )
+            self._drop(node, KafkaConnectionError(f"node {node_id} ({node.address}): {reason}"))
+        for node_id, (host, port) in brokers.items():
+            if node_id not in self._nodes:
+                self._nodes[node_id] = _Node(node_id, host, port)
+
+    def _drop(self, node: _Node, reason: KafkaError) -> None:
+        task, node.task = node.task, None
+        connection, node.connection = node.connection, None
+        if task is not None:
+            task.cancel()
+        if connection is not None:
+            connection.close(reason)
+
+    # ---- timeouts and closing ------------------------------------------------------------------
+
+    def check_request_timeouts(self, now: float) -> None:
+        """Close every connection whose oldest in-flight request timed out."""
+        for node in list(self._nodes.values()):
+            connection = node.connection
+            if connection is not None and connection.is_ready:
+                connection.check_request_timeouts(now)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Close every connection and cancel connect attempts; wait for both. Idempotent."""
+        if self._closing_done is not None:
+            await asyncio.shield(self._closing_done)
+            return
+        self._closed = True
+        self._closing_done = asyncio.get_running_loop().create_future()
+        try:
+            tasks: list[asyncio.Task[BrokerConnection | None]] = []
+            connections: list[BrokerConnection] = []
+            for node in self._nodes.values():
+                if node.task is not None:
+                    tasks.append(node.task)
+                    node.task.cancel()
+                    node.task = None
+                if node.connection is not None:
+                    connections.append(node.connection)
+                    node.connection.close()
+                    node.connection = None
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if connections:
+                # A clean close flushes bytes still buffered (acks=0 requests); give that
+                # request_timeout_ms, then drop what is left.
+                waiters = [asyncio.ensure_future(c.wait_closed()) for c in connections]
+                _, pending = await asyncio.wait(
+                    waiters, timeout=self._config.request_timeout_ms / 1000.0
+                )
+                for waiter in pending:
+                    waiter.cancel()
+                for connection in connections:
+                    connection.abort()
+        finally:
+            self._closing_done.set_result(None)

@@ -1,0 +1,732 @@
+"""The public asyncio producer: lifecycle, ``send`` and friends. Thin: it delegates.
+
+``send`` runs synchronously whenever it can (metadata known, buffer free): it validates,
+serializes, partitions and appends into the accumulator without suspending. It awaits only to
+wait for metadata or buffer memory, bounded together by ``max_block_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.buffer_pool import BufferPool
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import (
+    FlushTimeoutError,
+    IllegalStateError,
+    KafkaConnectionError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    SenderCrashedError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from aioproducer.metadata import Metadata, TopicInfo, validate_topic
+from aioproducer.metrics import ProducerMetrics
+from aioproducer.net.connection import ConnectionManager
+from aioproducer.partitioner import make_partitioner
+from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
+from aioproducer.records import BatchResults, ProducerRecord, RecordFuture, RecordMetadata
+from aioproducer.sender import Sender, metadata_from_response
+from aioproducer.transactions import IdempotenceManager
+
+__all__ = ["Producer", "ProducerState"]
+
+log = logging.getLogger("aioproducer.producer")
+
+_BYTES_LIKE = (bytearray, memoryview)
+
+
+class ProducerState(enum.Enum):
+    """Where a producer is in its life."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+def _to_bytes(obj: Any, role: str) -> bytes | None:
+    if obj is None or type(obj) is bytes:
+        return obj
+    if isinstance(obj, bytes):
+        return bytes(obj)
+    if isinstance(obj, _BYTES_LIKE):
+        return bytes(obj)
+    raise SerializationError(
+        f"the record {role} is a {type(obj).__name__}, not bytes-like or None; set "
+        f"{role}_serializer to send other types"
+    )
+
+
+def _check_headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
+    if headers is None:
+        return None
+    checked: list[tuple[str, bytes | None]] = []
+    try:
+        pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+    except TypeError:
+        raise SerializationError(
+            f"headers must be a sequence of (str, bytes) pairs, not {type(headers).__name__}"
+        ) from None
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise SerializationError(f"a header must be a (str, bytes) pair, not {pair!r}")
+        name, value = pair
+        if not isinstance(name, str):
+            raise SerializationError(f"a header name must be a str, not {type(name).__name__}")
+        if value is not None and type(value) is not bytes:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise SerializationError(
+                    f"the value of header {name!r} must be bytes-like or None, not "
+                    f"{type(value).__name__}"
+                )
+            value = bytes(value)
+        checked.append((name, value))
+    return checked
+
+
+def _headers_size(headers: list[tuple[str, bytes | None]] | None) -> int:
+    if not headers:
+        return 0
+    return sum(len(name.encode()) + len(value or b"") + 10 for name, value in headers)
+
+
+class Producer:
+    """An asyncio Kafka producer.
+
+    Options are the Java producer's configs in snake_case (``linger_ms``), given as keyword
+    arguments or in ``config`` under either spelling (``{"linger.ms": 5}``); keywords win.
+    See the configuration page for every option.
+
+    Use it as ``async with Producer(bootstrap_servers="host:9092") as producer:`` or call
+    ``await producer.start()`` and ``await producer.close()``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **options: Any) -> None:
+        self._config = ProducerConfig.from_options(config, **options)
+        self._state = ProducerState.CREATED
+        cfg = self._config
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        self._interceptors = tuple(cfg.interceptors)
+        self._partitioner = make_partitioner(cfg)
+        self._record_appended = getattr(self._partitioner, "record_appended", None)
+        self._max_block = cfg.max_block_ms / 1000.0
+        self._max_request_size = cfg.max_request_size
+        self._buffer_memory = cfg.buffer_memory
+        self._valid_topics: set[str] = set()
+        self._sender: Sender | None = None
+        self._fatal: BaseException | None = None
+        self._closed_event: asyncio.Event | None = None
+
+    # ---- properties -----------------------------------------------------------------------
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The validated configuration."""
+        return self._config
+
+    @property
+    def state(self) -> ProducerState:
+        """The lifecycle state."""
+        return self._state
+
+    def __repr__(self) -> str:
+        return (
+            f"<Producer client_id={self._config.client_id!r} "
+            f"bootstrap_servers={self._config.bootstrap_servers!r} state={self._state.value}>"
+        )
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster, fetch metadata and (when idempotent) a producer id.
+
+        Raises:
+            KafkaConnectionError: no bootstrap server answered within ``max_block_ms``.
+            UnsupportedVersionError: the broker cannot do what the configuration asks
+                (e.g. idempotence).
+            IllegalStateError: the producer was started already.
+        """
+        if self._state is not ProducerState.CREATED:
+            raise IllegalStateError(f"start() on a producer that is {self._state.value}")
+        cfg = self._config
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
+        self._metrics = ProducerMetrics(cfg.metrics_sample_window_ms / 1000.0)
+        self._metadata = Metadata(
+            max_age=cfg.metadata_max_age_ms / 1000.0,
+            max_idle=cfg.metadata_max_idle_ms / 1000.0,
+            retry_backoff=cfg.retry_backoff_ms / 1000.0,
+            loop=loop,
+        )
+        self._accumulator = RecordAccumulator(
+            pool=self._pool,
+            batch_size=cfg.batch_size,
+            linger=cfg.linger_ms / 1000.0,
+            delivery_timeout=cfg.delivery_timeout_ms / 1000.0,
+            retry_backoff=cfg.retry_backoff_ms / 1000.0,
+            compression=CompressionType[cfg.compression_type.upper()],
+            compression_level=cfg.compression_level,
+            create_future=loop.create_future,
+        )
+        self._idempotence = (
+            IdempotenceManager(cfg.transactional_id) if cfg.enable_idempotence else None
+        )
+        self._closed_event = asyncio.Event()
+        sender_ref: list[Sender] = []
+        self._connections = ConnectionManager(
+            cfg, on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None
+        )
+        self._sender = Sender(
+            config=cfg,
+            accumulator=self._accumulator,
+            metadata=self._metadata,
+            connections=self._connections,
+            idempotence=self._idempotence,
+            metrics=self._metrics,
+            partitioner=self._partitioner,
+            on_acknowledgement=self._on_batch_done if self._interceptors else None,
+        )
+        sender_ref.append(self._sender)
+        try:
+            await self._bootstrap()
+        except asyncio.TimeoutError:
+            await self._connections.close()
+            self._state = ProducerState.CLOSED
+            raise RequestTimedOutError(
+                f"start() got no answer from {cfg.bootstrap_servers} within max_block_ms "
+                f"({cfg.max_block_ms} ms)"
+            ) from None
+        except BaseException:
+            await self._connections.close()
+            self._state = ProducerState.CLOSED
+            raise
+        task = self._sender.start()
+        task.add_done_callback(self._on_sender_done)
+        self._state = ProducerState.RUNNING
+
+    async def _bootstrap(self) -> None:
+        cfg = self._config
+        deadline = time.monotonic() + self._max_block
+        connection = await self._connections.bootstrap(deadline)
+        request = MetadataRequest(topics=[], allow_auto_topic_creation=True)
+        self._metadata.update_started(time.monotonic())
+        response = await asyncio.wait_for(
+            connection.send(request), max(0.001, deadline - time.monotonic())
+        )
+        if response is None:  # pragma: no cover - Metadata always expects a response
+            raise KafkaConnectionError("no Metadata response during bootstrap")
+        brokers, topics = metadata_from_response(response)
+        self._metadata.update(
+            brokers,
+            topics,
+            time.monotonic(),
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+        )
+        # The set of topics was empty: ask again as soon as the first topic is used.
+        self._connections.set_brokers({b.node_id: (b.host, b.port) for b in brokers})
+        if self._idempotence is None:
+            return
+        if ApiKey.INIT_PRODUCER_ID not in connection.api_versions:
+            raise UnsupportedVersionError(
+                f"broker {connection.host}:{connection.port} does not support InitProducerId, "
+                "so it cannot do idempotence; set enable_idempotence=False (and acks as needed)"
+            )
+        init = InitProducerIdRequest(
+            transactional_id=self._idempotence.transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        while True:
+            reply = await asyncio.wait_for(
+                connection.send(init), max(0.001, deadline - time.monotonic())
+            )
+            if reply is None:  # pragma: no cover - InitProducerId always expects a response
+                raise KafkaConnectionError("no InitProducerId response")
+            if reply.error_code == 0:
+                self._idempotence.set_producer_id(reply.producer_id, reply.producer_epoch)
+                return
+            error = error_for_code(reply.error_code, "InitProducerId")
+            if not error.retriable or time.monotonic() >= deadline:
+                raise error
+            await asyncio.sleep(cfg.retry_backoff_ms / 1000.0)
+
+    def _on_sender_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            error = SenderCrashedError(f"the sender task crashed: {exc!r}")
+            error.__cause__ = exc
+            self._fatal = error
+            log.error("aioproducer's sender task crashed: %r; the producer cannot send", exc)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver everything buffered, then close.
+
+        With a ``timeout`` (seconds), records still undelivered when it runs out fail with
+        :class:`~aioproducer.errors.ProducerClosedError`. Calling close again is harmless.
+        """
+        if self._state is ProducerState.CREATED:
+            self._state = ProducerState.CLOSED
+            return
+        if self._state is ProducerState.CLOSED:
+            return
+        if self._state is ProducerState.CLOSING:
+            assert self._closed_event is not None
+            await self._closed_event.wait()
+            return
+        self._state = ProducerState.CLOSING
+        sender = self._sender
+        assert sender is not None and sender.task is not None
+        try:
+            sender.initiate_close()
+            if timeout is not None and timeout <= 0:
+                sender.force_close(
+                    ProducerClosedError("the producer was closed with timeout 0 before delivery")
+                )
+            try:
+                await asyncio.wait_for(asyncio.shield(sender.task), timeout)
+            except asyncio.TimeoutError:
+                sender.force_close(
+                    ProducerClosedError(
+                        f"the producer was closed with a timeout of {timeout} s before the "
+                        "record was delivered"
+                    )
+                )
+                await asyncio.gather(sender.task, return_exceptions=True)
+            except BaseException:
+                # The sender crashed: _on_sender_done recorded it; closing still completes.
+                if not sender.task.done():
+                    raise
+        finally:
+            self._pool.close()
+            self._metadata.wake_waiters()
+            await self._connections.close()
+            self._state = ProducerState.CLOSED
+            assert self._closed_event is not None
+            self._closed_event.set()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ---- sending ----------------------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if self._state is not ProducerState.RUNNING:
+            if self._state is ProducerState.CREATED:
+                raise IllegalStateError("the producer is not started: call `await start()` first")
+            raise ProducerClosedError("cannot send: the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        sender = self._sender
+        if sender is not None and sender.fatal_error is not None:
+            raise sender.fatal_error
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """Add a record to the buffer; return a future of its :class:`RecordMetadata`.
+
+        Returns as soon as the record is buffered: await the returned future for the broker's
+        acknowledgement. Waits (up to ``max_block_ms``) only for topic metadata or buffer
+        memory.
+
+        Raises:
+            SerializationError: key or value not bytes-like and no serializer set.
+            InvalidTopicError: illegal topic name (nothing is sent).
+            RecordTooLargeError: the record exceeds ``max_request_size`` or ``buffer_memory``.
+            BufferExhaustedError: no buffer memory within ``max_block_ms``.
+            UnknownTopicOrPartitionError: no metadata for the topic within ``max_block_ms``,
+                or the partition is out of range.
+            ProducerClosedError: the producer is closing or closed.
+        """
+        self._check_running()
+        if self._interceptors:
+            record = self._intercept(
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            )
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
+        key_bytes = self._serialize(self._key_serializer, key, "key", topic)
+        value_bytes = self._serialize(self._value_serializer, value, "value", topic)
+        checked_headers = _check_headers(headers) if headers is not None else None
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        future = self._append_nowait(
+            topic, partition, timestamp, key_bytes, value_bytes, checked_headers
+        )
+        if future is None:
+            future = await self._append_wait(
+                topic, partition, timestamp, key_bytes, value_bytes, checked_headers
+            )
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordMetadata:
+        """Send a record and wait for the broker's acknowledgement."""
+        future = await self.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        return await future
+
+    async def send_many(
+        self, topic: str, items: Iterable[Any], *, partition: int | None = None
+    ) -> BatchResults:
+        """Buffer many records at once: the bulk path.
+
+        ``items`` holds values, ``(key, value)`` tuples, or :class:`ProducerRecord` objects
+        (whose own topic, partition, timestamp and headers are used). Returns an awaitable
+        that resolves to the list of :class:`RecordMetadata`, in order; its ``futures``
+        attribute has each record's future.
+        """
+        self._check_running()
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            self._valid_topics.add(topic)
+        futures: list[RecordFuture] = []
+        append = futures.append
+        key_serializer = self._key_serializer
+        value_serializer = self._value_serializer
+        now_ms = int(time.time() * 1000)
+        intercept = bool(self._interceptors)
+        append_nowait = self._append_nowait
+        for item in items:
+            record_topic = topic
+            record_partition = partition
+            timestamp = now_ms
+            headers: list[tuple[str, bytes | None]] | None = None
+            if type(item) is bytes and not intercept and value_serializer is None:
+                future = append_nowait(topic, partition, now_ms, None, item, None)
+                if future is not None:
+                    append(future)
+                    continue
+                key, value = None, item
+            elif isinstance(item, ProducerRecord):
+                record_topic, key, value = item.topic, item.key, item.value
+                if item.partition is not None:
+                    record_partition = item.partition
+                if item.timestamp_ms is not None:
+                    timestamp = int(item.timestamp_ms)
+                headers = _check_headers(item.headers)
+            elif type(item) is tuple and len(item) == 2:
+                key, value = item
+            else:
+                key, value = None, item
+            if intercept:
+                record = self._intercept(
+                    ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
+                )
+                record_topic, key, value = record.topic, record.key, record.value
+                record_partition, headers = record.partition, _check_headers(record.headers)
+                timestamp = record.timestamp_ms if record.timestamp_ms is not None else now_ms
+            if record_topic not in self._valid_topics:
+                validate_topic(record_topic)
+                self._valid_topics.add(record_topic)
+            key_bytes = (
+                _to_bytes(key, "key") if key_serializer is None
+                else self._serialize(key_serializer, key, "key", record_topic)
+            )
+            value_bytes = (
+                _to_bytes(value, "value") if value_serializer is None
+                else self._serialize(value_serializer, value, "value", record_topic)
+            )
+            future = append_nowait(
+                record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
+            )
+            if future is None:
+                future = await self._append_wait(
+                    record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
+                )
+            append(future)
+        return BatchResults(futures)
+
+    def _serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
+        if serializer is None:
+            return _to_bytes(obj, role)
+        try:
+            data = serializer(obj)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(
+                f"{role}_serializer failed for a record to topic {topic!r}: {exc!r}"
+            ) from exc
+        if data is None or type(data) is bytes:
+            return data
+        if isinstance(data, bytes | bytearray | memoryview):
+            return bytes(data)
+        raise SerializationError(
+            f"{role}_serializer returned a {type(data).__name__}; it must return bytes or None"
+        )
+
+    def _intercept(self, record: ProducerRecord) -> ProducerRecord:
+        for interceptor in self._interceptors:
+            try:
+                result = interceptor.on_send(record)
+            except Exception:
+                log.exception("interceptor %r raised in on_send; the record goes on", interceptor)
+                continue
+            if isinstance(result, ProducerRecord):
+                record = result
+        return record
+
+    def _on_batch_done(self, batch: ProducerBatch, exc: BaseException | None) -> None:
+        for record in batch.records:
+            if exc is None:
+                metadata = record.result()
+            else:
+                metadata = RecordMetadata(
+                    batch.topic, batch.partition, -1, record.timestamp,
+                    record.key_size, record.value_size,
+                )
+            for interceptor in self._interceptors:
+                try:
+                    interceptor.on_acknowledgement(metadata, exc)
+                except Exception:
+                    log.exception("interceptor %r raised in on_acknowledgement", interceptor)
+
+    def _append_nowait(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> RecordFuture | None:
+        """Append without waiting; None when metadata or memory must be waited for."""
+        info = self._metadata.cluster.topics.get(topic)
+        if info is None:
+            return None
+        count = len(info.partitions)
+        if partition is None:
+            partition = self._partitioner.partition(topic, key, count, info.available_partitions)
+            sticky = key is None and self._record_appended is not None
+        elif not 0 <= partition < count:
+            return None
+        else:
+            sticky = False
+        accumulator = self._accumulator
+        future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
+        if future is not None:
+            if sticky:
+                self._note_sticky_append(topic, partition, key, value, future)
+            return future
+        size = estimate_record_size(
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            _headers_size(headers),
+        )
+        self._check_record_size(size)
+        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
+        if buffer is None:
+            return None
+        future = accumulator.append_to_new_batch(
+            topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+        )
+        self._after_new_batch(topic, partition)
+        if sticky:
+            self._note_sticky_append(topic, partition, key, value, future)
+        return future
+
+    def _note_sticky_append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        future: RecordFuture,
+    ) -> None:
+        # KIP-794: count the bytes of null-key records so the partitioner switches after
+        # batch_size; it may switch early only once the partition's open batch is full.
+        size = len(value or b"") + 10
+        batch = future._batch
+        full = batch.full or batch.builder.remaining < size
+        assert self._record_appended is not None
+        self._record_appended(topic, partition, size, switch_allowed=full)
+
+    def _after_new_batch(self, topic: str, partition: int) -> None:
+        self._metadata.touch(topic, time.monotonic())
+        sender = self._sender
+        assert sender is not None
+        sender.wakeup()
+
+    def _check_record_size(self, size: int) -> None:
+        total = size + RECORD_BATCH_OVERHEAD
+        if total > self._max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {total} bytes when serialized, larger than max_request_size "
+                f"({self._max_request_size})"
+            )
+        if total > self._buffer_memory:
+            raise RecordTooLargeError(
+                f"the record is {total} bytes when serialized, larger than buffer_memory "
+                f"({self._buffer_memory})"
+            )
+
+    async def _append_wait(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> RecordFuture:
+        start = time.monotonic()
+        deadline = start + self._max_block
+        size = estimate_record_size(
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            _headers_size(headers),
+        )
+        self._check_record_size(size)
+        info = await self._wait_on_metadata(topic, partition, deadline)
+        count = info.partition_count
+        sticky = False
+        if partition is None:
+            partition = self._partitioner.partition(topic, key, count, info.available_partitions)
+            sticky = key is None and self._record_appended is not None
+        while True:
+            self._check_running()
+            accumulator = self._accumulator
+            future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
+            if future is not None:
+                break
+            buffer_size = accumulator.buffer_size_for(size)
+            buffer = await self._pool.allocate(buffer_size, max(0.0, deadline - time.monotonic()))
+            self._check_running()
+            # Another coroutine may have opened a batch while we waited: use it, return ours.
+            future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
+            if future is not None:
+                self._pool.deallocate(buffer, buffer_size)
+                break
+            future = accumulator.append_to_new_batch(
+                topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+            )
+            self._after_new_batch(topic, partition)
+            break
+        if sticky:
+            self._note_sticky_append(topic, partition, key, value, future)
+        return future
+
+    async def _wait_on_metadata(
+        self, topic: str, partition: int | None, deadline: float
+    ) -> TopicInfo:
+        metadata = self._metadata
+        sender = self._sender
+        assert sender is not None
+        start = time.monotonic()
+        if metadata.add_topic(topic, start):
+            sender.wakeup()
+        refreshed_for_partition = False
+        while True:
+            self._check_running()
+            metadata.check_topic(topic)
+            info = metadata.cluster.topic(topic)
+            if info is not None:
+                if partition is None:
+                    return info
+                if 0 <= partition < info.partition_count:
+                    return info
+                if refreshed_for_partition or partition < 0:
+                    raise UnknownTopicOrPartitionError(
+                        f"partition {partition} is out of range: topic {topic!r} has "
+                        f"{info.partition_count} partition(s), 0 to {info.partition_count - 1}",
+                        retriable=False,
+                    )
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                raise metadata.unknown_topic_error(topic, (now - start) * 1000, partition)
+            metadata.request_update()
+            sender.wakeup()
+            updated = await metadata.wait_for_update(remaining)
+            if updated and info is not None:
+                refreshed_for_partition = True
+
+    # ---- flush, partitions, metrics -----------------------------------------------------------
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until each record is acknowledged or failed.
+
+        Raises:
+            FlushTimeoutError: ``timeout`` seconds passed first (the records stay buffered).
+        """
+        self._check_running()
+        accumulator = self._accumulator
+        sender = self._sender
+        assert sender is not None
+        accumulator.begin_flush()
+        sender.wakeup()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            pending = set(accumulator.pending_batches())
+            while pending:
+                futures = {batch.future for batch in pending}
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                _, not_done = await asyncio.wait(futures, timeout=remaining)
+                if not_done:
+                    raise FlushTimeoutError(
+                        f"flush timed out after {timeout} s with {len(not_done)} batch(es) "
+                        "not yet acknowledged"
+                    )
+                # Batches split because they were too large live on in smaller ones.
+                pending = {b for b in accumulator.pending_batches() if b.split_from in pending}
+        finally:
+            accumulator.end_flush()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic``, waiting up to ``max_block_ms`` for its metadata."""
+        self._check_running()
+        validate_topic(topic)
+        info = await self._wait_on_metadata(topic, None, time.monotonic() + self._max_block)
+        return [p.partition for p in info.partitions]
+
+    def metrics(self) -> dict[str, float]:
+        """Producer metrics under the Java client's names (see the metrics page)."""
+        if self._state is ProducerState.CREATED:
+            return {}
+        stats = self._pool.statistics()
+        return self._metrics.snapshot(
+            stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
+        )

@@ -1,0 +1,128 @@
+"""API keys, the request and response base classes, and header-version rules.
+
+A :class:`Request` is built version-neutral; the connection picks a version with the broker
+(ApiVersions) and calls :meth:`Request.encode` for that version. The matching response is
+decoded by the same request object, which knows the version it was sent with and anything
+else a response needs to be read back in a version-neutral shape.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar, Generic, TypeVar
+
+from aioproducer.errors import UnsupportedVersionError
+
+__all__ = [
+    "FIRST_FLEXIBLE_VERSION",
+    "NEVER_FLEXIBLE",
+    "ApiKey",
+    "Request",
+    "Response",
+    "response_header_flexible",
+]
+
+
+class ApiKey(IntEnum):
+    """The Kafka API keys this client speaks."""
+
+    PRODUCE = 0
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_CLUSTER = 60
+
+
+NEVER_FLEXIBLE = 1 << 15
+"""A first-flexible version no real version reaches: the API has no flexible versions."""
+
+FIRST_FLEXIBLE_VERSION: dict[int, int] = {
+    ApiKey.PRODUCE: 9,
+    ApiKey.METADATA: 9,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.SASL_HANDSHAKE: NEVER_FLEXIBLE,
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
+    ApiKey.SASL_AUTHENTICATE: 2,
+    ApiKey.DESCRIBE_CLUSTER: 0,
+}
+"""The first version of each API that uses flexible encoding ("flexibleVersions" in the schemas)."""
+
+
+def response_header_flexible(api_key: int, version: int) -> bool:
+    """True when the response to ``api_key`` at ``version`` has a v1 (flexible) header.
+
+    ApiVersions responses always use header v0, whatever the version: a client that does not
+    know the broker's versions yet must be able to read the header.
+    """
+    if api_key == ApiKey.API_VERSIONS:
+        return False
+    try:
+        return version >= FIRST_FLEXIBLE_VERSION[api_key]
+    except KeyError:
+        raise UnsupportedVersionError(f"unknown API key {api_key}") from None
+
+
+class Response:
+    """The base of every decoded response (a slotted dataclass per API)."""
+
+    __slots__ = ()
+
+
+ResponseT = TypeVar("ResponseT", bound=Response, covariant=True)
+
+
+class Request(Generic[ResponseT]):
+    """The base of every request: version-neutral fields, encoded for a negotiated version.
+
+    Attributes:
+        API_KEY: the Kafka API key.
+        MIN_VERSION: the lowest version this client implements.
+        MAX_VERSION: the highest version this client negotiates.
+        FLEXIBLE_FROM: the first flexible version (request header v2, compact encodings,
+            tagged fields); :data:`NEVER_FLEXIBLE` when there is none.
+    """
+
+    __slots__ = ()
+
+    API_KEY: ClassVar[int]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    FLEXIBLE_FROM: ClassVar[int]
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        """True when ``version`` uses the flexible encoding."""
+        return version >= cls.FLEXIBLE_FROM
+
+    @classmethod
+    def check_version(cls, version: int) -> None:
+        """Raise :class:`~aioproducer.errors.UnsupportedVersionError` unless implemented."""
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+            raise UnsupportedVersionError(
+                f"{cls.__name__} v{version} is not implemented "
+                f"(v{cls.MIN_VERSION}-v{cls.MAX_VERSION} are)"
+            )
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body (no size prefix, no header) for ``version``, as buffers to write."""
+        raise NotImplementedError
+
+    def expects_response(self) -> bool:
+        """False when the broker sends no response (Produce with ``acks=0``)."""
+        return True
+
+    def decode_response(self, data: memoryview, version: int) -> ResponseT:
+        """Decode the response body (after the response header) sent for ``version``."""
+        raise NotImplementedError

@@ -1,0 +1,294 @@
+"""Record batch compression codecs, in the formats Kafka's own clients write.
+
+========  ===========================================  ==================  ===============
+codec     format written                               levels (KIP-390)    default level
+========  ===========================================  ==================  ===============
+gzip      gzip (RFC 1952), like ``GZIPOutputStream``   1..9, or -1         -1 (zlib's 6)
+snappy    xerial framing around raw snappy blocks      none                none
+lz4       LZ4 frame, independent 64 KiB blocks         1..17               9
+zstd      zstd frame                                   -131072..22         3
+========  ===========================================  ==================  ===============
+
+The levels and defaults are the Java client's (KIP-390, Kafka 3.8: ``compression.gzip.level``
+defaults to ``Deflater.DEFAULT_COMPRESSION`` = -1, which zlib maps to level 6;
+``compression.lz4.level`` to 9; ``compression.zstd.level`` to 3). LZ4 levels above 12 compress
+as 12, the highest level the C library has.
+
+Snappy is written the way the Java client writes it (snappy-java's ``SnappyOutputStream``):
+the header ``b"\\x82SNAPPY\\x00"``, version 1 and compatible version 1 as big-endian ``int32``,
+then each 32 KiB chunk of input as a big-endian ``int32`` length and a raw snappy block. The
+Java client and librdkafka both read that; on decompression both that and a bare raw snappy
+block are accepted. LZ4 is the frame format with independent blocks (KIP-57: brokers do not
+read linked blocks), without checksums or content size, as the Java client writes it.
+
+Decompression never sizes a buffer from a length stored in the compressed data: zstd and LZ4
+are decoded as streams, and a snappy block's stated length is checked against the most a
+block of its size can expand to. Corrupt input raises
+:class:`~aioproducer.errors.CorruptResponseError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from aioproducer.errors import ConfigurationError, CorruptResponseError
+
+__all__ = [
+    "CompressionType",
+    "compress",
+    "decompress",
+    "default_level",
+    "validate_level",
+]
+
+_Buffer = bytes | bytearray | memoryview
+
+
+class CompressionType(IntEnum):
+    """The codec ids of the record batch ``attributes`` (bits 0-2)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+_LEVELS: dict[CompressionType, tuple[int, int, int] | None] = {
+    # codec: (min, max, default)
+    CompressionType.NONE: None,
+    CompressionType.SNAPPY: None,
+    CompressionType.GZIP: (1, 9, -1),
+    CompressionType.LZ4: (1, 17, 9),
+    CompressionType.ZSTD: (-131072, 22, 3),
+}
+
+
+def default_level(codec: CompressionType) -> int | None:
+    """The Java client's default level for ``codec``, or None when it has no levels."""
+    levels = _LEVELS[CompressionType(codec)]
+    return None if levels is None else levels[2]
+
+
+def validate_level(codec: CompressionType, level: int | None) -> int | None:
+    """Return the level to use (the default for None), or raise ``ConfigurationError``.
+
+    Ranges follow KIP-390: gzip 1..9 (or -1, zlib's default), lz4 1..17, zstd -131072..22;
+    none and snappy take no level.
+    """
+    codec = CompressionType(codec)
+    levels = _LEVELS[codec]
+    if level is None:
+        return None if levels is None else levels[2]
+    if levels is None:
+        raise ConfigurationError(f"{codec.name.lower()} compression takes no level")
+    low, high, default = levels
+    if not (low <= level <= high or level == default):
+        raise ConfigurationError(
+            f"{codec.name.lower()} compression level must be in {low}..{high}, got {level}"
+        )
+    return level
+
+
+# ---- gzip ---------------------------------------------------------------------------------
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip wrapper, 32 KiB window
+_GZIP_OR_ZLIB_WBITS = 32 + zlib.MAX_WBITS  # detect the wrapper when reading
+
+
+def _gzip_compress(data: _Buffer, level: int) -> bytes:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _gzip_decompress(data: _Buffer) -> bytes:
+    decompressor = zlib.decompressobj(_GZIP_OR_ZLIB_WBITS)
+    out = decompressor.decompress(data) + decompressor.flush()
+    if not decompressor.eof:
+        raise CorruptResponseError("truncated gzip data")
+    return out
+
+
+# ---- snappy -------------------------------------------------------------------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK_SIZE = 32 * 1024
+_BLOCK_LENGTH = struct.Struct(">i")
+# The densest snappy element is a 3-byte copy that writes 64 bytes; nothing expands more.
+_SNAPPY_MAX_EXPANSION = 22
+
+
+def _snappy_compress(data: _Buffer) -> bytes:
+    view = memoryview(data)
+    if view.format != "B":
+        view = view.cast("B")
+    parts = [_XERIAL_HEADER]
+    raw = cramjam.snappy.compress_raw
+    pack = _BLOCK_LENGTH.pack
+    for start in range(0, len(view), _XERIAL_BLOCK_SIZE):
+        block = bytes(raw(view[start : start + _XERIAL_BLOCK_SIZE]))
+        parts.append(pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_stated_length(block: memoryview) -> int:
+    """The uncompressed length at the start of a raw snappy block (an unsigned varint)."""
+    result = 0
+    for index in range(min(5, len(block))):
+        byte = block[index]
+        result |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            return result
+    raise CorruptResponseError("invalid snappy block length")
+
+
+def _snappy_raw_decompress(block: memoryview) -> bytes:
+    # The snappy library allocates the length the block states before decoding it; refuse a
+    # length no block of this size can reach instead of trusting it.
+    if _snappy_stated_length(block) > _SNAPPY_MAX_EXPANSION * len(block):
+        raise CorruptResponseError("snappy block states an impossible length")
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: _Buffer) -> bytes:
+    view = memoryview(data)
+    if view.format != "B":
+        view = view.cast("B")
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        return _snappy_raw_decompress(view)
+    if len(view) < 16:
+        raise CorruptResponseError("truncated xerial snappy header")
+    position = 16
+    end = len(view)
+    parts: list[bytes] = []
+    while position < end:
+        if position + 4 > end:
+            raise CorruptResponseError("truncated xerial snappy block length")
+        (length,) = _BLOCK_LENGTH.unpack_from(view, position)
+        position += 4
+        if length < 0 or position + length > end:
+            raise CorruptResponseError(f"invalid xerial snappy block length {length}")
+        parts.append(_snappy_raw_decompress(view[position : position + length]))
+        position += length
+    return b"".join(parts)
+
+
+# ---- lz4 ----------------------------------------------------------------------------------
+
+_LZ4_CHUNK = 1 << 20
+
+
+def _lz4_compress(data: _Buffer, level: int) -> bytes:
+    compressed: bytes = lz4.frame.compress(
+        data,
+        compression_level=level,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
+    return compressed
+
+
+def _lz4_decompress(data: _Buffer) -> bytes:
+    # lz4.frame.decompress() would allocate the content size a frame header states; a
+    # decompressor object with a bounded output per call allocates only what it produces.
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    parts = [decompressor.decompress(data, max_length=_LZ4_CHUNK)]
+    while not decompressor.eof and not decompressor.needs_input:
+        parts.append(decompressor.decompress(b"", max_length=_LZ4_CHUNK))
+    if not decompressor.eof:
+        raise CorruptResponseError("truncated lz4 frame")
+    return b"".join(parts)
+
+
+# ---- zstd ---------------------------------------------------------------------------------
+
+# Compressor objects are not thread safe, and compression may run in worker threads.
+_local = threading.local()
+
+
+def _zstd_compress(data: _Buffer, level: int) -> bytes:
+    compressors: dict[int, zstandard.ZstdCompressor] | None = getattr(_local, "zstd", None)
+    if compressors is None:
+        compressors = _local.zstd = {}
+    compressor = compressors.get(level)
+    if compressor is None:
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
+    compressed: bytes = compressor.compress(data)
+    return compressed
+
+
+def _zstd_decompress(data: _Buffer) -> bytes:
+    # A streaming decompressor: ZstdDecompressor.decompress() would allocate the content
+    # size the frame header states.
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    out: bytes = decompressor.decompress(data)
+    if not decompressor.eof:
+        raise CorruptResponseError("truncated zstd frame")
+    return out
+
+
+# ---- dispatch -----------------------------------------------------------------------------
+
+_DECOMPRESS_ERRORS = (
+    zlib.error,
+    zstandard.ZstdError,
+    cramjam.DecompressionError,
+    RuntimeError,
+    ValueError,
+)
+
+
+def compress(codec: CompressionType, data: _Buffer, level: int | None = None) -> bytes:
+    """Compress ``data`` with ``codec`` at ``level`` (None: the Java client's default).
+
+    ``CompressionType.NONE`` returns the bytes unchanged. An invalid level raises
+    :class:`~aioproducer.errors.ConfigurationError`.
+    """
+    codec = CompressionType(codec)
+    chosen = validate_level(codec, level)
+    if codec is CompressionType.GZIP:
+        assert chosen is not None
+        return _gzip_compress(data, chosen)
+    if codec is CompressionType.SNAPPY:
+        return _snappy_compress(data)
+    if codec is CompressionType.LZ4:
+        assert chosen is not None
+        return _lz4_compress(data, chosen)
+    if codec is CompressionType.ZSTD:
+        assert chosen is not None
+        return _zstd_compress(data, chosen)
+    return bytes(data)
+
+
+def decompress(codec: CompressionType, data: _Buffer) -> bytes:
+    """Decompress ``data`` written with ``codec``; corrupt data raises ``CorruptResponseError``."""
+    try:
+        codec = CompressionType(codec)
+    except ValueError:
+        raise CorruptResponseError(f"unknown compression codec {codec}") from None
+    try:
+        if codec is CompressionType.GZIP:
+            return _gzip_decompress(data)
+        if codec is CompressionType.SNAPPY:
+            return _snappy_decompress(data)
+        if codec is CompressionType.LZ4:
+            return _lz4_decompress(data)
+        if codec is CompressionType.ZSTD:
+            return _zstd_decompress(data)
+    except CorruptResponseError:
+        raise
+    except _DECOMPRESS_ERRORS as exc:
+        raise CorruptResponseError(f"corrupt {codec.name.lower()} data: {exc}") from exc
+    return bytes(data)

@@ -1,0 +1,1408 @@
+"""Version-neutral requests and responses for the APIs a producer uses.
+
+Each request is a slotted dataclass whose fields are named after Kafka's JSON schemas (in
+snake_case). ``encode(version)`` writes the body for one version; ``decode_response(data,
+version)`` reads the body of the matching response into named fields, with the schema's
+defaults for fields the version does not carry. Unknown tagged fields are skipped.
+
+As in Kafka's generated code, a field a version cannot carry is silently dropped when the
+schema marks it ignorable, and raises :class:`~aioproducer.errors.UnsupportedVersionError`
+when it holds a non-default value and is not ignorable (so a request never means something
+different on the wire from what the caller built).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
+
+from aioproducer.errors import CorruptResponseError, UnsupportedVersionError
+from aioproducer.protocol.api import FIRST_FLEXIBLE_VERSION, ApiKey, Request, Response
+from aioproducer.protocol.primitives import (
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    NO_TAGGED_FIELDS,
+    Reader,
+    write_compact_bytes,
+    write_compact_nullable_string,
+    write_compact_string,
+    write_nullable_string,
+    write_string,
+    write_uuid,
+    write_uvarint,
+)
+
+__all__ = [
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "AddPartitionsToTxnPartitionResult",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AddPartitionsToTxnResult",
+    "AddPartitionsToTxnTopic",
+    "AddPartitionsToTxnTopicResult",
+    "AddPartitionsToTxnTransaction",
+    "ApiVersion",
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
+    "BatchIndexAndErrorMessage",
+    "Coordinator",
+    "DescribeClusterBroker",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
+    "FinalizedFeatureKey",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
+    "LeaderIdAndEpoch",
+    "MetadataRequest",
+    "MetadataResponse",
+    "MetadataResponseBroker",
+    "MetadataResponsePartition",
+    "MetadataResponseTopic",
+    "NodeEndpoint",
+    "ProducePartitionData",
+    "ProducePartitionResponse",
+    "ProduceRequest",
+    "ProduceResponse",
+    "ProduceTopicData",
+    "ProduceTopicResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
+    "SupportedFeatureKey",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitRequestPartition",
+    "TxnOffsetCommitRequestTopic",
+    "TxnOffsetCommitResponse",
+    "TxnOffsetCommitResponsePartition",
+    "TxnOffsetCommitResponseTopic",
+    "decode_api_versions_response",
+]
+
+_T = TypeVar("_T")
+
+_UNSUPPORTED_VERSION = 35
+_NO_AUTHORIZED_OPERATIONS = -(1 << 31)
+
+
+# ---- shared codec helpers -----------------------------------------------------------------
+
+
+class _BodyReader(Reader):
+    """A :class:`Reader` that picks the compact or classic encoding from the version."""
+
+    __slots__ = ("flexible",)
+
+    def __init__(self, data: bytes | bytearray | memoryview, flexible: bool) -> None:
+        super().__init__(data)
+        self.flexible = flexible
+
+    def text(self) -> str:
+        return self.compact_string() if self.flexible else self.string()
+
+    def nullable_text(self) -> str | None:
+        return self.compact_nullable_string() if self.flexible else self.nullable_string()
+
+    def blob(self) -> bytes:
+        return self.compact_bytes() if self.flexible else self.bytes_()
+
+    def items(self, read: Callable[[_BodyReader], _T]) -> list[_T]:
+        """A non-nullable array, compact or not; ``read`` decodes one element."""
+        return self.compact_array(read) if self.flexible else self.array(read)
+
+    def int32_items(self) -> list[int]:
+        return self.items(Reader.int32)
+
+    def text_items(self) -> list[str]:
+        return self.items(_BodyReader.text)
+
+    def tags(self) -> Mapping[int, memoryview]:
+        """The tagged fields of a flexible struct; nothing in classic versions."""
+        return self.tagged_fields() if self.flexible else NO_TAGGED_FIELDS
+
+    def skip_tags(self) -> None:
+        if self.flexible:
+            self.skip_tagged_fields()
+
+
+def _tagged(
+    tags: Mapping[int, memoryview], tag: int, read: Callable[[_BodyReader], _T]
+) -> _T | None:
+    """Decode tagged field ``tag`` inside its own bounds, or None when absent."""
+    raw = tags.get(tag)
+    if raw is None:
+        return None
+    return read(_BodyReader(raw, True))
+
+
+class _BodyWriter:
+    """Accumulates a request body, picking the compact or classic encoding from the version."""
+
+    __slots__ = ("buffer", "flexible")
+
+    def __init__(self, flexible: bool) -> None:
+        self.buffer = bytearray()
+        self.flexible = flexible
+
+    def int8(self, value: int) -> None:
+        self.buffer += INT8.pack(value)
+
+    def boolean(self, value: bool) -> None:
+        self.buffer += b"\x01" if value else b"\x00"
+
+    def int16(self, value: int) -> None:
+        self.buffer += INT16.pack(value)
+
+    def int32(self, value: int) -> None:
+        self.buffer += INT32.pack(value)
+
+    def int64(self, value: int) -> None:
+        self.buffer += INT64.pack(value)
+
+    def uuid(self, value: uuid.UUID | None) -> None:
+        self.buffer += write_uuid(value)
+
+    def text(self, value: str) -> None:
+        self.buffer += write_compact_string(value) if self.flexible else write_string(value)
+
+    def nullable_text(self, value: str | None) -> None:
+        if self.flexible:
+            self.buffer += write_compact_nullable_string(value)
+        else:
+            self.buffer += write_nullable_string(value)
+
+    def blob(self, value: bytes | bytearray | memoryview) -> None:
+        if self.flexible:
+            self.buffer += write_compact_bytes(value)
+        else:
+            self.buffer += INT32.pack(len(value))
+            self.buffer += value
+
+    def count(self, length: int) -> None:
+        self.buffer += write_uvarint(length + 1) if self.flexible else INT32.pack(length)
+
+    def null_array(self) -> None:
+        self.buffer += b"\x00" if self.flexible else b"\xff\xff\xff\xff"
+
+    def items(self, values: Sequence[_T], write: Callable[[_BodyWriter, _T], None]) -> None:
+        self.count(len(values))
+        for value in values:
+            write(self, value)
+
+    def int32_items(self, values: Sequence[int]) -> None:
+        self.items(values, _BodyWriter.int32)
+
+    def text_items(self, values: Sequence[str]) -> None:
+        self.items(values, _BodyWriter.text)
+
+    def tags(self) -> None:
+        """An empty tagged-field section, in flexible versions only."""
+        if self.flexible:
+            self.buffer += b"\x00"
+
+    def done(self) -> list[bytes | memoryview]:
+        return [bytes(self.buffer)]
+
+
+def _writer(request: Request[Response], version: int) -> _BodyWriter:
+    request.check_version(version)
+    return _BodyWriter(request.is_flexible(version))
+
+
+def _reader(request: Request[Response], data: memoryview, version: int) -> _BodyReader:
+    request.check_version(version)
+    return _BodyReader(data, request.is_flexible(version))
+
+
+def _require(condition: bool, request: Request[Response], version: int, what: str) -> None:
+    """Refuse to drop a non-ignorable field the caller set (Kafka's generated-code rule)."""
+    if not condition:
+        raise UnsupportedVersionError(f"{type(request).__name__} v{version} cannot carry {what}")
+
+
+# ---- ApiVersions (18) ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ApiVersion:
+    """One API the broker supports, with its version range (inclusive)."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+@dataclass(slots=True)
+class SupportedFeatureKey:
+    """A feature the broker supports (tagged field, v3+)."""
+
+    name: str
+    min_version: int
+    max_version: int
+
+
+@dataclass(slots=True)
+class FinalizedFeatureKey:
+    """A cluster-wide finalized feature level (tagged field, v3+)."""
+
+    name: str
+    max_version_level: int
+    min_version_level: int
+
+
+@dataclass(slots=True)
+class ApiVersionsResponse(Response):
+    """The APIs and versions a broker supports."""
+
+    error_code: int
+    api_keys: list[ApiVersion]
+    throttle_time_ms: int = 0
+    supported_features: list[SupportedFeatureKey] = field(default_factory=list)
+    finalized_features_epoch: int = -1
+    finalized_features: list[FinalizedFeatureKey] = field(default_factory=list)
+    zk_migration_ready: bool = False
+
+    def supported_versions(self) -> dict[int, tuple[int, int]]:
+        """``{api_key: (min_version, max_version)}``."""
+        return {k.api_key: (k.min_version, k.max_version) for k in self.api_keys}
+
+
+def _decode_api_versions(data: memoryview, version: int) -> ApiVersionsResponse:
+    r = _BodyReader(data, version >= FIRST_FLEXIBLE_VERSION[ApiKey.API_VERSIONS])
+
+    def api_version(r: _BodyReader) -> ApiVersion:
+        entry = ApiVersion(r.int16(), r.int16(), r.int16())
+        r.skip_tags()
+        return entry
+
+    def supported_feature(r: _BodyReader) -> SupportedFeatureKey:
+        entry = SupportedFeatureKey(r.text(), r.int16(), r.int16())
+        r.skip_tags()
+        return entry
+
+    def finalized_feature(r: _BodyReader) -> FinalizedFeatureKey:
+        entry = FinalizedFeatureKey(r.text(), r.int16(), r.int16())
+        r.skip_tags()
+        return entry
+
+    response = ApiVersionsResponse(r.int16(), r.items(api_version))
+    if version >= 1:
+        response.throttle_time_ms = r.int32()
+    tags = r.tags()
+    if tags:
+        response.supported_features = _tagged(tags, 0, lambda t: t.items(supported_feature)) or []
+        epoch = _tagged(tags, 1, Reader.int64)
+        response.finalized_features_epoch = -1 if epoch is None else epoch
+        response.finalized_features = _tagged(tags, 2, lambda t: t.items(finalized_feature)) or []
+        response.zk_migration_ready = bool(_tagged(tags, 3, Reader.boolean))
+    return response
+
+
+def decode_api_versions_response(data: memoryview, version: int) -> ApiVersionsResponse:
+    """Decode an ApiVersions response, falling back to the v0 layout like the Java client.
+
+    A broker that does not know the requested ApiVersions version answers
+    UNSUPPORTED_VERSION with a v0 body listing the versions it does support; that body does
+    not parse at the version that was asked for, so it is read again as v0.
+    """
+    try:
+        return _decode_api_versions(data, version)
+    except CorruptResponseError:
+        if version == 0:
+            raise
+        error = Reader(data).int16() if len(data) >= 2 else None
+        if error != _UNSUPPORTED_VERSION:
+            raise
+        try:
+            return _decode_api_versions(data, 0)
+        except CorruptResponseError:
+            # Some brokers (librdkafka's mock) list their versions in a layout that is
+            # neither; the error code alone is enough for the caller to fall back to v0.
+            return ApiVersionsResponse(_UNSUPPORTED_VERSION, [])
+
+
+@dataclass(slots=True)
+class ApiVersionsRequest(Request[ApiVersionsResponse]):
+    """Ask a broker which APIs and versions it supports (v0-4).
+
+    The client software name and version are sent from v3 (and dropped before: ignorable).
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.API_VERSIONS
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 4
+    FLEXIBLE_FROM: ClassVar[int] = 3
+
+    client_software_name: str = "aioproducer"
+    client_software_version: str = "0"
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        if version >= 3:
+            w.text(self.client_software_name)
+            w.text(self.client_software_version)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> ApiVersionsResponse:
+        """Decode the response, reading an UNSUPPORTED_VERSION answer in its v0 layout."""
+        self.check_version(version)
+        return decode_api_versions_response(data, version)
+
+
+# ---- Metadata (3) -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MetadataResponseBroker:
+    """A broker of the cluster."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class MetadataResponsePartition:
+    """A partition's leader and replicas."""
+
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int = -1
+    replica_nodes: list[int] = field(default_factory=list)
+    isr_nodes: list[int] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MetadataResponseTopic:
+    """A topic and its partitions.
+
+    ``topic_id`` is None when the broker gave none: before v10, or the all-zero id it sends
+    for a topic that does not exist.
+    """
+
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID | None = None
+    is_internal: bool = False
+    partitions: list[MetadataResponsePartition] = field(default_factory=list)
+    topic_authorized_operations: int = _NO_AUTHORIZED_OPERATIONS
+
+
+@dataclass(slots=True)
+class MetadataResponse(Response):
+    """The brokers of the cluster and the topics asked for."""
+
+    throttle_time_ms: int
+    brokers: list[MetadataResponseBroker]
+    cluster_id: str | None
+    controller_id: int
+    topics: list[MetadataResponseTopic]
+    cluster_authorized_operations: int = _NO_AUTHORIZED_OPERATIONS
+
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_id(r: _BodyReader) -> uuid.UUID | None:
+    topic_id = r.uuid()
+    return None if topic_id == _ZERO_UUID else topic_id
+
+
+def _decode_metadata(r: _BodyReader, version: int) -> MetadataResponse:
+    def broker(r: _BodyReader) -> MetadataResponseBroker:
+        entry = MetadataResponseBroker(
+            r.int32(), r.text(), r.int32(), r.nullable_text() if version >= 1 else None
+        )
+        r.skip_tags()
+        return entry
+
+    def partition(r: _BodyReader) -> MetadataResponsePartition:
+        entry = MetadataResponsePartition(
+            r.int16(),
+            r.int32(),
+            r.int32(),
+            r.int32() if version >= 7 else -1,
+            r.int32_items(),
+            r.int32_items(),
+            r.int32_items() if version >= 5 else [],
+        )
+        r.skip_tags()
+        return entry
+
+    def topic(r: _BodyReader) -> MetadataResponseTopic:
+        entry = MetadataResponseTopic(
+            r.int16(),
+            r.nullable_text() if version >= 12 else r.text(),
+            _topic_id(r) if version >= 10 else None,
+            r.boolean() if version >= 1 else False,
+            r.items(partition),
+            r.int32() if version >= 8 else _NO_AUTHORIZED_OPERATIONS,
+        )
+        r.skip_tags()
+        return entry
+
+    response = MetadataResponse(
+        r.int32() if version >= 3 else 0,
+        r.items(broker),
+        r.nullable_text() if version >= 2 else None,
+        r.int32() if version >= 1 else -1,
+        r.items(topic),
+    )
+    if 8 <= version <= 10:
+        response.cluster_authorized_operations = r.int32()
+    r.skip_tags()
+    return response
+
+
+@dataclass(slots=True)
+class MetadataRequest(Request[MetadataResponse]):
+    """Ask for the brokers and for topics' partitions and leaders (v1-12).
+
+    ``topics=None`` asks for every topic, ``[]`` for none (brokers only). From v10 each topic
+    carries a topic id, sent as the zero UUID (topics are asked for by name).
+    ``allow_auto_topic_creation=False`` needs v4+.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.METADATA
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 12
+    FLEXIBLE_FROM: ClassVar[int] = 9
+
+    topics: Sequence[str] | None
+    allow_auto_topic_creation: bool = True
+    include_cluster_authorized_operations: bool = False
+    include_topic_authorized_operations: bool = False
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        topics = self.topics
+        if topics is None:
+            w.null_array()
+        else:
+            w.count(len(topics))
+            for name in topics:
+                if version >= 10:
+                    w.uuid(None)
+                w.text(name)
+                w.tags()
+        if version >= 4:
+            w.boolean(self.allow_auto_topic_creation)
+        else:
+            _require(self.allow_auto_topic_creation, self, version, "allow_auto_topic_creation")
+        if 8 <= version <= 10:
+            w.boolean(self.include_cluster_authorized_operations)
+        else:
+            _require(
+                not self.include_cluster_authorized_operations,
+                self,
+                version,
+                "include_cluster_authorized_operations",
+            )
+        if version >= 8:
+            w.boolean(self.include_topic_authorized_operations)
+        else:
+            _require(
+                not self.include_topic_authorized_operations,
+                self,
+                version,
+                "include_topic_authorized_operations",
+            )
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> MetadataResponse:
+        """Decode the response body sent for ``version``."""
+        return _decode_metadata(_reader(self, data, version), version)
+
+
+# ---- Produce (0) --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BatchIndexAndErrorMessage:
+    """A record that made the broker drop its batch (v8+)."""
+
+    batch_index: int
+    batch_index_error_message: str | None
+
+
+@dataclass(slots=True)
+class LeaderIdAndEpoch:
+    """The partition's current leader, sent with NOT_LEADER_OR_FOLLOWER (v10+, tagged)."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(slots=True)
+class NodeEndpoint:
+    """Where to reach a new leader named in ``current_leader`` (v10+, tagged)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(slots=True)
+class ProducePartitionResponse:
+    """The outcome of one partition's batch."""
+
+    index: int
+    error_code: int
+    base_offset: int
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    record_errors: list[BatchIndexAndErrorMessage] = field(default_factory=list)
+    error_message: str | None = None
+    current_leader: LeaderIdAndEpoch | None = None
+
+
+@dataclass(slots=True)
+class ProduceTopicResponse:
+    """The outcomes of one topic's partitions."""
+
+    name: str
+    partitions: list[ProducePartitionResponse]
+
+
+@dataclass(slots=True)
+class ProduceResponse(Response):
+    """The broker's answer to a Produce request (never sent for ``acks=0``)."""
+
+    topics: list[ProduceTopicResponse]
+    throttle_time_ms: int = 0
+    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProducePartitionData:
+    """One partition's records: a record batch v2, passed through without copying."""
+
+    index: int
+    records: bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class ProduceTopicData:
+    """One topic's partitions."""
+
+    name: str
+    partitions: list[ProducePartitionData]
+
+
+@functools.lru_cache(maxsize=4096)
+def _produce_topic_name(name: str, flexible: bool) -> bytes:
+    return write_compact_string(name) if flexible else write_string(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _produce_head(
+    transactional_id: str | None, acks: int, timeout_ms: int, flexible: bool
+) -> bytes:
+    if flexible:
+        txn = write_compact_nullable_string(transactional_id)
+    else:
+        txn = write_nullable_string(transactional_id)
+    return txn + INT16.pack(acks) + INT32.pack(timeout_ms)
+
+
+# Records up to this size are copied into the surrounding framing bytes: one buffer is cheaper
+# to write than three for a small batch. Larger batches stay separate, uncopied buffers.
+_INLINE_RECORDS_LIMIT = 1024
+
+
+def _decode_batch_error(r: _BodyReader) -> BatchIndexAndErrorMessage:
+    entry = BatchIndexAndErrorMessage(r.int32(), r.nullable_text())
+    r.skip_tags()
+    return entry
+
+
+def _decode_leader(r: _BodyReader) -> LeaderIdAndEpoch:
+    entry = LeaderIdAndEpoch(r.int32(), r.int32())
+    r.skip_tags()
+    return entry
+
+
+def _decode_node_endpoint(r: _BodyReader) -> NodeEndpoint:
+    entry = NodeEndpoint(r.int32(), r.text(), r.int32(), r.nullable_text())
+    r.skip_tags()
+    return entry
+
+
+def _decode_produce(r: _BodyReader, version: int) -> ProduceResponse:
+    flexible = r.flexible
+
+    def partition(r: _BodyReader) -> ProducePartitionResponse:
+        entry = ProducePartitionResponse(r.int32(), r.int16(), r.int64())
+        if version >= 2:
+            entry.log_append_time_ms = r.int64()
+        if version >= 5:
+            entry.log_start_offset = r.int64()
+        if version >= 8:
+            entry.record_errors = r.items(_decode_batch_error)
+            entry.error_message = r.nullable_text()
+        if flexible:
+            tags = r.tagged_fields()
+            if tags and version >= 10:
+                entry.current_leader = _tagged(tags, 0, _decode_leader)
+        return entry
+
+    def topic(r: _BodyReader) -> ProduceTopicResponse:
+        entry = ProduceTopicResponse(r.text(), r.items(partition))
+        r.skip_tags()
+        return entry
+
+    response = ProduceResponse(r.items(topic), r.int32())
+    if flexible:
+        tags = r.tagged_fields()
+        if tags and version >= 10:
+            response.node_endpoints = (
+                _tagged(tags, 0, lambda t: t.items(_decode_node_endpoint)) or []
+            )
+    return response
+
+
+@dataclass(slots=True)
+class ProduceRequest(Request[ProduceResponse]):
+    """Write record batches to partition leaders (v3-11).
+
+    ``acks=0`` gets no response at all (:meth:`expects_response` is False). The body is a
+    list of buffers: the framing around each large record batch is one small ``bytes``, and
+    the batch itself is passed through as given.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.PRODUCE
+    MIN_VERSION: ClassVar[int] = 3
+    MAX_VERSION: ClassVar[int] = 11
+    FLEXIBLE_FROM: ClassVar[int] = 9
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topics: list[ProduceTopicData]
+
+    def expects_response(self) -> bool:
+        """False for ``acks=0``: the broker does not answer."""
+        return self.acks != 0
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``: framing bytes around uncopied record batches."""
+        if not 3 <= version <= 11:
+            self.check_version(version)
+        flexible = version >= 9
+        int32 = INT32.pack
+        parts: list[bytes | memoryview] = []
+        topics = self.topics
+        buffer = bytearray(
+            _produce_head(self.transactional_id, self.acks, self.timeout_ms, flexible)
+        )
+        buffer += write_uvarint(len(topics) + 1) if flexible else int32(len(topics))
+        for topic in topics:
+            partitions = topic.partitions
+            buffer += _produce_topic_name(topic.name, flexible)
+            buffer += write_uvarint(len(partitions) + 1) if flexible else int32(len(partitions))
+            for partition in partitions:
+                records = partition.records
+                size = records.nbytes if isinstance(records, memoryview) else len(records)
+                buffer += int32(partition.index)
+                buffer += write_uvarint(size + 1) if flexible else int32(size)
+                if size <= _INLINE_RECORDS_LIMIT:
+                    buffer += records
+                else:
+                    parts.append(bytes(buffer))
+                    parts.append(memoryview(records) if isinstance(records, bytearray) else records)
+                    buffer = bytearray()
+                if flexible:
+                    buffer += b"\x00"
+            if flexible:
+                buffer += b"\x00"
+        if flexible:
+            buffer += b"\x00"
+        parts.append(bytes(buffer))
+        return parts
+
+    def decode_response(self, data: memoryview, version: int) -> ProduceResponse:
+        """Decode the response body sent for ``version``."""
+        return _decode_produce(_reader(self, data, version), version)
+
+
+# ---- InitProducerId (22) ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse(Response):
+    """The producer id and epoch the broker assigned."""
+
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(slots=True)
+class InitProducerIdRequest(Request[InitProducerIdResponse]):
+    """Get a producer id and epoch, for idempotence or a transactional id (v0-5).
+
+    ``producer_id``/``producer_epoch`` (v3+, KIP-360) let a producer bump its epoch after an
+    error; before v3 they must stay -1.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.INIT_PRODUCER_ID
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 5
+    FLEXIBLE_FROM: ClassVar[int] = 2
+
+    transactional_id: str | None
+    transaction_timeout_ms: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.nullable_text(self.transactional_id)
+        w.int32(self.transaction_timeout_ms)
+        if version >= 3:
+            w.int64(self.producer_id)
+            w.int16(self.producer_epoch)
+        else:
+            _require(
+                self.producer_id == -1 and self.producer_epoch == -1,
+                self,
+                version,
+                "producer_id/producer_epoch",
+            )
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> InitProducerIdResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        response = InitProducerIdResponse(r.int32(), r.int16(), r.int64(), r.int16())
+        r.skip_tags()
+        return response
+
+
+# ---- FindCoordinator (10) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Coordinator:
+    """The coordinator of one key (a group id or a transactional id)."""
+
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponse(Response):
+    """One coordinator per key asked for (v0-3 answers for a single key)."""
+
+    throttle_time_ms: int
+    coordinators: list[Coordinator]
+
+
+@dataclass(slots=True)
+class FindCoordinatorRequest(Request[FindCoordinatorResponse]):
+    """Find the broker that coordinates groups or transactions (v0-6).
+
+    ``key_type`` is 0 for a group, 1 for a transaction (v1+). Versions 0-3 carry exactly one
+    key; v4+ (KIP-699) carry a batch of ``coordinator_keys``.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.FIND_COORDINATOR
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 6
+    FLEXIBLE_FROM: ClassVar[int] = 3
+
+    coordinator_keys: list[str]
+    key_type: int = 0
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        if version <= 3:
+            _require(len(self.coordinator_keys) == 1, self, version, "more than one key")
+            w.text(self.coordinator_keys[0])
+        if version >= 1:
+            w.int8(self.key_type)
+        else:
+            _require(self.key_type == 0, self, version, "a non-group key_type")
+        if version >= 4:
+            w.text_items(self.coordinator_keys)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> FindCoordinatorResponse:
+        """Decode the response; a v0-3 answer becomes one coordinator for the single key."""
+        r = _reader(self, data, version)
+        if version >= 4:
+
+            def coordinator(r: _BodyReader) -> Coordinator:
+                entry = Coordinator(
+                    r.text(), r.int32(), r.text(), r.int32(), r.int16(), r.nullable_text()
+                )
+                r.skip_tags()
+                return entry
+
+            response = FindCoordinatorResponse(r.int32(), r.items(coordinator))
+        else:
+            throttle_time_ms = r.int32() if version >= 1 else 0
+            error_code = r.int16()
+            error_message = r.nullable_text() if version >= 1 else None
+            key = self.coordinator_keys[0] if self.coordinator_keys else ""
+            single = Coordinator(key, r.int32(), r.text(), r.int32(), error_code, error_message)
+            response = FindCoordinatorResponse(throttle_time_ms, [single])
+        r.skip_tags()
+        return response
+
+
+# ---- AddPartitionsToTxn (24) --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnTopic:
+    """A topic's partitions to add to a transaction."""
+
+    name: str
+    partitions: list[int]
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnTransaction:
+    """One transaction's partitions (the v4+ batched form; v0-3 carry exactly one)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: list[AddPartitionsToTxnTopic]
+    verify_only: bool = False
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnPartitionResult:
+    """The outcome for one partition."""
+
+    partition_index: int
+    partition_error_code: int
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnTopicResult:
+    """The outcomes for one topic's partitions."""
+
+    name: str
+    results_by_partition: list[AddPartitionsToTxnPartitionResult]
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnResult:
+    """The outcomes for one transaction."""
+
+    transactional_id: str
+    topic_results: list[AddPartitionsToTxnTopicResult]
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnResponse(Response):
+    """Per-transaction results; a v0-3 answer becomes one result for the request's id.
+
+    ``error_code`` is the top-level error of v4+ (0 before).
+    """
+
+    throttle_time_ms: int
+    error_code: int
+    results_by_transaction: list[AddPartitionsToTxnResult]
+
+
+def _decode_add_partitions_topic(r: _BodyReader) -> AddPartitionsToTxnTopicResult:
+    def partition(r: _BodyReader) -> AddPartitionsToTxnPartitionResult:
+        entry = AddPartitionsToTxnPartitionResult(r.int32(), r.int16())
+        r.skip_tags()
+        return entry
+
+    entry = AddPartitionsToTxnTopicResult(r.text(), r.items(partition))
+    r.skip_tags()
+    return entry
+
+
+def _encode_add_partitions_topic(w: _BodyWriter, topic: AddPartitionsToTxnTopic) -> None:
+    w.text(topic.name)
+    w.int32_items(topic.partitions)
+    w.tags()
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnRequest(Request[AddPartitionsToTxnResponse]):
+    """Add partitions to ongoing transactions (v0-5).
+
+    Clients negotiate v0-3 (one transaction per request), as the Java client does: v4+ is the
+    brokers' batched, verify-only form, which needs CLUSTER_ACTION permission. It is encoded
+    and decoded here too (``encode(4)``/``encode(5)``), but :attr:`MAX_VERSION` stays 3.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.ADD_PARTITIONS_TO_TXN
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 3
+    FLEXIBLE_FROM: ClassVar[int] = 3
+    HIGHEST_ENCODABLE_VERSION: ClassVar[int] = 5
+
+    transactions: list[AddPartitionsToTxnTransaction]
+
+    @classmethod
+    def for_client(
+        cls,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topics: list[AddPartitionsToTxnTopic],
+    ) -> AddPartitionsToTxnRequest:
+        """The single-transaction request a producer sends."""
+        transaction = AddPartitionsToTxnTransaction(
+            transactional_id, producer_id, producer_epoch, topics
+        )
+        return cls([transaction])
+
+    @classmethod
+    def check_version(cls, version: int) -> None:
+        """Accept v0 to v5 (negotiation still stops at :attr:`MAX_VERSION`)."""
+        if not cls.MIN_VERSION <= version <= cls.HIGHEST_ENCODABLE_VERSION:
+            raise UnsupportedVersionError(
+                f"{cls.__name__} v{version} is not implemented "
+                f"(v{cls.MIN_VERSION}-v{cls.HIGHEST_ENCODABLE_VERSION} are)"
+            )
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        if version >= 4:
+
+            def transaction(w: _BodyWriter, txn: AddPartitionsToTxnTransaction) -> None:
+                w.text(txn.transactional_id)
+                w.int64(txn.producer_id)
+                w.int16(txn.producer_epoch)
+                w.boolean(txn.verify_only)
+                w.items(txn.topics, _encode_add_partitions_topic)
+                w.tags()
+
+            w.items(self.transactions, transaction)
+        else:
+            _require(len(self.transactions) == 1, self, version, "other than one transaction")
+            txn = self.transactions[0]
+            _require(not txn.verify_only, self, version, "verify_only")
+            w.text(txn.transactional_id)
+            w.int64(txn.producer_id)
+            w.int16(txn.producer_epoch)
+            w.items(txn.topics, _encode_add_partitions_topic)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> AddPartitionsToTxnResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        throttle_time_ms = r.int32()
+        if version >= 4:
+
+            def result(r: _BodyReader) -> AddPartitionsToTxnResult:
+                entry = AddPartitionsToTxnResult(r.text(), r.items(_decode_add_partitions_topic))
+                r.skip_tags()
+                return entry
+
+            response = AddPartitionsToTxnResponse(throttle_time_ms, r.int16(), r.items(result))
+        else:
+            transactional_id = self.transactions[0].transactional_id if self.transactions else ""
+            topics = r.items(_decode_add_partitions_topic)
+            response = AddPartitionsToTxnResponse(
+                throttle_time_ms, 0, [AddPartitionsToTxnResult(transactional_id, topics)]
+            )
+        r.skip_tags()
+        return response
+
+
+# ---- AddOffsetsToTxn (25) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnResponse(Response):
+    """The outcome of adding a group's offsets to a transaction."""
+
+    throttle_time_ms: int
+    error_code: int
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnRequest(Request[AddOffsetsToTxnResponse]):
+    """Add a consumer group's offsets to a transaction (v0-4)."""
+
+    API_KEY: ClassVar[int] = ApiKey.ADD_OFFSETS_TO_TXN
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 4
+    FLEXIBLE_FROM: ClassVar[int] = 3
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text(self.transactional_id)
+        w.int64(self.producer_id)
+        w.int16(self.producer_epoch)
+        w.text(self.group_id)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> AddOffsetsToTxnResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        response = AddOffsetsToTxnResponse(r.int32(), r.int16())
+        r.skip_tags()
+        return response
+
+
+# ---- EndTxn (26) --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EndTxnResponse(Response):
+    """The outcome of ending a transaction; v5+ returns the (bumped) producer id and epoch."""
+
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(slots=True)
+class EndTxnRequest(Request[EndTxnResponse]):
+    """Commit (``committed=True``) or abort a transaction (v0-5)."""
+
+    API_KEY: ClassVar[int] = ApiKey.END_TXN
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 5
+    FLEXIBLE_FROM: ClassVar[int] = 3
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text(self.transactional_id)
+        w.int64(self.producer_id)
+        w.int16(self.producer_epoch)
+        w.boolean(self.committed)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> EndTxnResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        response = EndTxnResponse(r.int32(), r.int16())
+        if version >= 5:
+            response.producer_id = r.int64()
+            response.producer_epoch = r.int16()
+        r.skip_tags()
+        return response
+
+
+# ---- TxnOffsetCommit (28) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequestPartition:
+    """An offset to commit for one partition."""
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int = -1
+    committed_metadata: str | None = None
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequestTopic:
+    """Offsets to commit for one topic."""
+
+    name: str
+    partitions: list[TxnOffsetCommitRequestPartition]
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitResponsePartition:
+    """The outcome for one partition."""
+
+    partition_index: int
+    error_code: int
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitResponseTopic:
+    """The outcomes for one topic."""
+
+    name: str
+    partitions: list[TxnOffsetCommitResponsePartition]
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitResponse(Response):
+    """Per-partition outcomes of a transactional offset commit."""
+
+    throttle_time_ms: int
+    topics: list[TxnOffsetCommitResponseTopic]
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
+    """Commit consumer offsets inside a transaction (v0-4).
+
+    The consumer group metadata (``generation_id``, ``member_id``, ``group_instance_id``)
+    needs v3+ (KIP-447); ``committed_leader_epoch`` is sent from v2 (dropped before).
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.TXN_OFFSET_COMMIT
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 4
+    FLEXIBLE_FROM: ClassVar[int] = 3
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: list[TxnOffsetCommitRequestTopic]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text(self.transactional_id)
+        w.text(self.group_id)
+        w.int64(self.producer_id)
+        w.int16(self.producer_epoch)
+        if version >= 3:
+            w.int32(self.generation_id)
+            w.text(self.member_id)
+            w.nullable_text(self.group_instance_id)
+        else:
+            _require(
+                self.generation_id == -1
+                and self.member_id == ""
+                and self.group_instance_id is None,
+                self,
+                version,
+                "consumer group metadata (generation_id, member_id, group_instance_id)",
+            )
+
+        def partition(w: _BodyWriter, p: TxnOffsetCommitRequestPartition) -> None:
+            w.int32(p.partition_index)
+            w.int64(p.committed_offset)
+            if version >= 2:
+                w.int32(p.committed_leader_epoch)
+            w.nullable_text(p.committed_metadata)
+            w.tags()
+
+        def topic(w: _BodyWriter, t: TxnOffsetCommitRequestTopic) -> None:
+            w.text(t.name)
+            w.items(t.partitions, partition)
+            w.tags()
+
+        w.items(self.topics, topic)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> TxnOffsetCommitResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def partition(r: _BodyReader) -> TxnOffsetCommitResponsePartition:
+            entry = TxnOffsetCommitResponsePartition(r.int32(), r.int16())
+            r.skip_tags()
+            return entry
+
+        def topic(r: _BodyReader) -> TxnOffsetCommitResponseTopic:
+            entry = TxnOffsetCommitResponseTopic(r.text(), r.items(partition))
+            r.skip_tags()
+            return entry
+
+        response = TxnOffsetCommitResponse(r.int32(), r.items(topic))
+        r.skip_tags()
+        return response
+
+
+# ---- SaslHandshake (17) and SaslAuthenticate (36) -----------------------------------------
+
+
+@dataclass(slots=True)
+class SaslHandshakeResponse(Response):
+    """Whether the mechanism is enabled, and which ones are."""
+
+    error_code: int
+    mechanisms: list[str]
+
+
+@dataclass(slots=True)
+class SaslHandshakeRequest(Request[SaslHandshakeResponse]):
+    """Choose a SASL mechanism (v0-1; v1 means SaslAuthenticate requests follow)."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    FLEXIBLE_FROM: ClassVar[int] = FIRST_FLEXIBLE_VERSION[ApiKey.SASL_HANDSHAKE]
+
+    mechanism: str
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text(self.mechanism)
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> SaslHandshakeResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        return SaslHandshakeResponse(r.int16(), r.text_items())
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse(Response):
+    """The server's SASL bytes; ``session_lifetime_ms`` (v1+) bounds the session, 0 if none."""
+
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int = 0
+
+
+@dataclass(slots=True)
+class SaslAuthenticateRequest(Request[SaslAuthenticateResponse]):
+    """One round of SASL authentication bytes (v0-2)."""
+
+    API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
+    FLEXIBLE_FROM: ClassVar[int] = 2
+
+    auth_bytes: bytes
+
+    def __repr__(self) -> str:
+        # The bytes are credentials: keep them out of logs and tracebacks.
+        return f"SaslAuthenticateRequest(auth_bytes=<{len(self.auth_bytes)} bytes>)"
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.blob(self.auth_bytes)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> SaslAuthenticateResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        response = SaslAuthenticateResponse(r.int16(), r.nullable_text(), r.blob())
+        if version >= 1:
+            response.session_lifetime_ms = r.int64()
+        r.skip_tags()
+        return response
+
+
+# ---- DescribeCluster (60) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DescribeClusterBroker:
+    """A broker (or controller, for ``endpoint_type=2``) of the cluster."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(slots=True)
+class DescribeClusterResponse(Response):
+    """The cluster id, controller and brokers."""
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    endpoint_type: int
+    cluster_id: str
+    controller_id: int
+    brokers: list[DescribeClusterBroker]
+    cluster_authorized_operations: int
+
+
+@dataclass(slots=True)
+class DescribeClusterRequest(Request[DescribeClusterResponse]):
+    """Describe the cluster (v0-1; ``endpoint_type`` other than 1 needs v1)."""
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CLUSTER
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    FLEXIBLE_FROM: ClassVar[int] = 0
+
+    include_cluster_authorized_operations: bool = False
+    endpoint_type: int = 1
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.boolean(self.include_cluster_authorized_operations)
+        if version >= 1:
+            w.int8(self.endpoint_type)
+        else:
+            _require(self.endpoint_type == 1, self, version, "an endpoint_type other than 1")
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> DescribeClusterResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def broker(r: _BodyReader) -> DescribeClusterBroker:
+            entry = DescribeClusterBroker(r.int32(), r.text(), r.int32(), r.nullable_text())
+            r.skip_tags()
+            return entry
+
+        throttle_time_ms = r.int32()
+        error_code = r.int16()
+        error_message = r.nullable_text()
+        endpoint_type = r.int8() if version >= 1 else 1
+        response = DescribeClusterResponse(
+            throttle_time_ms,
+            error_code,
+            error_message,
+            endpoint_type,
+            r.text(),
+            r.int32(),
+            r.items(broker),
+            r.int32(),
+        )
+        r.skip_tags()
+        return response

@@ -1,0 +1,291 @@
+"""The record batch v2 builder: the producer's hot path.
+
+Records are encoded straight into a pooled ``bytearray`` (the BufferPool hands it out), after
+a 61-byte header that is filled in when the batch is closed. Varints for small numbers come
+from a precomputed table, and the CRC-32C runs in C (the ``crc32c`` package).
+
+Layout (see Kafka's DefaultRecordBatch): baseOffset int64, batchLength int32,
+partitionLeaderEpoch int32, magic int8 (2), crc uint32, attributes int16, lastOffsetDelta
+int32, baseTimestamp int64, maxTimestamp int64, producerId int64, producerEpoch int16,
+baseSequence int32, recordCount int32, then the records (compressed as one block when a codec
+is set). The CRC covers everything from the attributes to the end.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import crc32c as _crc32c
+
+from aioproducer.protocol.compression import CompressionType, compress
+
+__all__ = [
+    "RECORD_BATCH_OVERHEAD",
+    "RecordBatchBuilder",
+    "encode_varint",
+    "estimate_record_size",
+]
+
+RECORD_BATCH_OVERHEAD = 61
+"""Bytes of the batch header before the first record."""
+
+_MAX_RECORD_OVERHEAD = 21
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21
+_TRANSACTIONAL_FLAG = 0x10
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic
+_HEAD = struct.Struct(">qiib")
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
+# baseSequence, recordCount
+_TAIL = struct.Struct(">hiqqqhii")
+_PRODUCER_STATE = struct.Struct(">qhi")
+_PRODUCER_STATE_OFFSET = 43
+_CRC = struct.Struct(">I")
+
+_crc = _crc32c.crc32c
+
+
+def _encode_varint_slow(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    zigzag &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+_TABLE_LOW = -1
+_TABLE_HIGH = 1 << 16
+_VARINTS: list[bytes] = [_encode_varint_slow(i) for i in range(_TABLE_LOW, _TABLE_HIGH)]
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint encoding of ``value`` (table lookup for -1..65535)."""
+    if _TABLE_LOW <= value < _TABLE_HIGH:
+        return _VARINTS[value + 1]
+    return _encode_varint_slow(value)
+
+
+def _header_bytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    parts = [encode_varint(len(headers))]
+    for name, value in headers:
+        encoded_name = name.encode("utf-8")
+        parts.append(encode_varint(len(encoded_name)))
+        parts.append(encoded_name)
+        if value is None:
+            parts.append(_VARINTS[0])
+        else:
+            parts.append(encode_varint(len(value)))
+            parts.append(value)
+    return b"".join(parts)
+
+
+def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> int:
+    """An upper bound of the bytes one record takes in a batch (Kafka's estimate)."""
+    return _MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
+
+
+class RecordBatchBuilder:
+    """Appends records into a pooled buffer and closes them into a v2 record batch.
+
+    The buffer is written in place: records start at byte 61, and ``close()`` fills the header
+    and the CRC. The builder never grows the buffer; ``try_append`` returns False when a record
+    does not fit, except for the first record, for which the caller sized the buffer.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_capacity",
+        "_closed_view",
+        "_compression",
+        "_compression_level",
+        "_position",
+        "base_timestamp",
+        "max_timestamp",
+        "record_count",
+        "uncompressed_size",
+    )
+
+    def __init__(
+        self,
+        buffer: bytearray,
+        compression: CompressionType = CompressionType.NONE,
+        compression_level: int | None = None,
+    ) -> None:
+        self._buffer = buffer
+        self._capacity = len(buffer)
+        self._position = RECORD_BATCH_OVERHEAD
+        self._compression = compression
+        self._compression_level = compression_level
+        self._closed_view: memoryview | None = None
+        self.record_count = 0
+        self.base_timestamp = 0
+        self.max_timestamp = -1
+        self.uncompressed_size = 0
+
+    @property
+    def buffer(self) -> bytearray:
+        """The pooled buffer the batch is written into."""
+        return self._buffer
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes used so far (header included, before compression)."""
+        return self._position
+
+    @property
+    def remaining(self) -> int:
+        """Bytes still free in the buffer."""
+        return self._capacity - self._position
+
+    def try_append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> int:
+        """Append one record; return its offset delta, or -1 when it does not fit.
+
+        ``key`` and ``value`` must be ``bytes`` (or None); the caller converts other buffers.
+        """
+        count = self.record_count
+        if count == 0:
+            self.base_timestamp = timestamp
+            timestamp_delta = 0
+        else:
+            timestamp_delta = timestamp - self.base_timestamp
+        varints = _VARINTS
+        if -1 <= timestamp_delta < 65535:
+            ts_bytes = varints[timestamp_delta + 1]
+        else:
+            ts_bytes = _encode_varint_slow(timestamp_delta)
+        offset_bytes = varints[count + 1] if count < 65535 else _encode_varint_slow(count)
+        if key is None:
+            key = b""
+            key_prefix = b"\x01"
+        else:
+            key_length = len(key)
+            key_prefix = varints[key_length + 1] if key_length < 65535 else _encode_varint_slow(
+                key_length
+            )
+        if value is None:
+            value = b""
+            value_prefix = b"\x01"
+        else:
+            value_length = len(value)
+            value_prefix = (
+                varints[value_length + 1] if value_length < 65535 else _encode_varint_slow(
+                    value_length
+                )
+            )
+        header_bytes = _header_bytes(headers) if headers else b"\x00"
+        body = b"".join(
+            (b"\x00", ts_bytes, offset_bytes, key_prefix, key, value_prefix, value, header_bytes)
+        )
+        body_length = len(body)
+        length_prefix = (
+            varints[body_length + 1] if body_length < 65535 else _encode_varint_slow(body_length)
+        )
+        start = self._position
+        middle = start + len(length_prefix)
+        end = middle + body_length
+        if end > self._capacity:
+            if count != 0:
+                return -1
+            raise ValueError(
+                f"the buffer ({self._capacity} bytes) cannot hold the first record ({end} bytes)"
+            )
+        buffer = self._buffer
+        buffer[start:middle] = length_prefix
+        buffer[middle:end] = body
+        self._position = end
+        self.record_count = count + 1
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        return count
+
+    def close(
+        self,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+    ) -> memoryview:
+        """Compress (when a codec is set), fill in the header and the CRC; return the batch.
+
+        The returned view points into the pooled buffer (or a new one when the compressed
+        block does not fit): it stays valid until the buffer goes back to the pool.
+        """
+        if self._closed_view is not None:
+            raise RuntimeError("the batch is closed already")
+        if self.record_count == 0:
+            raise RuntimeError("an empty batch cannot be closed")
+        buffer = self._buffer
+        end = self._position
+        self.uncompressed_size = end
+        if self._compression is not CompressionType.NONE:
+            compressed = compress(
+                self._compression,
+                memoryview(buffer)[RECORD_BATCH_OVERHEAD:end],
+                self._compression_level,
+            )
+            end = RECORD_BATCH_OVERHEAD + len(compressed)
+            if end > self._capacity:
+                # Incompressible data can grow a little; the header goes into a new buffer then.
+                buffer = bytearray(buffer[:RECORD_BATCH_OVERHEAD]) + compressed
+                self._buffer = buffer
+                self._capacity = len(buffer)
+            else:
+                buffer[RECORD_BATCH_OVERHEAD:end] = compressed
+        attributes = int(self._compression) | (_TRANSACTIONAL_FLAG if transactional else 0)
+        _HEAD.pack_into(buffer, 0, 0, end - 12, -1, 2)
+        _TAIL.pack_into(
+            buffer,
+            _ATTRIBUTES_OFFSET,
+            attributes,
+            self.record_count - 1,
+            self.base_timestamp,
+            self.max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            self.record_count,
+        )
+        view = memoryview(buffer)[:end]
+        _CRC.pack_into(buffer, _CRC_OFFSET, _crc(view[_ATTRIBUTES_OFFSET:]))
+        self._closed_view = view
+        return view
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran."""
+        return self._closed_view is not None
+
+    def rewrite_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool
+    ) -> memoryview:
+        """Change the producer id, epoch and sequence of a closed batch, and its CRC.
+
+        Used when a retried batch must go out under a new producer id or epoch.
+        """
+        view = self._closed_view
+        if view is None:
+            return self.close(producer_id, producer_epoch, base_sequence, transactional)
+        buffer = self._buffer
+        _PRODUCER_STATE.pack_into(
+            buffer, _PRODUCER_STATE_OFFSET, producer_id, producer_epoch, base_sequence
+        )
+        attributes = int(self._compression) | (_TRANSACTIONAL_FLAG if transactional else 0)
+        struct.pack_into(">h", buffer, _ATTRIBUTES_OFFSET, attributes)
+        _CRC.pack_into(buffer, _CRC_OFFSET, _crc(view[_ATTRIBUTES_OFFSET:]))
+        return view
+
+    def release_view(self) -> None:
+        """Drop the exported view so the buffer can be reused (resized) by the pool."""
+        if self._closed_view is not None:
+            self._closed_view.release()

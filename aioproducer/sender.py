@@ -1,0 +1,666 @@
+"""The sender task: drains the accumulator into Produce requests and handles the responses.
+
+One step is ``run_once(now)``, plain synchronous code that decides what to send and returns
+how long to sleep; the task around it only awaits a wake-up (new data, a response, a
+connection change) or that timeout. Responses are handled in future callbacks: acknowledge,
+retry with exponential backoff and jitter, split a batch the broker found too large, or fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import (
+    DeliveryTimeoutError,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SenderCrashedError,
+    error_for_code,
+)
+from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
+from aioproducer.metrics import ProducerMetrics
+from aioproducer.net.connection import BrokerConnection, ConnectionManager
+from aioproducer.partitioner import BrokerAvailability
+from aioproducer.protocol.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProducePartitionData,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicData,
+)
+from aioproducer.protocol.record_reader import decode_record_batches
+from aioproducer.transactions import IdempotenceManager
+
+__all__ = ["Sender", "metadata_from_response"]
+
+log = logging.getLogger("aioproducer.sender")
+
+_MESSAGE_TOO_LARGE = 10
+_DUPLICATE_SEQUENCE_NUMBER = 46
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+_UNKNOWN_PRODUCER_ID = 59
+# Never sleep longer than this, so a lost wake-up costs at most this much latency.
+_MAX_POLL = 1.0
+# How often adaptive partitioning gets fresh queue sizes.
+_LOAD_UPDATE_INTERVAL = 0.005
+
+
+def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:
+    """Turn a decoded Metadata response into the cluster view's types."""
+    brokers = [Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
+    topics: list[TopicInfo] = []
+    for topic in response.topics:
+        if topic.name is None:
+            continue
+        partitions = tuple(
+            sorted(
+                (
+                    PartitionInfo(
+                        p.partition_index,
+                        p.leader_id,
+                        p.leader_epoch,
+                        tuple(p.replica_nodes),
+                        tuple(p.isr_nodes),
+                        p.error_code,
+                    )
+                    for p in topic.partitions
+                ),
+                key=lambda info: info.partition,
+            )
+        )
+        topic_id = topic.topic_id.bytes if topic.topic_id is not None else None
+        topics.append(TopicInfo(topic.name, partitions, topic.error_code, topic_id))
+    return brokers, topics
+
+
+class Sender:
+    """Moves batches from the accumulator to the brokers; one asyncio task, no threads."""
+
+    def __init__(
+        self,
+        *,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: Metadata,
+        connections: ConnectionManager,
+        idempotence: IdempotenceManager | None,
+        metrics: ProducerMetrics,
+        partitioner: Any = None,
+        on_acknowledgement: Callable[[ProducerBatch, BaseException | None], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._accumulator = accumulator
+        self._metadata = metadata
+        self._connections = connections
+        self._idempotence = idempotence
+        self._metrics = metrics
+        self._on_acknowledgement = on_acknowledgement
+        self._clock = clock
+        self._acks = config.acks
+        self._request_timeout_ms = config.request_timeout_ms
+        self._max_request_size = config.max_request_size
+        self._retries = config.retries
+        self._backoff_base = config.retry_backoff_ms / 1000.0
+        # As Java: a retry_backoff_ms above retry_backoff_max_ms makes the backoff fixed.
+        self._backoff_max = max(self._backoff_base, config.retry_backoff_max_ms / 1000.0)
+        if config.retry_backoff_ms > config.retry_backoff_max_ms:
+            self._backoff_base = self._backoff_max = config.retry_backoff_max_ms / 1000.0
+        self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
+        self._in_flight_batches = 0
+        self._running = True
+        self._force_close = False
+        self._wake: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._init_backoff_until = 0.0
+        self.crashed: BaseException | None = None
+        self.fatal_error: KafkaError | None = None
+        if idempotence is not None:
+            accumulator.drain_filter = idempotence.may_drain
+            accumulator.prepare_batch = idempotence.prepare
+        else:
+            accumulator.prepare_batch = self._close_batch
+        self._partitioner = (
+            partitioner if getattr(partitioner, "wants_partition_load", False) else None
+        )
+        self._availability = BrokerAvailability(config.partitioner_availability_timeout_ms)
+        self._next_load_update = 0.0
+        self._guarantee_order = idempotence is None and (
+            config.max_in_flight_requests_per_connection == 1
+        )
+
+    # ---- the task ---------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the sender task."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="aioproducer-sender")
+        return self._task
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The sender task, once started."""
+        return self._task
+
+    def wakeup(self) -> None:
+        """Make the sender look at its state again now."""
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def initiate_close(self) -> None:
+        """Stop after everything buffered and in flight is done."""
+        self._running = False
+        self._accumulator.close()
+        self.wakeup()
+
+    def force_close(self, exc: BaseException) -> None:
+        """Stop now: fail what is buffered with ``exc``."""
+        self._running = False
+        self._force_close = True
+        self._force_close_error = exc
+        self.wakeup()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if self._force_close:
+                    break
+                if not self._running and not self._has_pending_work():
+                    break
+                delay = self.run_once(self._clock())
+                if delay <= 0:
+                    # Yield once so callbacks (responses, appends) run between steps.
+                    await asyncio.sleep(0)
+                    continue
+                wake = loop.create_future()
+                self._wake = wake
+                handle = loop.call_later(min(delay, _MAX_POLL), _resolve, wake)
+                try:
+                    await wake
+                finally:
+                    handle.cancel()
+                    self._wake = None
+            if self._force_close:
+                exc = getattr(self, "_force_close_error", None) or ProducerClosedError(
+                    "the producer was closed before the record was delivered"
+                )
+                self._abort_all(exc)
+        except asyncio.CancelledError:
+            self._abort_all(ProducerClosedError("the producer's sender task was cancelled"))
+            raise
+        except BaseException as exc:
+            log.exception("the aioproducer sender task crashed; failing every pending record")
+            self.crashed = exc
+            error = SenderCrashedError(f"the sender task crashed: {exc!r}")
+            error.__cause__ = exc
+            self._abort_all(error)
+            raise
+
+    def _has_pending_work(self) -> bool:
+        return self._accumulator.has_undrained() or self._in_flight_batches > 0
+
+    def _abort_all(self, exc: BaseException) -> None:
+        for batch in self._accumulator.abort_undrained(exc):
+            self._metrics.records_failed(batch.record_count)
+            self._notify(batch, exc)
+        for requests in self._in_flight.values():
+            for batches in requests:
+                for batch in batches:
+                    if batch.fail(exc):
+                        self._metrics.records_failed(batch.record_count)
+                        self._accumulator.deallocate(batch)
+                        self._notify(batch, exc)
+        self._in_flight.clear()
+        self._in_flight_batches = 0
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def run_once(self, now: float) -> float:
+        """Send what is ready; return seconds until the next step is needed."""
+        delay = self._maybe_update_metadata(now)
+        idempotence = self._idempotence
+        if idempotence is not None and idempotence.needs_producer_id:
+            delay = min(delay, self._maybe_init_producer_id(now))
+        accumulator = self._accumulator
+        cluster = self._metadata.cluster
+        result = accumulator.ready(cluster, now)
+        if result.unknown_leader_topics:
+            for topic in result.unknown_leader_topics:
+                self._metadata.add_topic(topic, now)
+            self._metadata.request_update()
+            delay = min(delay, self._metadata.time_to_next_update(now))
+        delay = min(delay, result.next_ready_check_delay)
+        sendable: list[int] = []
+        availability = self._availability
+        for node in result.ready_nodes:
+            connection = self._connections.ready(node)
+            if connection is None:
+                self._connections.ensure_connecting(node, now)
+                availability.update(node, now, False)
+                continue
+            if connection.can_send():
+                sendable.append(node)
+            availability.update(node, now, True)
+        if self._partitioner is not None and now >= self._next_load_update:
+            self._update_partition_load(cluster)
+            self._next_load_update = now + _LOAD_UPDATE_INTERVAL
+        if sendable:
+            drained = accumulator.drain(cluster, sendable, self._max_request_size, now)
+            for node, batches in drained.items():
+                connection = self._connections.ready(node)
+                if connection is not None:
+                    self._send_produce(node, connection, batches, now)
+                else:  # pragma: no cover - ready() was checked just above
+                    for batch in batches:
+                        self._retry_or_fail(batch, KafkaConnectionError("connection lost"), now)
+        for batch in accumulator.expired_batches(now):
+            self._fail_batch(
+                batch,
+                DeliveryTimeoutError(
+                    f"expiring {batch.record_count} record(s) for {batch.topic}-"
+                    f"{batch.partition}: {now - batch.created:.3f} s passed since the batch was "
+                    "created, more than delivery_timeout_ms"
+                ),
+                now,
+            )
+        delay = min(delay, accumulator.next_expiry() - now)
+        if self._in_flight_batches:
+            self._connections.check_request_timeouts(now)
+            delay = min(delay, self._request_timeout_ms / 1000.0 / 4)
+        return max(0.0, delay) if delay != float("inf") else _MAX_POLL
+
+    def _update_partition_load(self, cluster: Cluster) -> None:
+        # KIP-794 adaptive partitioning: tell the partitioner how many batches wait in each
+        # partition, leaving out partitions whose broker has not kept up for
+        # partitioner_availability_timeout_ms.
+        availability = self._availability
+        accumulator = self._accumulator
+        partitioner = self._partitioner
+        assert partitioner is not None
+        for topic in self._metadata.topics:
+            info = cluster.topic(topic)
+            if info is None:
+                continue
+            ids = [
+                p.partition
+                for p in info.partitions
+                if p.leader >= 0 and availability.is_available(p.leader)
+            ]
+            partitioner.update_partition_load(
+                topic,
+                accumulator.queue_sizes(topic, ids),
+                ids,
+                partition_count=info.partition_count,
+            )
+
+    # ---- metadata and producer id -------------------------------------------------------------
+
+    def _maybe_update_metadata(self, now: float) -> float:
+        metadata = self._metadata
+        wait = metadata.time_to_next_update(now)
+        if wait > 0:
+            return wait
+        connection = self._connections.least_loaded(now)
+        if connection is None:
+            self._connections.ensure_any_connecting(now)
+            return self._backoff_base
+        request = MetadataRequest(topics=metadata.topics, allow_auto_topic_creation=True)
+        metadata.update_started(now)
+        try:
+            future = connection.send(request)
+        except KafkaError as exc:
+            metadata.update_failed(now, exc)
+            return self._backoff_base
+        future.add_done_callback(self._on_metadata_response)
+        return _MAX_POLL
+
+    def _on_metadata_response(self, future: asyncio.Future[Any]) -> None:
+        now = self._clock()
+        if future.cancelled() or future.exception() is not None:
+            cause = None if future.cancelled() else future.exception()
+            self._metadata.update_failed(now, cause or KafkaConnectionError("metadata cancelled"))
+            self.wakeup()
+            return
+        response: MetadataResponse = future.result()
+        brokers, topics = metadata_from_response(response)
+        if not brokers:
+            self._metadata.update_failed(now, KafkaConnectionError("metadata without brokers"))
+            self.wakeup()
+            return
+        self._metadata.update(
+            brokers,
+            topics,
+            now,
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+        )
+        self._connections.set_brokers({b.node_id: (b.host, b.port) for b in brokers})
+        self.wakeup()
+
+    def _maybe_init_producer_id(self, now: float) -> float:
+        idempotence = self._idempotence
+        assert idempotence is not None
+        if idempotence.init_in_flight:
+            return _MAX_POLL
+        if idempotence.has_in_flight() or self._in_flight_batches:
+            # The new id applies once nothing sent under the old one is outstanding.
+            return _MAX_POLL
+        if now < self._init_backoff_until:
+            return self._init_backoff_until - now
+        connection = self._connections.least_loaded(now)
+        if connection is None:
+            self._connections.ensure_any_connecting(now)
+            return self._backoff_base
+        request = InitProducerIdRequest(
+            transactional_id=idempotence.transactional_id,
+            transaction_timeout_ms=self._config.transaction_timeout_ms,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        try:
+            future = connection.send(request)
+        except KafkaError as exc:
+            log.debug("InitProducerId could not be sent: %s", exc)
+            self._init_backoff_until = now + self._backoff_base
+            return self._backoff_base
+        idempotence.init_in_flight = True
+        future.add_done_callback(self._on_init_producer_id)
+        return _MAX_POLL
+
+    def _on_init_producer_id(self, future: asyncio.Future[Any]) -> None:
+        idempotence = self._idempotence
+        assert idempotence is not None
+        idempotence.init_in_flight = False
+        now = self._clock()
+        exc: BaseException | None
+        if future.cancelled():
+            exc = KafkaConnectionError("InitProducerId was cancelled")
+        else:
+            exc = future.exception()
+        if exc is None:
+            response: InitProducerIdResponse = future.result()
+            if response.error_code == 0:
+                idempotence.set_producer_id(response.producer_id, response.producer_epoch)
+                log.info(
+                    "producer id %d, epoch %d", response.producer_id, response.producer_epoch
+                )
+                self.wakeup()
+                return
+            exc = error_for_code(response.error_code, "InitProducerId")
+        if isinstance(exc, KafkaError) and not exc.retriable:
+            log.error("InitProducerId failed: %s; the producer cannot send", exc)
+            self.fatal_error = exc
+            self._abort_all(exc)
+        else:
+            log.warning("InitProducerId failed, retrying: %s", exc)
+            self._init_backoff_until = now + self._backoff_base
+        self.wakeup()
+
+    # ---- produce ----------------------------------------------------------------------------
+
+    def _close_batch(self, batch: ProducerBatch) -> None:
+        if not batch.builder.closed:
+            batch.builder.close()
+
+    def _send_produce(
+        self, node: int, connection: BrokerConnection, batches: list[ProducerBatch], now: float
+    ) -> None:
+        by_topic: dict[str, list[ProducePartitionData]] = {}
+        records = 0
+        size = 0
+        metrics = self._metrics
+        acks_zero = self._acks == 0
+        for batch in batches:
+            view = batch.builder.close() if not batch.builder.closed else batch.builder._closed_view
+            assert view is not None
+            data: bytes | memoryview = bytes(view) if acks_zero else view
+            partitions = by_topic.get(batch.topic)
+            if partitions is None:
+                partitions = by_topic[batch.topic] = []
+            partitions.append(ProducePartitionData(batch.partition, data))
+            records += batch.record_count
+            size += len(view)
+            if batch.attempts == 0:
+                metrics.batch_drained(
+                    len(view),
+                    batch.builder.uncompressed_size,
+                    batch.record_count,
+                    now - batch.created,
+                    now,
+                )
+            if self._guarantee_order:
+                self._accumulator.mute(batch.tp)
+        request = ProduceRequest(
+            transactional_id=self._idempotence.transactional_id if self._idempotence else None,
+            acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
+            topics=[ProduceTopicData(name, parts) for name, parts in by_topic.items()],
+        )
+        metrics.request_sent(records, size, now)
+        try:
+            future = connection.send(request)
+        except KafkaError as exc:
+            for batch in batches:
+                self._retry_or_fail(batch, exc, now)
+            return
+        if acks_zero:
+            for batch in batches:
+                self._complete_batch(batch, -1, -1, now)
+            return
+        self._in_flight.setdefault(node, []).append(batches)
+        self._in_flight_batches += len(batches)
+        future.add_done_callback(
+            lambda fut: self._on_produce_response(node, batches, now, fut)
+        )
+
+    def _on_produce_response(
+        self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
+    ) -> None:
+        now = self._clock()
+        requests = self._in_flight.get(node)
+        if requests is not None:
+            try:
+                requests.remove(batches)
+            except ValueError:
+                # Aborted already (force close or crash): nothing left to do.
+                return
+            self._in_flight_batches -= len(batches)
+        else:
+            return
+        if self._guarantee_order:
+            for batch in batches:
+                self._accumulator.unmute(batch.tp)
+        self._metrics.request_completed(now - sent_at, now)
+        exc: BaseException | None
+        if future.cancelled():
+            exc = KafkaConnectionError(f"the request to broker {node} was cancelled")
+        else:
+            exc = future.exception()
+        if exc is not None:
+            if not isinstance(exc, KafkaError):
+                raise exc
+            if exc.invalid_metadata or isinstance(exc, KafkaConnectionError):
+                self._metadata.request_update()
+            for batch in batches:
+                self._retry_or_fail(batch, exc, now, node=node)
+            self.wakeup()
+            return
+        response: ProduceResponse = future.result()
+        results: dict[tuple[str, int], Any] = {}
+        for topic in response.topics:
+            for partition in topic.partitions:
+                results[(topic.name, partition.index)] = partition
+        for batch in batches:
+            partition_response = results.get(batch.tp)
+            if partition_response is None:
+                self._retry_or_fail(
+                    batch,
+                    KafkaError(
+                        f"broker {node} sent no result for {batch.topic}-{batch.partition}",
+                        retriable=True,
+                    ),
+                    now,
+                    node=node,
+                )
+                continue
+            code = partition_response.error_code
+            if code == 0 or code == _DUPLICATE_SEQUENCE_NUMBER:
+                # DUPLICATE_SEQUENCE_NUMBER: the broker has this batch already (a retry of a
+                # write that succeeded), so it counts as delivered.
+                self._complete_batch(
+                    batch,
+                    partition_response.base_offset,
+                    partition_response.log_append_time_ms,
+                    now,
+                )
+                continue
+            message = partition_response.error_message
+            if partition_response.record_errors:
+                details = "; ".join(
+                    f"record {e.batch_index}: {e.batch_index_error_message}"
+                    for e in partition_response.record_errors
+                )
+                message = f"{message or ''} ({details})"
+            error = error_for_code(code, message)
+            if error.invalid_metadata:
+                self._metadata.request_update()
+            self._retry_or_fail(batch, error, now, node=node)
+        self.wakeup()
+
+    # ---- outcomes ---------------------------------------------------------------------------
+
+    def _complete_batch(
+        self, batch: ProducerBatch, base_offset: int, log_append_time: int, now: float
+    ) -> None:
+        if self._idempotence is not None:
+            self._idempotence.on_success(batch)
+        if batch.complete(base_offset, log_append_time):
+            self._metrics.records_sent(batch.record_count)
+            self._notify(batch, None)
+        self._accumulator.deallocate(batch)
+
+    def _fail_batch(self, batch: ProducerBatch, exc: BaseException, now: float) -> None:
+        if self._idempotence is not None:
+            self._idempotence.on_final_failure(batch, str(exc))
+        log.warning(
+            "failed to deliver %d record(s) to %s-%d after %d attempt(s): %s",
+            batch.record_count,
+            batch.topic,
+            batch.partition,
+            batch.attempts + 1,
+            exc,
+        )
+        if batch.fail(exc):
+            self._metrics.records_failed(batch.record_count)
+            self._notify(batch, exc)
+        self._accumulator.deallocate(batch)
+
+    def _notify(self, batch: ProducerBatch, exc: BaseException | None) -> None:
+        if self._on_acknowledgement is not None:
+            self._on_acknowledgement(batch, exc)
+
+    def _backoff(self, attempts: int) -> float:
+        # Java's ExponentialBackoff: base * 2^attempts, capped, with +-20% jitter.
+        backoff = min(self._backoff_max, self._backoff_base * (2 ** min(attempts, 30)))
+        return float(backoff * random.uniform(0.8, 1.2))
+
+    def _retry_or_fail(
+        self, batch: ProducerBatch, exc: BaseException, now: float, *, node: int | None = None
+    ) -> None:
+        code = getattr(exc, "error_code", None)
+        if code == _MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
+            return
+        if code == _MESSAGE_TOO_LARGE:
+            exc = RecordTooLargeError(
+                f"the broker rejected a batch of {batch.record_count} record(s) "
+                f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large"
+            )
+        if self._can_retry(batch, exc, now):
+            log.info(
+                "retrying %d record(s) for %s-%d (broker %s, attempt %d): %s",
+                batch.record_count,
+                batch.topic,
+                batch.partition,
+                node,
+                batch.attempts + 1,
+                exc,
+            )
+            self._metrics.records_retried(batch.record_count)
+            if self._idempotence is not None:
+                self._idempotence.mark_retrying(batch)
+            self._accumulator.reenqueue(batch, now, self._backoff(batch.attempts))
+            return
+        if isinstance(exc, KafkaError) and exc.retriable and now >= batch.delivery_deadline:
+            timeout = DeliveryTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                f"delivery_timeout_ms passed; the last error was {exc}"
+            )
+            timeout.__cause__ = exc
+            exc = timeout
+        self._fail_batch(batch, exc, now)
+
+    def _can_retry(self, batch: ProducerBatch, exc: BaseException, now: float) -> bool:
+        if not isinstance(exc, KafkaError) or (not self._running and self._force_close):
+            return False
+        if now >= batch.delivery_deadline or batch.attempts >= self._retries:
+            return False
+        code = exc.error_code
+        idempotence = self._idempotence
+        if idempotence is not None and code in (
+            _OUT_OF_ORDER_SEQUENCE_NUMBER,
+            _UNKNOWN_PRODUCER_ID,
+        ):
+            if not idempotence.is_next_in_line(batch):
+                # An earlier batch of the partition failed; this one goes again after it.
+                return True
+            # The broker lost our sequence state: start over under a new producer id.
+            idempotence.request_reset(f"{type(exc).__name__} on {batch.topic}-{batch.partition}")
+            return True
+        return exc.retriable
+
+    def _split(self, batch: ProducerBatch, now: float) -> bool:
+        view = batch.builder._closed_view
+        if view is None:
+            return False
+        try:
+            decoded = decode_record_batches(bytes(view))
+        except KafkaError:
+            return False
+        records: list[Any] = [record for part in decoded for record in part.records]
+        if len(records) != batch.record_count:
+            return False
+        if self._idempotence is not None:
+            self._idempotence.forget_split(batch)
+        count = self._accumulator.split_and_reenqueue(batch, records, now)
+        log.info(
+            "split a too-large batch of %d records for %s-%d into %d batches",
+            len(records),
+            batch.topic,
+            batch.partition,
+            count,
+        )
+        return True
+
+    async def wait_closed(self) -> None:
+        """Wait for the task to finish."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+

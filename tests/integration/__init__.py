@@ -1,0 +1,1 @@
+"""Tests against real brokers: Tansu and librdkafka's mock cluster."""

@@ -1,0 +1,447 @@
+"""The user-facing surface, run as a user runs it: the ``aioproducer`` command, the examples
+and the getting-started snippet, as subprocesses against Tansu, with what a confluent-kafka
+consumer reads back as the judge."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aioproducer.cli import PerfStats, main
+from tests.support.readback import read_back
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+#: Kafka's kafka-producer-perf-test final line.
+TOTAL_LINE = re.compile(
+    r"^(?P<count>\d+)(?P<steady> steady state)? records sent, (?P<rate>\d+\.\d{6}) records/sec "
+    r"\((?P<mb>\d+\.\d{2}) MB/sec\), (?P<avg>\d+\.\d{2}) ms avg latency, "
+    r"(?P<max>\d+\.\d{2}) ms max latency, (?P<p50>\d+) ms 50th, (?P<p95>\d+) ms 95th, "
+    r"(?P<p99>\d+) ms 99th, (?P<p999>\d+) ms 99\.9th\.$",
+    re.MULTILINE,
+)
+#: Kafka's 5-second window line.
+WINDOW_LINE = re.compile(
+    r"^\d+ records sent, \d+\.\d records/sec \(\d+\.\d{2} MB/sec\), \d+\.\d ms avg latency, "
+    r"\d+\.\d ms max latency\.$"
+)
+EMBEDDED_NOTE = re.compile(
+    r"started an embedded Tansu broker at 127\.0\.0\.1:(?P<port>\d+); "
+    r"topic (?P<topic>\S+) created with (?P<partitions>\d+) partitions"
+)
+
+
+def run(
+    args: list[str], *, stdin: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(
+        args,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+
+
+def aioproducer(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, "-m", "aioproducer", *args], stdin=stdin)
+
+
+def port_is_closed(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def explain(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+# ---- the examples --------------------------------------------------------------------------
+
+
+def _check_basic_send(records: list[Any]) -> None:
+    assert sorted(r.value for r in records) == sorted(
+        [f"order {n} created".encode() for n in range(10)] + [b"the last one"]
+    )
+    for record in records:
+        expected = [] if record.value == b"the last one" else [("source", b"basic_send")]
+        assert record.headers == expected
+    by_key: dict[bytes, set[int]] = {}
+    for record in records:
+        by_key.setdefault(record.key, set()).add(record.partition)
+    assert set(by_key) == {b"customer-0", b"customer-1", b"customer-2"}
+    assert all(len(partitions) == 1 for partitions in by_key.values())
+
+
+def _check_send_many(records: list[Any]) -> None:
+    values = {r.value for r in records}
+    assert {f"reading {n}".encode() for n in range(9998)} <= values
+    keyed = [r for r in records if r.key == b"sensor-7"]
+    assert [r.value for r in keyed] == [b"a keyed reading"]
+    with_header = [r for r in records if r.value == b"with a header"]
+    assert with_header and with_header[0].headers == [("unit", b"C")]
+
+
+def _check_serializers_json(records: list[Any]) -> None:
+    events = sorted((r.key, json.loads(r.value)["action"]) for r in records)
+    assert events == [(b"ada", "login"), (b"ada", "logout"), (b"grace", "upload")]
+
+
+def _check_interceptors(records: list[Any]) -> None:
+    traces = sorted(dict(r.headers)["trace-id"] for r in records)
+    assert traces == sorted(f"trace-{n}".encode() for n in range(1, 101))
+
+
+EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
+    "basic_send.py": (11, _check_basic_send, "last record: partition"),
+    "send_many.py": (10_000, _check_send_many, "10000 records acknowledged"),
+    "serializers_json.py": (3, _check_serializers_json, "upload: partition"),
+    "interceptors.py": (100, _check_interceptors, "failed: 0"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLE_CASES))
+def test_example_delivers_what_it_says(script: str, tansu: Any, new_topic: Any) -> None:
+    expected, check, output = EXAMPLE_CASES[script]
+    topic = new_topic(tansu, partitions=3)
+    result = run(
+        [sys.executable, str(EXAMPLES / script), "--bootstrap-servers",
+         tansu.bootstrap_servers, "--topic", topic]
+    )
+    assert result.returncode == 0, explain(result)
+    assert output in result.stdout
+    records = read_back(tansu.bootstrap_servers, topic, expected=expected)
+    assert len(records) == expected
+    check(records)
+
+
+def test_examples_are_all_tested() -> None:
+    scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(EXAMPLE_CASES)
+
+
+def test_example_starts_its_own_broker_without_bootstrap_servers() -> None:
+    result = run([sys.executable, str(EXAMPLES / "basic_send.py"), "--topic", "own-broker"])
+    assert result.returncode == 0, explain(result)
+    note = EMBEDDED_NOTE.search(result.stderr)
+    assert note is not None, explain(result)
+    assert result.stdout.count("@ offset") == 10
+    assert port_is_closed(int(note["port"]))
+
+
+def test_getting_started_snippet_runs_as_written() -> None:
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    snippet = next(block for block in blocks if "EmbeddedBroker()" in block)
+    result = run([sys.executable, "-c", snippet])
+    assert result.returncode == 0, explain(result)
+    assert "stored in partition" in result.stdout
+    assert re.search(r"^\[\d+, \d+, \d+\]$", result.stdout, flags=re.MULTILINE), result.stdout
+
+
+# ---- aioproducer produce -------------------------------------------------------------------
+
+
+def test_produce_sends_each_line_with_key_and_headers(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=3)
+    lines = ["alice:logged in", "bob:logged out", "alice:bought: a hat", "carol:"]
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        "--key-separator", ":", "--header", "origin=cli", "--header", "v=1",
+        stdin="\n".join(lines) + "\n",
+    )
+    assert result.returncode == 0, explain(result)
+    assert re.search(rf"^4 records delivered to topic {re.escape(topic)} \(partitions: ",
+                     result.stdout, flags=re.MULTILINE), explain(result)
+    summary = {
+        int(partition): int(count)
+        for partition, count in re.findall(
+            r"partition (\d+): offsets \d+\.\.\d+ \((\d+) record", result.stdout
+        )
+    }
+    assert sum(summary.values()) == 4
+    records = read_back(tansu.bootstrap_servers, topic, expected=4)
+    assert sorted((r.key, r.value) for r in records) == sorted(
+        [(b"alice", b"logged in"), (b"bob", b"logged out"), (b"alice", b"bought: a hat"),
+         (b"carol", b"")]
+    )
+    assert all(r.headers == [("origin", b"cli"), ("v", b"1")] for r in records)
+    assert {r.partition for r in records} == set(summary)
+    # Records with the same key share a partition.
+    assert len({r.partition for r in records if r.key == b"alice"}) == 1
+
+
+def test_produce_reads_files_and_a_fixed_partition(
+    tansu: Any, new_topic: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(tansu, partitions=3)
+    first = tmp_path / "first.txt"
+    first.write_text("one\r\ntwo\n", encoding="utf-8")
+    second = tmp_path / "second.txt"
+    second.write_text("three", encoding="utf-8")  # no newline at the end
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        "--key", "k", "--partition", "2", str(first), str(second),
+    )
+    assert result.returncode == 0, explain(result)
+    assert "  partition 2: offsets 0..2 (3 records)" in result.stdout
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [(r.partition, r.offset, r.key, r.value) for r in records] == [
+        (2, 0, b"k", b"one"), (2, 1, b"k", b"two"), (2, 2, b"k", b"three")
+    ]
+
+
+def test_produce_exits_1_when_records_cannot_be_delivered(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=3)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        "--partition", "7", "--producer-props", "max.block.ms=3000", stdin="lost\n",
+    )
+    assert result.returncode == 1, explain(result)
+    assert "error:" in result.stderr and "partition 7" in result.stderr
+    assert "0 records delivered" in result.stdout
+
+
+def test_produce_exits_1_on_a_line_without_the_key_separator(
+    tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        "--key-separator", "=", stdin="a=1\nno separator\nb=2\n",
+    )
+    assert result.returncode == 1, explain(result)
+    assert "line 2 has no key separator" in result.stderr
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"1"]
+
+
+def test_produce_without_bootstrap_uses_an_embedded_broker_and_stops_it() -> None:
+    result = aioproducer("produce", "--topic", "lines", "--partitions", "2", stdin="x\ny\n")
+    assert result.returncode == 0, explain(result)
+    note = EMBEDDED_NOTE.search(result.stderr)
+    assert note is not None and note["topic"] == "lines" and note["partitions"] == "2"
+    assert "2 records delivered to topic lines" in result.stdout
+    assert port_is_closed(int(note["port"]))
+
+
+def test_ctrl_c_stops_the_embedded_broker() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aioproducer", "produce", "--topic", "interrupted"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env,
+    )
+    assert process.stderr is not None and process.stdin is not None
+    try:
+        seen = ""
+        note = None
+        while note is None:
+            line = process.stderr.readline()
+            assert line, f"the command ended before starting the broker: {seen}"
+            seen += line
+            note = EMBEDDED_NOTE.search(line)
+        process.stdin.write("one line\n")
+        process.stdin.flush()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert port_is_closed(int(note["port"]))
+
+
+# ---- usage errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["produce"],  # --topic is required
+        ["produce", "--topic", "t", "--header", "no-equals-sign"],
+        ["produce", "--topic", "t", "--key", "k", "--key-separator", ":"],
+        ["produce", "--topic", "t", "--producer-props", "linger.ms"],
+        ["produce", "--topic", "t", "--bootstrap-servers", "127.0.0.1:1", "/no/such/file"],
+        ["produce", "--topic", "t", "--bootstrap-servers", "127.0.0.1:1",
+         "--producer-props", "linger.mss=5"],
+        ["perf", "--topic", "t", "--num-records", "10", "--throughput", "-1"],  # no payload
+        ["perf", "--topic", "t", "--num-records", "0", "--record-size", "1", "--throughput", "-1"],
+        ["perf", "--topic", "t", "--num-records", "10", "--record-size", "1", "--throughput", "-1",
+         "--warmup-records", "10"],
+        ["bogus"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_an_unreachable_cluster_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    lines = tmp_path / "lines.txt"
+    lines.write_text("never sent\n", encoding="utf-8")
+    code = main(["produce", str(lines), "--topic", "t", "--bootstrap-servers",
+                 f"127.0.0.1:{port}", "--producer-props", "max.block.ms=1000"])
+    assert code == 1
+    assert "error" in capsys.readouterr().err
+
+
+# ---- aioproducer perf --------------------------------------------------------------------------
+
+
+def test_perf_prints_kafkas_lines_and_the_broker_has_every_record(
+    tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=3)
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "20000", "--record-size", "100",
+        "--throughput", "-1", "--bootstrap-servers", tansu.bootstrap_servers,
+        "--producer-props", "linger.ms=5", "acks=all",
+    )
+    assert result.returncode == 0, explain(result)
+    lines = result.stdout.strip().splitlines()
+    total = TOTAL_LINE.fullmatch(lines[-1])
+    assert total is not None, explain(result)
+    assert all(WINDOW_LINE.fullmatch(line) for line in lines[:-1]), explain(result)
+    assert int(total["count"]) == 20000
+    assert int(total["p50"]) <= int(total["p95"]) <= int(total["p99"]) <= int(total["p999"])
+    assert float(total["max"]) >= float(total["avg"])
+    records = read_back(tansu.bootstrap_servers, topic, expected=20000)
+    assert len(records) == 20000
+    assert all(len(r.value) == 100 and r.value.isalpha() and r.value.isupper() for r in records)
+    assert {r.partition for r in records} == {0, 1, 2}
+
+
+def test_perf_batch_mode_with_warmup_prints_steady_state(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=3)
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "20000", "--payload-monotonic",
+        "--throughput", "-1", "--batch", "--chunk-size", "700", "--warmup-records", "5000",
+        "--bootstrap-servers", tansu.bootstrap_servers,
+    )
+    assert result.returncode == 0, explain(result)
+    assert result.stdout.startswith("Warmup first 5000 records.")
+    totals = list(TOTAL_LINE.finditer(result.stdout))
+    assert [(t["count"], bool(t["steady"])) for t in totals] == [
+        ("20000", False), ("15000", True)
+    ], explain(result)
+    records = read_back(tansu.bootstrap_servers, topic, expected=20000)
+    assert sorted(int(r.value) for r in records) == list(range(20000))
+
+
+def test_perf_payload_file_throttled_with_metrics(
+    tansu: Any, new_topic: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("red|green|blue", encoding="utf-8")
+    config = tmp_path / "producer.properties"
+    config.write_text(
+        f"# a Java properties file\nbootstrap.servers={tansu.bootstrap_servers}\n"
+        "linger.ms: 1\n",
+        encoding="utf-8",
+    )
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "600", "--payload-file", str(payloads),
+        "--payload-delimiter", "|", "--throughput", "2000", "--print-metrics",
+        "--producer.config", str(config),
+    )
+    assert result.returncode == 0, explain(result)
+    assert "Number of messages read: 3" in result.stdout
+    assert TOTAL_LINE.search(result.stdout), explain(result)
+    sent = re.search(
+        r"^producer-metrics:record-send-total:\{client-id=perf-producer-client\}\s+: (\S+)$",
+        result.stdout, flags=re.MULTILINE,
+    )
+    assert sent is not None and float(sent[1]) == 600.0, explain(result)
+    records = read_back(tansu.bootstrap_servers, topic, expected=600)
+    assert len(records) == 600
+    assert {r.value for r in records} <= {b"red", b"green", b"blue"}
+
+
+def test_perf_on_the_embedded_broker_verifies_and_cleans_up() -> None:
+    result = aioproducer(
+        "perf", "--topic", "embedded-perf", "--num-records", "5000", "--record-size", "50",
+        "--throughput", "-1", "--verify",
+    )
+    assert result.returncode == 0, explain(result)
+    note = EMBEDDED_NOTE.search(result.stderr)
+    assert note is not None, explain(result)
+    assert note["topic"] == "embedded-perf" and note["partitions"] == "3"
+    total = TOTAL_LINE.search(result.stdout)
+    assert total is not None and total["count"] == "5000", explain(result)
+    assert "read back all 5000 records from topic embedded-perf" in result.stdout
+    assert port_is_closed(int(note["port"]))
+
+
+# ---- the statistics behind perf (offline) ------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_perf_stats_total_line_matches_kafkas_format() -> None:
+    clock = FakeClock()
+    stats = PerfStats(4, clock=clock)
+    for latency in (1.0, 2.0, 3.0, 10.0):
+        stats.record(latency, 1024 * 1024, clock.now)
+    clock.now += 2.0
+    assert stats.total_line() == (
+        "4 records sent, 2.000000 records/sec (2.00 MB/sec), 4.00 ms avg latency, "
+        "10.00 ms max latency, 3 ms 50th, 10 ms 95th, 10 ms 99th, 10 ms 99.9th."
+    )
+
+
+def test_perf_stats_print_a_window_every_five_seconds() -> None:
+    import io
+
+    clock = FakeClock()
+    out = io.StringIO()
+    stats = PerfStats(10, out=out, clock=clock)
+    stats.record(1.0, 100, clock.now)
+    clock.now += 5.0
+    stats.record(3.0, 100, clock.now)
+    assert out.getvalue() == (
+        "2 records sent, 0.4 records/sec (0.00 MB/sec), 2.0 ms avg latency, 3.0 ms max latency.\n"
+    )
+    stats.record(1.0, 100, clock.now)
+    assert out.getvalue().count("\n") == 1  # a new window started
+
+
+def test_perf_stats_sample_at_most_500000_latencies() -> None:
+    stats = PerfStats(2_000_000)
+    assert stats.sampling == 4
+    stats.record_many(5.0, 1_000_001, 0, stats.start)
+    assert len(stats.latencies) == 250_001
+    stats.record_many(7.0, 3, 0, stats.start)  # iterations 1_000_001..1_000_003: none sampled
+    assert len(stats.latencies) == 250_001
+    stats.record(9.0, 0, stats.start)  # iteration 1_000_004
+    assert len(stats.latencies) == 250_002

@@ -1,0 +1,302 @@
+"""Round trips on real brokers (Tansu and librdkafka's 3-broker mock cluster), read back with
+confluent-kafka's consumer: keys, values (empty and None), headers, timestamps, partitions and
+per-partition order exactly as sent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from aioproducer import Producer, ProducerRecord, RecordMetadata
+from aioproducer.errors import (
+    InvalidTopicError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+)
+from tests.support.readback import read_back
+
+
+@dataclass
+class Target:
+    """A broker to produce to, and how to make a topic on it."""
+
+    name: str
+    bootstrap: str
+    make_topic: Callable[[int], str]
+
+
+_counter = iter(range(1_000_000))
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{time.time_ns() % 10**9}-{next(_counter)}"
+
+
+@pytest.fixture(params=["tansu", "mock"])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    if request.param == "tansu":
+        broker = request.getfixturevalue("tansu")
+
+        def make_tansu(partitions: int) -> str:
+            topic = _name("t")
+            broker.create_topic(topic, partitions=partitions)
+            return topic
+
+        yield Target("tansu", broker.bootstrap_servers, make_tansu)
+    else:
+        cluster = request.getfixturevalue("mock_cluster")
+
+        def make_mock(partitions: int) -> str:
+            topic = _name("m")
+            cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+            return topic
+
+        yield Target("mock", cluster.bootstrap_servers, make_mock)
+
+
+def _by_partition(records: list[Any]) -> dict[int, list[Any]]:
+    grouped: dict[int, list[Any]] = defaultdict(list)
+    for record in records:
+        grouped[record.partition].append(record)
+    return grouped
+
+
+async def test_round_trip_every_field(target: Target) -> None:
+    topic = target.make_topic(3)
+    sent: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int, int]] = []
+    async with Producer(bootstrap_servers=target.bootstrap, linger_ms=2) as producer:
+        futures = []
+        base_ts = 1_700_000_000_000
+        for i in range(60):
+            key = None if i % 5 == 0 else f"key-{i % 7}".encode()
+            if i % 11 == 0:
+                value: bytes | None = None
+            elif i % 13 == 0:
+                value = b""
+            else:
+                value = f"value-{i}".encode() * (1 + i % 3)
+            headers: list[tuple[str, bytes | None]] = (
+                [("h1", f"{i}".encode()), ("empty", b"")] if i % 2 else []
+            )
+            partition = 2 if i % 17 == 0 else None
+            futures.append(
+                await producer.send(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    timestamp_ms=base_ts + i,
+                    headers=headers,
+                )
+            )
+            sent.append((key, value, headers, base_ts + i, -1 if partition is None else partition))
+        metadata = [await future for future in futures]
+    assert all(isinstance(m, RecordMetadata) for m in metadata)
+    for (key, value, _, ts, partition), meta in zip(sent, metadata, strict=True):
+        assert meta.topic == topic
+        assert meta.serialized_key_size == (-1 if key is None else len(key))
+        assert meta.serialized_value_size == (-1 if value is None else len(value))
+        if partition >= 0:
+            assert meta.partition == partition
+        if target.name == "tansu":
+            assert meta.timestamp == ts
+
+    consumed = read_back(target.bootstrap, topic, expected=len(sent))
+    assert len(consumed) == len(sent)
+    by_position = {(r.partition, r.offset): r for r in consumed}
+    for (key, value, headers, ts, _), meta in zip(sent, metadata, strict=True):
+        record = by_position[(meta.partition, meta.offset)]
+        assert record.key == key
+        assert record.value == value
+        assert list(record.headers or []) == headers
+        assert record.timestamp[1] == ts
+    # Per-partition order is the order of sending.
+    for partition, records in _by_partition(consumed).items():
+        offsets_in_send_order = [m.offset for m in metadata if m.partition == partition]
+        assert offsets_in_send_order == sorted(offsets_in_send_order)
+        assert [r.offset for r in records] == sorted(r.offset for r in records)
+
+
+async def test_keys_land_where_the_java_client_puts_them(target: Target) -> None:
+    topic = target.make_topic(5)
+    keys = [f"user-{i}".encode() for i in range(200)]
+    async with Producer(bootstrap_servers=target.bootstrap) as producer:
+        results = await producer.send_many(topic, [(k, b"v") for k in keys])
+        metadata = await results
+    # librdkafka's murmur2 partitioner is the Java client's algorithm.
+    for key, meta in zip(keys, metadata, strict=True):
+        assert meta.partition == confluent_kafka.murmur2(key, 5)
+    consumed = read_back(target.bootstrap, topic, expected=len(keys))
+    assert {(r.key, r.partition) for r in consumed} == {
+        (k, confluent_kafka.murmur2(k, 5)) for k in keys
+    }
+
+
+async def test_send_many_keeps_order_and_returns_metadata(target: Target) -> None:
+    topic = target.make_topic(1)
+    values = [f"{i:06d}".encode() for i in range(5000)]
+    async with Producer(bootstrap_servers=target.bootstrap, batch_size=4096) as producer:
+        results = await producer.send_many(topic, values)
+        metadata = await results
+    assert [m.offset for m in metadata] == list(range(metadata[0].offset, metadata[0].offset + 5000))
+    consumed = read_back(target.bootstrap, topic, expected=5000)
+    assert [r.value for r in consumed] == values
+
+
+async def test_send_many_accepts_records_and_pairs(target: Target) -> None:
+    topic = target.make_topic(2)
+    items: list[Any] = [
+        ProducerRecord(topic, b"r0", b"k0", partition=1, headers=[("a", b"1")], timestamp_ms=5),
+        (b"k1", b"r1"),
+        b"r2",
+    ]
+    async with Producer(bootstrap_servers=target.bootstrap) as producer:
+        metadata = await (await producer.send_many(topic, items))
+    assert metadata[0].partition == 1
+    consumed = read_back(target.bootstrap, topic, expected=3)
+    by_value = {r.value: r for r in consumed}
+    assert by_value[b"r0"].key == b"k0" and by_value[b"r0"].headers == [("a", b"1")]
+    assert by_value[b"r0"].timestamp[1] == 5
+    assert by_value[b"r1"].key == b"k1"
+    assert by_value[b"r2"].key is None
+
+
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+async def test_acks(target: Target, acks: Any) -> None:
+    if acks == 0 and target.name == "mock":
+        pytest.skip("the mock cluster answers acks=0 requests; covered on Tansu")
+    topic = target.make_topic(1)
+    async with Producer(bootstrap_servers=target.bootstrap, acks=acks) as producer:
+        futures = [await producer.send(topic, f"{i}".encode()) for i in range(100)]
+        metadata = [await f for f in futures]
+    if acks == 0:
+        assert all(m.offset == -1 for m in metadata)
+    else:
+        assert [m.offset for m in metadata] == list(range(100))
+    consumed = read_back(target.bootstrap, topic, expected=100)
+    assert [r.value for r in consumed] == [f"{i}".encode() for i in range(100)]
+
+
+async def test_serializers_and_interceptors(target: Target) -> None:
+    topic = target.make_topic(1)
+    acknowledged: list[tuple[Any, Any]] = []
+
+    class Tag:
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            record.headers = [*(record.headers or []), ("tag", b"yes")]
+            return record
+
+        def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
+            acknowledged.append((metadata.offset, error))
+
+    class Broken:
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            raise RuntimeError("interceptor bug")
+
+        def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
+            raise RuntimeError("interceptor bug")
+
+    async with Producer(
+        bootstrap_servers=target.bootstrap,
+        key_serializer=lambda k: k.encode(),
+        value_serializer=lambda v: repr(v).encode(),
+        interceptors=[Broken(), Tag()],
+    ) as producer:
+        await producer.send_and_wait(topic, {"n": 1}, key="a")
+        await producer.send_and_wait(topic, [2], key="b")
+    consumed = read_back(target.bootstrap, topic, expected=2)
+    assert [(r.key, r.value) for r in consumed] == [(b"a", b"{'n': 1}"), (b"b", b"[2]")]
+    assert all(("tag", b"yes") in r.headers for r in consumed)
+    assert acknowledged == [(0, None), (1, None)]
+
+
+async def test_bad_inputs_fail_clearly_and_lose_nothing_else(target: Target) -> None:
+    topic = target.make_topic(2)
+    async with Producer(
+        bootstrap_servers=target.bootstrap, max_request_size=10_000, max_block_ms=3000
+    ) as producer:
+        good = [await producer.send(topic, b"before")]
+        with pytest.raises(InvalidTopicError):
+            await producer.send("bad topic!", b"x")
+        with pytest.raises(SerializationError, match="value_serializer") as info:
+            await producer.send(topic, "a str")
+        assert isinstance(info.value, TypeError)
+        with pytest.raises(SerializationError, match="key_serializer"):
+            await producer.send(topic, b"x", key=123)
+        with pytest.raises(SerializationError):
+            await producer.send(topic, b"x", headers=[("h", "not bytes")])  # type: ignore[list-item]
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            await producer.send(topic, b"x" * 20_000)
+        with pytest.raises(UnknownTopicOrPartitionError, match="out of range"):
+            await producer.send(topic, b"x", partition=7)
+        good.append(await producer.send(topic, b"after"))
+        metadata = [await f for f in good]
+    with pytest.raises(ProducerClosedError):
+        await producer.send(topic, b"late")
+    consumed = read_back(target.bootstrap, topic, expected=2)
+    assert sorted(r.value for r in consumed) == [b"after", b"before"]
+    assert {m.topic for m in metadata} == {topic}
+
+
+async def test_partitions_for_and_metrics(target: Target) -> None:
+    topic = target.make_topic(4)
+    async with Producer(bootstrap_servers=target.bootstrap) as producer:
+        assert await producer.partitions_for(topic) == [0, 1, 2, 3]
+        await (await producer.send_many(topic, [b"x" * 100] * 1000))
+        metrics = producer.metrics()
+    assert metrics["record-send-total"] == 1000
+    assert metrics["record-error-total"] == 0
+    assert metrics["batch-size-avg"] > 100
+    assert metrics["records-per-request-avg"] >= 1
+    assert metrics["request-latency-avg"] > 0
+    assert metrics["buffer-total-bytes"] == 32 * 1024 * 1024
+    assert metrics["buffer-available-bytes"] == metrics["buffer-total-bytes"]
+    for name in (
+        "record-send-rate",
+        "record-retry-total",
+        "compression-rate-avg",
+        "request-latency-max",
+        "record-queue-time-avg",
+        "bufferpool-wait-time-total",
+    ):
+        assert name in metrics
+
+
+async def test_large_records_get_their_own_batch(target: Target) -> None:
+    topic = target.make_topic(1)
+    big = bytes(range(256)) * 400  # 100 KiB, far above batch_size
+    async with Producer(bootstrap_servers=target.bootstrap, batch_size=16384) as producer:
+        futures = [await producer.send(topic, v) for v in (b"small", big, b"small2")]
+        await asyncio.gather(*futures)
+    consumed = read_back(target.bootstrap, topic, expected=3)
+    assert [r.value for r in consumed] == [b"small", big, b"small2"]
+
+
+async def test_close_delivers_everything_buffered(target: Target) -> None:
+    topic = target.make_topic(3)
+    producer = Producer(bootstrap_servers=target.bootstrap, linger_ms=10_000)
+    await producer.start()
+    futures = [await producer.send(topic, f"{i}".encode()) for i in range(300)]
+    assert not any(f.done() for f in futures)  # linger holds them
+    await producer.close()
+    assert all(f.done() for f in futures)
+    assert all(f.exception() is None for f in futures)
+    consumed = read_back(target.bootstrap, topic, expected=300)
+    assert len(consumed) == 300
+
+
+async def test_flush_sends_lingering_batches(target: Target) -> None:
+    topic = target.make_topic(1)
+    async with Producer(bootstrap_servers=target.bootstrap, linger_ms=60_000) as producer:
+        futures = [await producer.send(topic, b"x") for _ in range(10)]
+        await producer.flush(timeout=20)
+        assert all(f.done() and f.exception() is None for f in futures)

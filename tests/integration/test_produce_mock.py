@@ -1,0 +1,159 @@
+"""Behaviour the librdkafka mock cluster lets us provoke: errors the broker returns, slow and
+dead brokers, unknown topics. Each scenario reads back what the broker stored."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from aioproducer import Producer
+from aioproducer.errors import (
+    BufferExhaustedError,
+    DeliveryTimeoutError,
+    InvalidTopicError,
+    KafkaError,
+    ProducerClosedError,
+    UnknownTopicOrPartitionError,
+)
+from tests.support.readback import read_back
+
+PRODUCE = 0
+MESSAGE_TOO_LARGE = 10
+NOT_LEADER_OR_FOLLOWER = 6
+UNKNOWN_TOPIC_OR_PART = 3
+INVALID_TOPIC_EXCEPTION = 17
+
+_counter = iter(range(1_000_000))
+
+
+def _topic(cluster: Any, partitions: int = 1) -> str:
+    name = f"mock-{time.time_ns() % 10**9}-{next(_counter)}"
+    cluster.create_topic(name, partitions=partitions, replication_factor=3)
+    return name
+
+
+async def test_message_too_large_splits_the_batch(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    values = [f"{i:05d}".encode() * 20 for i in range(400)]
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, linger_ms=50, enable_idempotence=False
+    ) as producer:
+        mock_cluster.push_request_errors(PRODUCE, [MESSAGE_TOO_LARGE])
+        metadata = await (await producer.send_many(topic, values))
+        assert producer.metrics()["record-error-total"] == 0
+    assert [m.offset for m in metadata] == sorted(m.offset for m in metadata)
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=len(values))
+    assert [r.value for r in consumed] == values
+
+
+async def test_retriable_errors_are_retried_in_order(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, retry_backoff_ms=10
+    ) as producer:
+        mock_cluster.push_request_errors(PRODUCE, [NOT_LEADER_OR_FOLLOWER, NOT_LEADER_OR_FOLLOWER])
+        futures = [await producer.send(topic, f"{i}".encode()) for i in range(50)]
+        await asyncio.gather(*futures)
+        assert producer.metrics()["record-retry-total"] >= 1
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=50)
+    assert [r.value for r in consumed] == [f"{i}".encode() for i in range(50)]
+
+
+async def test_unknown_topic_waits_max_block_then_fails(mock_cluster: Any) -> None:
+    topic = f"absent-{next(_counter)}"
+    # The mock creates topics on demand; make this one report UNKNOWN_TOPIC_OR_PARTITION.
+    mock_cluster.topic_set_error(topic, UNKNOWN_TOPIC_OR_PART)
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, max_block_ms=500
+    ) as producer:
+        start = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartitionError, match="max_block_ms"):
+            await producer.send(topic, b"x")
+        elapsed = time.monotonic() - start
+        assert 0.4 <= elapsed < 10
+        # The producer still works for other topics.
+        good = _topic(mock_cluster)
+        await producer.send_and_wait(good, b"ok")
+
+
+async def test_topic_the_broker_calls_invalid(mock_cluster: Any) -> None:
+    topic = f"rejected-{next(_counter)}"
+    mock_cluster.topic_set_error(topic, INVALID_TOPIC_EXCEPTION)
+    async with Producer(bootstrap_servers=mock_cluster.bootstrap_servers) as producer:
+        with pytest.raises(InvalidTopicError):
+            await producer.send(topic, b"x")
+
+
+async def test_full_buffer_blocks_then_raises(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        buffer_memory=64 * 1024,
+        batch_size=16 * 1024,
+        max_block_ms=300,
+        linger_ms=0,
+        request_timeout_ms=30_000,
+    ) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        for broker in (1, 2, 3):
+            mock_cluster.broker_set_rtt(broker, 3000)
+        accepted = []
+        with pytest.raises(BufferExhaustedError) as info:
+            for _ in range(10_000):
+                accepted.append(await producer.send(topic, b"x" * 1000))
+        assert info.value.retriable
+        # Memory held never exceeds buffer_memory.
+        assert producer.metrics()["buffer-available-bytes"] >= 0
+        assert len(accepted) * 1000 <= 64 * 1024
+        for broker in (1, 2, 3):
+            mock_cluster.broker_set_rtt(broker, 0)
+        await asyncio.gather(*accepted)
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=len(accepted) + 1)
+    assert len(consumed) == len(accepted) + 1
+
+
+async def test_delivery_timeout_when_the_leader_is_down(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        delivery_timeout_ms=1500,
+        request_timeout_ms=500,
+        linger_ms=0,
+        enable_idempotence=False,
+    ) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        for broker in (1, 2, 3):
+            mock_cluster.broker_set_down(broker)
+        start = time.monotonic()
+        future = await producer.send(topic, b"lost")
+        with pytest.raises(DeliveryTimeoutError) as info:
+            await future
+        elapsed = time.monotonic() - start
+        assert info.value.retriable
+        assert elapsed < 10
+        assert producer.metrics()["record-error-total"] == 1
+        for broker in (1, 2, 3):
+            mock_cluster.broker_set_up(broker)
+        await producer.send_and_wait(topic, b"after")
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=2)
+    assert [r.value for r in consumed] == [b"warm-up", b"after"]
+
+
+async def test_close_with_timeout_fails_what_is_left(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    producer = Producer(bootstrap_servers=mock_cluster.bootstrap_servers, linger_ms=0)
+    await producer.start()
+    await producer.send_and_wait(topic, b"first")
+    for broker in (1, 2, 3):
+        mock_cluster.broker_set_down(broker)
+    futures = [await producer.send(topic, b"stuck") for _ in range(5)]
+    start = time.monotonic()
+    await producer.close(timeout=0.5)
+    assert time.monotonic() - start < 5
+    for future in futures:
+        assert future.done()
+        assert isinstance(future.exception(), ProducerClosedError)
+        assert isinstance(future.exception(), KafkaError)

@@ -1,0 +1,185 @@
+"""Read records back with a third-party client (confluent-kafka) as an oracle.
+
+The consumer is assigned partitions directly instead of joining a group: group joins
+are slow on Tansu and add nothing to a read-back.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+
+__all__ = ["ConsumedRecord", "ReadBackError", "high_watermarks", "partitions_of", "read_back"]
+
+
+class ReadBackError(RuntimeError):
+    """The read-back consumer hit an error it cannot continue past."""
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    """One record as confluent-kafka's consumer saw it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    """In wire order; duplicates kept. An empty list when the record had none."""
+    timestamp: tuple[int, int]
+    """``(type, ms)``: type 0 none, 1 CreateTime, 2 LogAppendTime."""
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 none, 1 CreateTime, 2 LogAppendTime."""
+        return self.timestamp[0]
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The timestamp in milliseconds since the epoch."""
+        return self.timestamp[1]
+
+
+def _config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        # The Python binding insists on a group id even for assign()-only use; a
+        # fresh one keeps runs apart. Nothing is ever committed.
+        "group.id": f"aioproducer-readback-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "log_level": 3,
+        **extra,
+    }
+
+
+def partitions_of(bootstrap: str, topic: str, *, timeout: float = 10.0) -> list[int]:
+    """The partition ids of ``topic``, sorted, from a Metadata request.
+
+    Raises:
+        ReadBackError: the topic is unknown or metadata did not arrive in time.
+    """
+    consumer = confluent_kafka.Consumer(_config(bootstrap))
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+    except confluent_kafka.KafkaException as exc:
+        raise ReadBackError(f"no metadata for {topic!r}: {exc}") from exc
+    finally:
+        consumer.close()
+    entry = metadata.topics.get(topic)
+    if entry is None or entry.error is not None or not entry.partitions:
+        error = entry.error if entry is not None else "missing"
+        raise ReadBackError(f"topic {topic!r} is not available: {error}")
+    return sorted(entry.partitions)
+
+
+def read_back(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    *,
+    expected: int,
+    timeout: float = 30.0,
+    isolation_level: str = "read_uncommitted",
+    extra_wait: float = 0.0,
+) -> list[ConsumedRecord]:
+    """Read ``topic`` from the beginning until ``expected`` records have arrived.
+
+    Args:
+        bootstrap: ``host:port[,host:port...]``.
+        topic: The topic to read.
+        partitions: The partitions to read; all of them by default.
+        expected: Stop once this many records are read.
+        timeout: Stop after this many seconds even if fewer arrived.
+        isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
+        extra_wait: After ``expected`` records, keep reading this long to catch
+            records beyond the expected ones (duplicates, for instance).
+
+    Returns:
+        The records sorted by (partition, offset). Fewer than ``expected`` means the
+        timeout ran out; the caller's assertion then shows what did arrive.
+
+    Raises:
+        ReadBackError: the consumer reported a fatal error.
+    """
+    if partitions is None:
+        partitions = partitions_of(bootstrap, topic, timeout=timeout)
+    consumer = confluent_kafka.Consumer(
+        _config(
+            bootstrap,
+            **{
+                "isolation.level": isolation_level,
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 100,
+            },
+        )
+    )
+    records: list[ConsumedRecord] = []
+    try:
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, partition, confluent_kafka.OFFSET_BEGINNING)
+                for partition in partitions
+            ]
+        )
+        deadline = time.monotonic() + timeout
+        stop_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if stop_at is None and len(records) >= expected:
+                stop_at = now + extra_wait
+            limit = deadline if stop_at is None else min(deadline, stop_at)
+            if now >= limit:
+                break
+            for message in consumer.consume(num_messages=500, timeout=min(0.2, limit - now)):
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise ReadBackError(f"consumer failed: {error}")
+                    continue  # transient: the consumer retries on its own
+                records.append(_record(message))
+    finally:
+        consumer.close()
+    records.sort(key=lambda record: (record.partition, record.offset))
+    return records
+
+
+def _record(message: Any) -> ConsumedRecord:
+    headers = message.headers() or []
+    timestamp_type, timestamp_ms = message.timestamp()
+    return ConsumedRecord(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        headers=[(str(name), value) for name, value in headers],
+        timestamp=(int(timestamp_type), int(timestamp_ms)),
+    )
+
+
+def high_watermarks(bootstrap: str, topic: str, *, timeout: float = 10.0) -> dict[int, int]:
+    """Each partition's high watermark (the offset the next record will get).
+
+    Tansu reports the base offset of the last batch plus one rather than the last
+    offset plus one, so on Tansu this undercounts whenever a batch held several
+    records; use :func:`read_back` there.
+    """
+    partitions = partitions_of(bootstrap, topic, timeout=timeout)
+    consumer = confluent_kafka.Consumer(_config(bootstrap))
+    try:
+        return {
+            partition: int(
+                consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(topic, partition), timeout=timeout, cached=False
+                )[1]
+            )
+            for partition in partitions
+        }
+    finally:
+        consumer.close()

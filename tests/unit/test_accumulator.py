@@ -1,0 +1,180 @@
+"""The RecordAccumulator stepped with a fake clock: readiness (full, linger, flush, close,
+pool waiters, backoff), draining (max_request_size, rotation, one batch per partition),
+expiry, retries in sequence order, and batch splitting."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.buffer_pool import BufferPool
+from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
+from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.record_reader import decode_record_batches
+from aioproducer.records import RecordFuture
+
+
+def make_cluster(partitions: dict[int, int], topic: str = "t") -> Cluster:
+    """A cluster where partition p of ``topic`` is led by broker partitions[p] (-1: none)."""
+    brokers = {n: Broker(n, "127.0.0.1", 9000 + n) for n in (1, 2, 3)}
+    info = TopicInfo(
+        topic, tuple(PartitionInfo(p, leader) for p, leader in sorted(partitions.items()))
+    )
+    return Cluster(brokers=brokers, topics={topic: info})
+
+
+class Harness:
+    def __init__(self, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        self.pool = BufferPool(kwargs.pop("buffer_memory", 1 << 20), kwargs.get("batch_size", 1024))
+        options: dict[str, Any] = {
+            "batch_size": 1024,
+            "linger": 0.005,
+            "delivery_timeout": 120.0,
+            "retry_backoff": 0.1,
+            "compression": CompressionType.NONE,
+            "compression_level": None,
+        }
+        options.update(kwargs)
+        self.acc = RecordAccumulator(pool=self.pool, create_future=loop.create_future, **options)
+
+    def append(self, partition: int, value: bytes, now: float, topic: str = "t") -> RecordFuture:
+        future = self.acc.try_append(topic, partition, 0, None, value, None)
+        if future is not None:
+            return future
+        size = self.acc.buffer_size_for(len(value) + 30)
+        buffer = self.pool.allocate_nowait(size)
+        assert buffer is not None
+        return self.acc.append_to_new_batch(topic, partition, 0, None, value, None, buffer, now)
+
+
+async def test_linger_decides_readiness() -> None:
+    h = Harness(asyncio.get_running_loop(), linger=0.010)
+    cluster = make_cluster({0: 1, 1: 2})
+    h.append(0, b"x", now=100.0)
+    result = h.acc.ready(cluster, 100.004)
+    assert result.ready_nodes == set()
+    assert result.next_ready_check_delay == pytest.approx(0.006)
+    assert h.acc.ready(cluster, 100.010).ready_nodes == {1}
+
+
+async def test_full_batch_is_ready_at_once() -> None:
+    h = Harness(asyncio.get_running_loop(), linger=10.0, batch_size=200)
+    cluster = make_cluster({0: 1})
+    for _ in range(10):
+        h.append(0, b"y" * 30, now=0.0)
+    # More than one batch in the deque: the first is full.
+    assert len(h.acc.deque_for(("t", 0))) > 1
+    assert h.acc.ready(cluster, 0.0).ready_nodes == {1}
+
+
+async def test_flush_and_close_make_everything_ready() -> None:
+    h = Harness(asyncio.get_running_loop(), linger=10.0)
+    cluster = make_cluster({0: 1, 1: 3})
+    h.append(0, b"a", 0.0)
+    h.append(1, b"b", 0.0)
+    assert h.acc.ready(cluster, 0.0).ready_nodes == set()
+    h.acc.begin_flush()
+    assert h.acc.ready(cluster, 0.0).ready_nodes == {1, 3}
+    h.acc.end_flush()
+    assert h.acc.ready(cluster, 0.0).ready_nodes == set()
+    h.acc.close()
+    assert h.acc.ready(cluster, 0.0).ready_nodes == {1, 3}
+
+
+async def test_unknown_leader_is_reported() -> None:
+    h = Harness(asyncio.get_running_loop())
+    cluster = make_cluster({0: -1})
+    h.append(0, b"a", 0.0)
+    result = h.acc.ready(cluster, 1.0)
+    assert result.ready_nodes == set()
+    assert result.unknown_leader_topics == {"t"}
+
+
+async def test_drain_respects_max_request_size_and_rotates() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=1024)
+    cluster = make_cluster({p: 1 for p in range(4)})
+    for p in range(4):
+        h.append(p, b"z" * 400, 0.0)
+    # Room for two batches per request: partitions must take turns.
+    first = h.acc.drain(cluster, [1], 1000, 1.0)[1]
+    assert [b.partition for b in first] == [0, 1]
+    second = h.acc.drain(cluster, [1], 1000, 1.0)[1]
+    assert [b.partition for b in second] == [2, 3]
+    for p in range(4):
+        h.append(p, b"z" * 400, 0.0)
+    # The next request starts after the last partition served, not at partition 0 again.
+    third = h.acc.drain(cluster, [1], 1000, 1.0)[1]
+    assert [b.partition for b in third] == [3, 0]
+
+
+async def test_one_batch_per_partition_per_request() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=200)
+    cluster = make_cluster({0: 1})
+    for _ in range(20):
+        h.append(0, b"q" * 50, 0.0)
+    batches = h.acc.drain(cluster, [1], 1 << 20, 1.0)[1]
+    assert len(batches) == 1
+    assert len(h.acc.deque_for(("t", 0))) >= 1
+
+
+async def test_retry_backoff_and_sequence_order() -> None:
+    h = Harness(asyncio.get_running_loop(), linger=0.0)
+    cluster = make_cluster({0: 1})
+    h.append(0, b"a", 0.0)
+    (first,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    h.append(0, b"b", 0.0)
+    (second,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    first.base_sequence, second.base_sequence = 0, 1
+    # Both fail; the second comes back first, but sequence order wins in the deque.
+    h.acc.reenqueue(second, 1.0, 0.5)
+    h.acc.reenqueue(first, 1.0, 0.5)
+    assert list(h.acc.deque_for(("t", 0))) == [first, second]
+    result = h.acc.ready(cluster, 1.2)
+    assert result.ready_nodes == set()
+    assert result.next_ready_check_delay == pytest.approx(0.3)
+    assert h.acc.ready(cluster, 1.5).ready_nodes == {1}
+    assert first.attempts == 1
+
+
+async def test_expired_batches_are_returned() -> None:
+    h = Harness(asyncio.get_running_loop(), delivery_timeout=2.0, linger=100.0)
+    h.append(0, b"a", 10.0)
+    assert h.acc.expired_batches(11.9) == []
+    assert h.acc.next_expiry() == pytest.approx(12.0)
+    expired = h.acc.expired_batches(12.0)
+    assert len(expired) == 1 and isinstance(expired[0], ProducerBatch)
+
+
+async def test_deallocate_returns_memory() -> None:
+    h = Harness(asyncio.get_running_loop(), buffer_memory=4096, batch_size=1024)
+    cluster = make_cluster({0: 1})
+    h.append(0, b"a", 0.0)
+    assert h.pool.available_memory() == 3072
+    (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    batch.builder.close()
+    batch.complete(0, -1)
+    h.acc.deallocate(batch)
+    assert h.pool.available_memory() == 4096
+    assert not h.acc.has_incomplete()
+
+
+async def test_split_moves_record_futures() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    cluster = make_cluster({0: 1})
+    futures = [h.append(0, f"{i:04d}".encode() * 50, 0.0) for i in range(15)]
+    (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    records = decode_record_batches(bytes(batch.builder.close()))[0].records
+    h.acc.batch_size = 1024
+    count = h.acc.split_and_reenqueue(batch, list(records), 1.0)
+    assert count > 1
+    new_batches = list(h.acc.deque_for(("t", 0)))
+    base = 0
+    for new_batch in new_batches:
+        new_batch.builder.close()
+        new_batch.complete(base, -1)
+        base += new_batch.record_count
+    metadata = [await f for f in futures]
+    assert [m.offset for m in metadata] == list(range(15))

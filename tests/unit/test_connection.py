@@ -1,0 +1,821 @@
+"""The network layer against a scripted fake broker (and one round trip with Tansu).
+
+The fake broker is an ``asyncio.start_server`` that decodes request headers by hand and
+answers with canned responses built by hand, so these tests do not trust the codec they test
+against. Every test runs on the default asyncio loop and on uvloop (the ``run`` fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import struct
+import time
+import tracemalloc
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import pytest
+import uvloop
+
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import (
+    CorruptResponseError,
+    IllegalStateError,
+    KafkaConnectionError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+)
+from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
+from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.protocol.messages import (
+    ApiVersionsRequest,
+    InitProducerIdRequest,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceRequest,
+)
+
+if TYPE_CHECKING:
+    from aioproducer.embedded import EmbeddedBroker
+
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+# A safety net so that a broken test fails instead of hanging; never a measured threshold.
+PATIENCE = 10.0
+
+Runner = Callable[[Coroutine[Any, Any, T]], T]
+
+
+@pytest.fixture(params=sorted(LOOP_FACTORIES))
+def run(request: pytest.FixtureRequest) -> Iterator[Runner[Any]]:
+    """Run a coroutine to completion on a fresh loop of each kind."""
+    factory = LOOP_FACTORIES[request.param]
+
+    def runner(coroutine: Coroutine[Any, Any, T]) -> T:
+        loop = factory()
+        try:
+            return loop.run_until_complete(asyncio.wait_for(coroutine, PATIENCE * 3))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    yield runner
+
+
+def make_config(port: int | list[int] = 9092, **options: Any) -> ProducerConfig:
+    ports = port if isinstance(port, list) else [port]
+    return ProducerConfig(
+        bootstrap_servers=",".join(f"{HOST}:{p}" for p in ports),
+        client_id="test-client",
+        **options,
+    )
+
+
+# ---- a request the fake broker echoes ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class EchoResponse(Response):
+    payload: bytes
+
+
+@dataclass(slots=True)
+class EchoRequest(Request[EchoResponse]):
+    """A request whose body is ``payload``; it borrows Metadata's key and header rules."""
+
+    API_KEY: ClassVar[int] = ApiKey.METADATA
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 8
+    FLEXIBLE_FROM: ClassVar[int] = 9
+
+    payload: bytes
+    respond: bool = True
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        return [self.payload]
+
+    def expects_response(self) -> bool:
+        return self.respond
+
+    def decode_response(self, data: memoryview, version: int) -> EchoResponse:
+        return EchoResponse(bytes(data))
+
+
+# ---- the fake broker ---------------------------------------------------------------------
+
+DEFAULT_RANGES: dict[int, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (0, 8),
+    ApiKey.PRODUCE: (3, 9),
+}
+# First flexible version (request header v2) of the APIs the fake broker decodes.
+FLEXIBLE_FROM = {ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 9, ApiKey.PRODUCE: 9}
+
+
+@dataclass
+class Received:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: bytes
+    writer: asyncio.StreamWriter = field(repr=False)
+
+
+def frame(correlation_id: int, body: bytes) -> bytes:
+    """A response frame with header v0."""
+    return struct.pack(">ii", 4 + len(body), correlation_id) + body
+
+
+def api_versions_body(version: int, error_code: int, ranges: dict[int, tuple[int, int]]) -> bytes:
+    entries = sorted(ranges.items())
+    if version >= 3:
+        assert len(entries) < 127
+        out = struct.pack(">hB", error_code, len(entries) + 1)
+        for key, (low, high) in entries:
+            out += struct.pack(">hhhB", key, low, high, 0)
+        return out + struct.pack(">iB", 0, 0)
+    out = struct.pack(">hi", error_code, len(entries))
+    for key, (low, high) in entries:
+        out += struct.pack(">hhh", key, low, high)
+    return out + (struct.pack(">i", 0) if version >= 1 else b"")
+
+
+class FakeBroker:
+    """A scripted broker on a loopback port.
+
+    ApiVersions is answered from ``ranges``; a version above ``api_versions_max`` gets
+    UNSUPPORTED_VERSION in the v0 layout (listing ApiVersions' own range if
+    ``list_api_versions``), as Kafka does. Every other request is queued for the test, which
+    answers it (or not) with :meth:`reply` / :meth:`write`.
+    """
+
+    def __init__(
+        self,
+        ranges: dict[int, tuple[int, int]] | None = None,
+        *,
+        api_versions_max: int = 3,
+        list_api_versions: bool = True,
+        unsupported_body: bytes | None = None,
+    ) -> None:
+        self.ranges = dict(DEFAULT_RANGES if ranges is None else ranges)
+        self.api_versions_max = api_versions_max
+        self.list_api_versions = list_api_versions
+        self.unsupported_body = unsupported_body
+        self.received: list[Received] = []
+        self.requests: asyncio.Queue[Received] = asyncio.Queue()
+        self.writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> FakeBroker:
+        self._server = await asyncio.start_server(self._serve, HOST, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for writer in self.writers:
+            writer.close()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def next_request(self) -> Received:
+        return await asyncio.wait_for(self.requests.get(), PATIENCE)
+
+    @staticmethod
+    def reply(request: Received, body: bytes) -> None:
+        request.writer.write(frame(request.correlation_id, body))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                data = await reader.readexactly(size)
+                request = self._parse(data, writer)
+                self.received.append(request)
+                if request.api_key == ApiKey.API_VERSIONS:
+                    self._answer_api_versions(request)
+                else:
+                    self.requests.put_nowait(request)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    def _parse(data: bytes, writer: asyncio.StreamWriter) -> Received:
+        api_key, version, correlation_id, length = struct.unpack_from(">hhih", data, 0)
+        position = 10
+        client_id = None
+        if length >= 0:
+            client_id = data[position : position + length].decode()
+            position += length
+        if version >= FLEXIBLE_FROM.get(api_key, 1 << 15):
+            assert data[position] == 0, "the fake broker expects no tagged header fields"
+            position += 1
+        return Received(api_key, version, correlation_id, client_id, data[position:], writer)
+
+    def _answer_api_versions(self, request: Received) -> None:
+        if request.version > self.api_versions_max:
+            listed = {ApiKey.API_VERSIONS: (0, self.api_versions_max)}
+            body = self.unsupported_body or api_versions_body(
+                0, 35, listed if self.list_api_versions else {}
+            )
+        else:
+            body = api_versions_body(request.version, 0, self.ranges)
+        self.reply(request, body)
+
+
+class Recorder:
+    """A callback that counts its calls and lets a test wait for a condition."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, *args: Any) -> None:
+        self.calls.append(args)
+        self._changed.set()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), PATIENCE)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections (bound, never listening)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        yield sock.getsockname()[1]
+
+
+async def connected(
+    broker: FakeBroker, node_id: int = 1, clock: Callable[[], float] | None = None, **options: Any
+) -> tuple[BrokerConnection, Recorder, Recorder]:
+    on_close, on_capacity = Recorder(), Recorder()
+    connection = BrokerConnection(
+        node_id,
+        HOST,
+        broker.port,
+        make_config(broker.port, **options),
+        on_close=on_close,
+        on_capacity=on_capacity,
+        **({"clock": clock} if clock is not None else {}),
+    )
+    await connection.connect()
+    return connection, on_close, on_capacity
+
+
+async def failure(future: asyncio.Future[Any]) -> BaseException:
+    with pytest.raises(Exception) as caught:
+        await asyncio.wait_for(future, PATIENCE)
+    return caught.value
+
+
+# ---- ApiVersions ---------------------------------------------------------------------------------
+
+
+def test_api_versions_handshake_and_negotiation(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        ranges = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 8), ApiKey.PRODUCE: (0, 2)}
+        async with FakeBroker(ranges) as broker:
+            connection, _, _ = await connected(
+                broker, client_software_name="net-test", client_software_version="1.2.3"
+            )
+            assert connection.state is ConnectionState.READY
+            assert connection.api_versions == ranges
+            first = broker.received[0]
+            assert (first.api_key, first.version, first.client_id) == (18, 3, "test-client")
+            # v3 carries the software name and version as compact strings.
+            assert first.body == b"\x09net-test\x061.2.3\x00"
+            assert connection.negotiate(MetadataRequest) == 8  # ours 1-12, the broker's 0-8
+            assert connection.negotiate(ApiVersionsRequest) == 3
+            with pytest.raises(UnsupportedVersionError, match="InitProducerIdRequest"):
+                connection.negotiate(InitProducerIdRequest)  # not advertised at all
+            with pytest.raises(UnsupportedVersionError, match=r"v0-v2.*v3-v11"):
+                connection.negotiate(ProduceRequest)  # no overlap
+            connection.close()
+            await connection.wait_closed()
+
+    run(scenario())
+
+
+# librdkafka's mock cluster answers an unknown ApiVersions version in a layout of its own:
+# error 35, a compact array count of 0, then one entry anyway (bytes seen on the wire).
+MOCK_CLUSTER_UNSUPPORTED = bytes.fromhex("002301001200000002" + "00000000")
+
+
+@pytest.mark.parametrize(
+    ("listed", "unsupported_body", "retry_version"),
+    [(True, None, 2), (False, None, 0), (True, MOCK_CLUSTER_UNSUPPORTED, 0)],
+    ids=["kafka, listed", "kafka, not listed", "librdkafka mock"],
+)
+def test_api_versions_falls_back_on_unsupported_version(
+    run: Runner[None], listed: bool, unsupported_body: bytes | None, retry_version: int
+) -> None:
+    async def scenario() -> None:
+        async with FakeBroker(
+            api_versions_max=2, list_api_versions=listed, unsupported_body=unsupported_body
+        ) as broker:
+            connection, _, _ = await connected(broker)
+            assert [r.version for r in broker.received] == [3, retry_version]
+            assert connection.is_ready
+            assert connection.api_versions == DEFAULT_RANGES
+            connection.close()
+
+    run(scenario())
+
+
+# ---- pipelining --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delivery", ["one write", "byte by byte"])
+def test_pipelined_requests_resolve_in_order(run: Runner[None], delivery: str) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(broker)
+            payloads = [b"first", b"second" * 100, b"third"]
+            futures = [connection.send(EchoRequest(p)) for p in payloads]
+            assert connection.in_flight_count() == 3
+            done_order: list[int] = []
+            for index, future in enumerate(futures):
+                future.add_done_callback(lambda _, i=index: done_order.append(i))
+            requests = [await broker.next_request() for _ in payloads]
+            assert [r.body for r in requests] == payloads
+            assert len({r.correlation_id for r in requests}) == 3
+            wire = b"".join(frame(r.correlation_id, b"re:" + r.body) for r in requests)
+            writer = requests[0].writer
+            if delivery == "one write":
+                writer.write(wire)
+            else:
+                for index in range(len(wire)):
+                    writer.write(wire[index : index + 1])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+            results = await asyncio.gather(*futures)
+            assert [r.payload if r else None for r in results] == [b"re:" + p for p in payloads]
+            assert done_order == [0, 1, 2]
+            assert connection.in_flight_count() == 0
+            assert connection.is_ready
+            connection.close()
+
+    run(scenario())
+
+
+def test_large_responses_split_across_reads(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(broker)
+            sizes = [10, 2_000_000, 7, 300_000, 5]
+            futures = [connection.send(EchoRequest(str(size).encode())) for size in sizes]
+            requests = [await broker.next_request() for _ in sizes]
+            bodies = [bytes([i]) * size for i, size in enumerate(sizes)]
+            requests[0].writer.write(
+                b"".join(frame(r.correlation_id, b) for r, b in zip(requests, bodies, strict=True))
+            )
+            results = await asyncio.gather(*futures)
+            assert [r.payload if r else None for r in results] == bodies
+            assert connection.is_ready
+            connection.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_frames_survive_any_chunking(run: Runner[None], seed: int) -> None:
+    async def scenario() -> None:
+        rng = random.Random(seed)
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(
+                broker, max_in_flight_requests_per_connection=30, enable_idempotence=False
+            )
+            sizes = [rng.choice([0, 1, 50, 5000, 100_000, 300_000]) for _ in range(30)]
+            futures = [connection.send(EchoRequest(b"?")) for _ in sizes]
+            requests = [await broker.next_request() for _ in sizes]
+            bodies = [bytes([rng.randrange(256)]) * size for size in sizes]
+            pairs = zip(requests, bodies, strict=True)
+            wire = b"".join(frame(r.correlation_id, body) for r, body in pairs)
+            writer = requests[0].writer
+            position = 0
+            while position < len(wire):
+                step = rng.choice([1, 3, 4, 7, 1000, 65536, 262144])
+                writer.write(wire[position : position + step])
+                position += step
+                await writer.drain()
+                await asyncio.sleep(0)
+            results = await asyncio.gather(*futures)
+            assert [r.payload if r else None for r in results] == bodies
+            assert connection.is_ready
+            connection.close()
+
+    run(scenario())
+
+
+def test_max_in_flight_is_respected(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, on_capacity = await connected(
+                broker, max_in_flight_requests_per_connection=2
+            )
+            first = connection.send(EchoRequest(b"1"))
+            second = connection.send(EchoRequest(b"2"))
+            assert not connection.can_send()
+            with pytest.raises(IllegalStateError, match="in flight"):
+                connection.send(EchoRequest(b"3"))
+            request = await broker.next_request()
+            await broker.next_request()
+            assert broker.requests.empty()
+            assert len(broker.received) == 3  # ApiVersions and the two allowed
+            assert on_capacity.calls == []
+            broker.reply(request, b"ok")
+            await first
+            assert connection.can_send()
+            assert on_capacity.calls == [(connection,)]  # a full connection freed a slot
+            third = connection.send(EchoRequest(b"3"))
+            assert (await broker.next_request()).body == b"3"
+            connection.close()
+            for future in (second, third):
+                assert type(await failure(future)) is KafkaConnectionError
+
+    run(scenario())
+
+
+def test_unsolicited_response_is_ignored(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            silent = connection.send(EchoRequest(b"acks=0", respond=False))
+            assert silent.done() and silent.result() is None
+            with pytest.raises(IllegalStateError, match="expects no response"):
+                await connection.request(EchoRequest(b"", respond=False))
+            assert connection.in_flight_count() == 0
+            answered = connection.send(EchoRequest(b"normal"))
+            unsolicited = await broker.next_request()
+            normal = await broker.next_request()
+            # Like Tansu and librdkafka's mock: an answer to the acks=0 request, then the real one.
+            broker.reply(unsolicited, b"unexpected")
+            broker.reply(normal, b"expected")
+            result = await answered
+            assert result is not None and result.payload == b"expected"
+            assert connection.is_ready
+            assert on_close.calls == []
+            connection.close()
+
+    run(scenario())
+
+
+def test_unexplained_correlation_id_closes_as_corrupt(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            head = connection.send(EchoRequest(b"a"))
+            second = connection.send(EchoRequest(b"b"))
+            request = await broker.next_request()
+            request.writer.write(frame(request.correlation_id + 1000, b"nobody asked"))
+            assert isinstance(await failure(head), CorruptResponseError)
+            error = await failure(second)
+            assert type(error) is KafkaConnectionError and error.retriable
+            assert connection.closed
+            assert len(on_close.calls) == 1
+
+    run(scenario())
+
+
+# ---- failures ----------------------------------------------------------------------------
+
+
+def test_connection_drop_fails_every_in_flight_request_once(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, node_id=7)
+            futures = [connection.send(EchoRequest(bytes([i]))) for i in range(3)]
+            for _ in futures:
+                await broker.next_request()
+            broker.writers[0].close()
+            errors = [await failure(f) for f in futures]
+            for error in errors:
+                assert type(error) is KafkaConnectionError
+                assert error.retriable
+                assert f"node 7 ({HOST}:{broker.port})" in str(error)
+            assert len({id(e) for e in errors}) == 3
+            await on_close.wait_until(lambda: connection.closed)
+            assert len(on_close.calls) == 1
+            assert on_close.calls[0][0] is connection
+            connection.close(RuntimeError("again"))  # idempotent: no second callback
+            assert len(on_close.calls) == 1
+            with pytest.raises(KafkaConnectionError):
+                connection.send(EchoRequest(b"late"))
+            await connection.wait_closed()
+
+    run(scenario())
+
+
+def test_send_racing_a_lost_transport_fails_as_retriable(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            # The transport dies before connection_lost has run: asyncio drops the write,
+            # uvloop raises RuntimeError. Either way the caller sees a retriable error.
+            assert connection._transport is not None
+            connection._transport.abort()
+            try:
+                future = connection.send(EchoRequest(b"late"))
+            except KafkaConnectionError as exc:
+                error: BaseException = exc
+            else:
+                error = await failure(future)
+            assert type(error) is KafkaConnectionError and error.retriable
+            await on_close.wait_until(lambda: connection.closed)
+            assert len(on_close.calls) == 1
+
+    run(scenario())
+
+
+def test_request_timeout_closes_the_connection(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, clock=clock, request_timeout_ms=1000)
+            oldest = connection.send(EchoRequest(b"old"))
+            clock.now += 0.5
+            newer = connection.send(EchoRequest(b"new"))
+            clock.now += 0.499
+            assert connection.check_request_timeouts(clock.now) is False
+            assert connection.is_ready
+            clock.now += 0.001
+            assert connection.check_request_timeouts(clock.now) is True
+            timed_out = await failure(oldest)
+            assert isinstance(timed_out, RequestTimedOutError) and timed_out.retriable
+            other = await failure(newer)
+            assert type(other) is KafkaConnectionError and other.retriable
+            assert connection.closed
+            assert len(on_close.calls) == 1
+            assert isinstance(on_close.calls[0][1], RequestTimedOutError)
+            assert connection.check_request_timeouts(clock.now + 100) is False
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("size", [2**31 - 1, 1025, 3, -1], ids=["int32 max", "limit+1", "3", "-1"])
+def test_bad_size_prefix_fails_fast(run: Runner[None], size: int) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, max_response_size=1024)
+            head = connection.send(EchoRequest(b"a"))
+            second = connection.send(EchoRequest(b"b"))
+            request = await broker.next_request()
+            # Only the prefix: the connection must not wait for the announced bytes.
+            request.writer.write(struct.pack(">i", size))
+            error = await failure(head)
+            assert isinstance(error, CorruptResponseError)
+            assert str(size) in str(error)
+            assert type(await failure(second)) is KafkaConnectionError
+            assert connection.closed and len(on_close.calls) == 1
+
+    run(scenario())
+
+
+def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(broker)  # max_response_size: 100 MB
+            future = connection.send(EchoRequest(b"a"))
+            request = await broker.next_request()
+            announced = 64 * 1024 * 1024
+            tracemalloc.start()
+            try:
+                # A frame that announces 64 MiB, a few bytes of it, then the broker hangs up:
+                # the bytes are read before the loss is seen.
+                request.writer.write(struct.pack(">ii", announced, request.correlation_id) + b"x")
+                request.writer.close()
+                error = await failure(future)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert type(error) is KafkaConnectionError
+            assert peak < announced // 16
+
+    run(scenario())
+
+
+def test_undecodable_response_fails_the_request_and_closes(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            head = connection.send(MetadataRequest(topics=[]))
+            second = connection.send(MetadataRequest(topics=[]))
+            request = await broker.next_request()
+            assert (request.api_key, request.version) == (ApiKey.METADATA, 8)
+            broker.reply(request, b"\x00\x00\x00\x00\xff\xff")  # throttle, then a cut array
+            error = await failure(head)
+            assert isinstance(error, CorruptResponseError)
+            assert "MetadataRequest v8" in str(error)
+            other = await failure(second)
+            assert type(other) is KafkaConnectionError and other.retriable
+            assert isinstance(other.__cause__, CorruptResponseError)
+            assert connection.closed and len(on_close.calls) == 1
+
+    run(scenario())
+
+
+def test_connect_to_a_refused_port_is_retriable(run: Runner[None], refused_port: int) -> None:
+    async def scenario() -> None:
+        on_close = Recorder()
+        connection = BrokerConnection(
+            3, HOST, refused_port, make_config(refused_port), on_close=on_close
+        )
+        with pytest.raises(KafkaConnectionError, match=f"node 3 .{HOST}:{refused_port}") as caught:
+            await connection.connect()
+        assert caught.value.retriable
+        assert connection.closed and len(on_close.calls) == 1
+        await connection.wait_closed()
+
+    run(scenario())
+
+
+# ---- the manager -------------------------------------------------------------------------
+
+
+def test_exponential_backoff_doubles_with_jitter_up_to_the_cap() -> None:
+    backoff = ExponentialBackoff(100, 1000, rng=random.Random(7))
+    for attempts, expected in enumerate([100, 200, 400, 800, 1000, 1000, 1000]):
+        for _ in range(50):
+            delay = backoff.backoff_ms(attempts)
+            assert expected * 0.8 <= delay <= min(expected * 1.2, 1000)
+    assert ExponentialBackoff(100, 1000, jitter=0).backoff_ms(40) == 1000
+    assert ExponentialBackoff(50, 50).backoff_ms(10) == 50
+
+
+def test_reconnect_backoff_grows(run: Runner[None], refused_port: int) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        changes = Recorder()
+        config = make_config(refused_port, reconnect_backoff_ms=100, reconnect_backoff_max_ms=1000)
+        manager = ConnectionManager(config, changes, clock=clock)
+        delays = []
+        for attempt in range(6):
+            manager.ensure_connecting(-1, clock.now)
+            assert manager.is_connecting(-1)
+            await changes.wait_until(lambda: not manager.is_connecting(-1))
+            assert manager.ready(-1) is None
+            delay = manager.connection_delay(-1, clock.now)
+            delays.append(delay)
+            manager.ensure_connecting(-1, clock.now + delay / 2)  # still backing off
+            assert not manager.is_connecting(-1)
+            clock.now += delay
+            assert manager.connection_delay(-1, clock.now) == 0
+            assert len(changes.calls) == attempt + 1
+        for delay, expected in zip(delays, [0.1, 0.2, 0.4, 0.8, 1.0, 1.0], strict=True):
+            assert expected * 0.8 <= delay <= min(expected * 1.2, 1.0)
+        assert delays[:4] == sorted(delays[:4])
+        await manager.close()
+
+    run(scenario())
+
+
+def test_bootstrap_fails_over_to_the_second_server(run: Runner[None], refused_port: int) -> None:
+    async def scenario() -> None:
+        changes = Recorder()
+        async with FakeBroker() as broker:
+            manager = ConnectionManager(make_config([refused_port, broker.port]), changes)
+            connection = await manager.bootstrap(deadline=time.monotonic() + 60)
+            assert (connection.node_id, connection.port) == (-2, broker.port)
+            assert manager.ready(-2) is connection
+            assert manager.ready(-1) is None
+            assert manager.least_loaded(0.0) is connection
+            # The failed server backs off; asking again returns the live connection at once.
+            assert await manager.bootstrap(deadline=0.0) is connection
+            await manager.close()
+            assert connection.closed
+
+    run(scenario())
+
+
+def test_bootstrap_gives_up_naming_the_servers(run: Runner[None], refused_port: int) -> None:
+    async def scenario() -> None:
+        with socket.socket() as other:
+            other.bind((HOST, 0))
+            other_port = other.getsockname()[1]
+            manager = ConnectionManager(make_config([refused_port, other_port]), Recorder())
+            with pytest.raises(KafkaConnectionError) as caught:
+                await manager.bootstrap(deadline=0.0)  # past: one round, then give up
+            message = str(caught.value)
+            assert f"{HOST}:{refused_port}" in message and f"{HOST}:{other_port}" in message
+            assert caught.value.retriable
+            await manager.close()
+
+    run(scenario())
+
+
+def test_manager_connects_brokers_and_drops_the_ones_that_leave(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        changes = Recorder()
+        async with FakeBroker() as one, FakeBroker() as two:
+            manager = ConnectionManager(make_config(one.port), changes)
+            manager.set_brokers({1: (HOST, one.port), 2: (HOST, two.port)})
+            manager.ensure_connecting(1, 0.0)
+            manager.ensure_connecting(2, 0.0)
+            manager.ensure_connecting(3, 0.0)  # unknown: ignored
+            await changes.wait_until(lambda: bool(manager.ready(1) and manager.ready(2)))
+            first, second = manager.ready(1), manager.ready(2)
+            assert first is not None and second is not None
+            pending = first.send(EchoRequest(b"x"))
+            assert manager.least_loaded(0.0) is second
+            loads = [second.send(EchoRequest(b"y")), second.send(EchoRequest(b"z"))]
+            assert manager.least_loaded(0.0) is first
+            manager.set_brokers({2: (HOST, two.port)})
+            error = await failure(pending)
+            assert type(error) is KafkaConnectionError and error.retriable
+            assert "left the cluster" in str(error)
+            assert manager.ready(1) is None and manager.ready(2) is second
+            await manager.close()
+            await manager.close()  # idempotent
+            assert second.closed
+            for future in loads:
+                assert type(await failure(future)) is KafkaConnectionError
+            manager.ensure_connecting(2, 0.0)
+            assert not manager.is_connecting(2)
+
+    run(scenario())
+
+
+def test_manager_reconnects_after_a_drop_only_after_backoff(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        changes = Recorder()
+        async with FakeBroker() as broker:
+            config = make_config(
+                broker.port, reconnect_backoff_ms=100, reconnect_backoff_max_ms=1000
+            )
+            manager = ConnectionManager(config, changes, clock=clock)
+            manager.set_brokers({1: (HOST, broker.port)})
+            manager.ensure_connecting(1, clock.now)
+            await changes.wait_until(lambda: manager.ready(1) is not None)
+            broker.writers[0].close()
+            await changes.wait_until(lambda: manager.ready(1) is None)
+            delay = manager.connection_delay(1, clock.now)
+            assert 0.08 <= delay <= 0.12  # the first step of the backoff
+            manager.ensure_connecting(1, clock.now)
+            assert not manager.is_connecting(1)
+            clock.now += delay
+            manager.ensure_connecting(1, clock.now)
+            await changes.wait_until(lambda: manager.ready(1) is not None)
+            assert manager.connection_delay(1, clock.now) == 0
+            await manager.close()
+
+    run(scenario())
+
+
+def test_ensure_any_connecting_prefers_known_brokers(run: Runner[None], refused_port: int) -> None:
+    async def scenario() -> None:
+        changes = Recorder()
+        async with FakeBroker() as broker:
+            manager = ConnectionManager(make_config(refused_port), changes)
+            assert manager.least_loaded(0.0) is None
+            manager.set_brokers({5: (HOST, broker.port)})
+            manager.ensure_any_connecting(0.0)
+            assert manager.is_connecting(5) and not manager.is_connecting(-1)
+            await changes.wait_until(lambda: manager.least_loaded(0.0) is not None)
+            assert manager.least_loaded(0.0) is manager.ready(5)
+            await manager.close()
+
+    run(scenario())
+
+
+# ---- a real broker -----------------------------------------------------------------------
+
+
+def test_tansu_round_trip(run: Runner[None], tansu: EmbeddedBroker) -> None:
+    async def scenario() -> None:
+        config = ProducerConfig(bootstrap_servers=tansu.bootstrap_servers)
+        connection = BrokerConnection(-1, tansu.host, tansu.port, config)
+        await connection.connect()
+        assert ApiKey.PRODUCE in connection.api_versions
+        version = connection.negotiate(MetadataRequest)
+        response = await asyncio.wait_for(connection.request(MetadataRequest(topics=[])), PATIENCE)
+        assert isinstance(response, MetadataResponse)
+        assert any(b.port == tansu.port for b in response.brokers), (version, response)
+        connection.close()
+        await connection.wait_closed()
+
+    run(scenario())

@@ -1,0 +1,111 @@
+"""The v2 record batch builder: golden bytes, and batches an independent reader accepts."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.record_batch import (
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchBuilder,
+    encode_varint,
+)
+
+
+def test_varints_are_zigzag() -> None:
+    assert encode_varint(0) == b"\x00"
+    assert encode_varint(-1) == b"\x01"
+    assert encode_varint(1) == b"\x02"
+    assert encode_varint(63) == b"\x7e"
+    assert encode_varint(64) == b"\x80\x01"
+    assert encode_varint(100) == b"\xc8\x01"
+    assert encode_varint(-65) == b"\x81\x01"
+    assert encode_varint(1 << 20) == b"\x80\x80\x80\x01"
+    assert encode_varint(1_700_000_000_000) == bytes.fromhex("80a0abfef962")  # checked with kafka-python
+
+
+def test_golden_single_record_batch() -> None:
+    builder = RecordBatchBuilder(bytearray(200))
+    assert builder.try_append(1_000, b"k", b"value", [("h", b"1")]) == 0
+    batch = bytes(builder.close(producer_id=7, producer_epoch=2, base_sequence=5))
+    record = (
+        b"\x00"  # attributes
+        b"\x00"  # timestamp delta 0
+        b"\x00"  # offset delta 0
+        b"\x02k"  # key length 1, key
+        b"\x0avalue"  # value length 5, value
+        b"\x02"  # one header
+        b"\x02h\x021"  # header key "h", value "1"
+    )
+    records = bytes([len(record) * 2]) + record
+    tail = struct.pack(">hiqqqhii", 0, 0, 1000, 1000, 7, 2, 5, 1) + records
+    crc = crc32c.crc32c(tail)
+    expected = struct.pack(">qiibI", 0, len(tail) + 9, -1, 2, crc) + tail
+    assert batch == expected
+    assert len(batch) == RECORD_BATCH_OVERHEAD + len(records)
+
+
+def test_independent_reader_accepts_many_records() -> None:
+    builder = RecordBatchBuilder(bytearray(64 * 1024))
+    sent = []
+    for i in range(300):
+        key = None if i % 3 == 0 else f"k{i}".encode()
+        value = None if i % 7 == 0 else (b"v" * (i % 150))
+        headers = [("n", str(i).encode()), ("none", None)] if i % 2 else []
+        ts = 1_700_000_000_000 + i * 3 - (5 if i == 10 else 0)
+        assert builder.try_append(ts, key, value, headers) == i
+        sent.append((key, value, headers, ts))
+    data = bytes(builder.close())
+    batch = DefaultRecordBatch(data)
+    assert batch.validate_crc()
+    records = list(batch)
+    assert len(records) == 300
+    for (key, value, headers, ts), record in zip(sent, records, strict=True):
+        assert record.key == key
+        assert record.value == value
+        assert list(record.headers) == headers
+        assert record.timestamp == ts
+    assert batch.next_offset == 300
+
+
+def test_full_buffer_refuses_and_first_record_must_fit() -> None:
+    builder = RecordBatchBuilder(bytearray(100))
+    assert builder.try_append(0, None, b"x" * 20, None) == 0
+    assert builder.try_append(0, None, b"x" * 20, None) == -1
+    assert builder.record_count == 1
+    with pytest.raises(ValueError, match="first record"):
+        RecordBatchBuilder(bytearray(70)).try_append(0, None, b"x" * 20, None)
+
+
+@pytest.mark.parametrize(
+    "codec",
+    [CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD],
+)
+def test_compressed_batches_read_back(codec: CompressionType) -> None:
+    builder = RecordBatchBuilder(bytearray(32 * 1024), codec)
+    values = [f"record-{i}-".encode() * 10 for i in range(200)]
+    for i, value in enumerate(values):
+        builder.try_append(1000 + i, None, value, None)
+    data = bytes(builder.close())
+    assert len(data) < builder.uncompressed_size
+    batch = DefaultRecordBatch(data)
+    assert batch.validate_crc()
+    assert batch.compression_type == int(codec)
+    assert [r.value for r in batch] == values
+
+
+def test_rewrite_producer_state_updates_crc() -> None:
+    builder = RecordBatchBuilder(bytearray(200))
+    builder.try_append(0, None, b"v", None)
+    builder.close(1, 0, 0)
+    data = bytes(builder.rewrite_producer_state(9, 3, 42, True))
+    batch = DefaultRecordBatch(data)
+    assert batch.validate_crc()
+    assert batch.producer_id == 9
+    assert batch.producer_epoch == 3
+    assert batch.base_sequence == 42
+    assert batch.is_transactional
