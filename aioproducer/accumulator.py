@@ -52,6 +52,7 @@ class ProducerBatch:
         "topic",
         "tp",
         "transactional",
+        "watchers",
     )
 
     def __init__(
@@ -84,6 +85,19 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.transactional = False
         self.split_from: ProducerBatch | None = None
+        self.watchers: list[Callable[[], None]] | None = None
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when the batch's future is done (one future callback in all)."""
+        if self.watchers is None:
+            self.watchers = []
+            self.future.add_done_callback(self._fan_out)
+        self.watchers.append(callback)
+
+    def _fan_out(self, _: asyncio.Future[Any]) -> None:
+        watchers, self.watchers = self.watchers, None
+        for callback in watchers or ():
+            callback()
 
     @property
     def record_count(self) -> int:

@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from aioproducer.errors import ConfigurationError, KafkaError
+from aioproducer.producer import Producer
+from aioproducer.records import BatchResults, RecordFuture
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
 
 _T = TypeVar("_T")
 
@@ -350,9 +352,7 @@ def _run(main_coroutine: Callable[[], Awaitable[_T]], use_uvloop: bool) -> _T:
     return asyncio.run(runner())
 
 
-def _make_producer(props: dict[str, str], bootstrap: str) -> Any:
-    from aioproducer import Producer
-
+def _make_producer(props: dict[str, str], bootstrap: str) -> Producer:
     config: dict[str, Any] = dict(props)
     config.pop("bootstrap_servers", None)
     config["bootstrap.servers"] = bootstrap
@@ -360,6 +360,10 @@ def _make_producer(props: dict[str, str], bootstrap: str) -> Any:
         return Producer(config)
     except ConfigurationError as exc:
         raise UsageError(f"invalid producer configuration: {exc}") from None
+
+
+def _servers(producer: Producer) -> str:
+    return ",".join(producer.config.bootstrap_servers)
 
 
 def _describe(exc: BaseException) -> str:
@@ -469,7 +473,7 @@ class _ProduceReport:
     offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     failures: _Failures = field(default_factory=_Failures)
 
-    def on_done(self, future: Any) -> None:
+    def on_done(self, future: RecordFuture) -> None:
         exc = future.exception()
         if exc is not None:
             self.failures.add(exc)
@@ -523,7 +527,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 
 async def _produce(
-    producer: Any,
+    producer: Producer,
     args: argparse.Namespace,
     headers: list[tuple[str, bytes | None]] | None,
     report: _ProduceReport,
@@ -534,8 +538,7 @@ async def _produce(
     try:
         await producer.start()
     except KafkaError as exc:
-        raise DeliveryError(f"cannot connect to {producer.config.bootstrap_servers}: "
-                            f"{_describe(exc)}") from None
+        raise DeliveryError(f"cannot connect to {_servers(producer)}: {_describe(exc)}") from None
     stopped: str | None = None
     try:
         number = 0
@@ -811,14 +814,12 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     return _EXIT_DELIVERY if failed else _EXIT_OK
 
 
-async def _perf(producer: Any, plan: _PerfPlan) -> _PerfResult:
+async def _perf(producer: Producer, plan: _PerfPlan) -> _PerfResult:
     result = _PerfResult()
     try:
         await producer.start()
     except KafkaError as exc:
-        raise DeliveryError(
-            f"cannot connect to {producer.config.bootstrap_servers}: {_describe(exc)}"
-        ) from None
+        raise DeliveryError(f"cannot connect to {_servers(producer)}: {_describe(exc)}") from None
     try:
         # Metadata first, so the first records are not timed waiting for it (as in Java,
         # where the producer is created before the clock starts and send() blocks on it).
@@ -843,7 +844,7 @@ async def _perf(producer: Any, plan: _PerfPlan) -> _PerfResult:
     return result
 
 
-async def _close_quietly(producer: Any, timeout: float | None) -> None:
+async def _close_quietly(producer: Producer, timeout: float | None) -> None:
     with contextlib.suppress(Exception):
         await producer.close(timeout=timeout)
 
@@ -860,7 +861,7 @@ class _AckCollector:
     """
 
     def __init__(self, result: _PerfResult, warmup: int) -> None:
-        self.pending: deque[tuple[Any, float, int]] = deque()
+        self.pending: deque[tuple[RecordFuture, float, int]] = deque()
         self._result = result
         self._warmup = warmup
         self._taken = 0
@@ -914,7 +915,7 @@ class _AckCollector:
                 result.steady.record(latency, size, now)
 
 
-async def _perf_each(producer: Any, plan: _PerfPlan, result: _PerfResult) -> None:
+async def _perf_each(producer: Producer, plan: _PerfPlan, result: _PerfResult) -> None:
     """One ``send`` per record; each record's latency from its own acknowledgement."""
     stats = result.stats
     assert stats is not None
@@ -956,7 +957,7 @@ async def _perf_each(producer: Any, plan: _PerfPlan, result: _PerfResult) -> Non
     await collecting
 
 
-async def _perf_bulk(producer: Any, plan: _PerfPlan, result: _PerfResult) -> None:
+async def _perf_bulk(producer: Producer, plan: _PerfPlan, result: _PerfResult) -> None:
     """``send_many`` in chunks; every record of a chunk gets the chunk's latency."""
     stats = result.stats
     assert stats is not None
@@ -964,7 +965,9 @@ async def _perf_bulk(producer: Any, plan: _PerfPlan, result: _PerfResult) -> Non
     # One small task per chunk (not per record) waits for the chunk's acknowledgements.
     pending: set[asyncio.Task[None]] = set()
 
-    async def collect(results: Any, start: float, count: int, size: int, steady: bool) -> None:
+    async def collect(
+        results: BatchResults, start: float, count: int, size: int, steady: bool
+    ) -> None:
         with contextlib.suppress(Exception):  # each record's own outcome is read below
             await results
         now = clock()
@@ -993,10 +996,10 @@ async def _perf_bulk(producer: Any, plan: _PerfPlan, result: _PerfResult) -> Non
 
 
 async def _send_chunks(
-    producer: Any,
+    producer: Producer,
     plan: _PerfPlan,
     result: _PerfResult,
-    collect: Callable[[Any, float, int, int, bool], Awaitable[None]],
+    collect: Callable[[BatchResults, float, int, int, bool], Awaitable[None]],
     pending: set[asyncio.Task[None]],
 ) -> None:
     stats = result.stats

@@ -88,15 +88,17 @@ class TopicInfo:
     error_code: int = 0
     topic_id: bytes | None = None
 
+    available_partitions: tuple[int, ...] = field(init=False, default=())
+    """Partitions that have a leader (computed once: the partitioner reads it per record)."""
+
+    def __post_init__(self) -> None:
+        available = tuple(p.partition for p in self.partitions if p.leader >= 0)
+        object.__setattr__(self, "available_partitions", available)
+
     @property
     def partition_count(self) -> int:
         """Number of partitions."""
         return len(self.partitions)
-
-    @property
-    def available_partitions(self) -> tuple[int, ...]:
-        """Partitions that have a leader."""
-        return tuple(p.partition for p in self.partitions if p.leader >= 0)
 
 
 @dataclass(slots=True)

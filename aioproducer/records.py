@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Generator, Sequence
+from contextvars import Context
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +87,27 @@ class RecordFuture:
     """The result of one sent record: await it for its :class:`RecordMetadata`.
 
     There is one asyncio future per batch, not per record; this object derives the record's
-    metadata from its batch's result, so sending stays cheap. It is awaitable, has ``done()``,
-    ``result()``, ``exception()`` and ``add_done_callback()``, and can be passed to
-    ``asyncio.gather``.
+    metadata from its batch's result, so sending stays cheap. It behaves as an asyncio
+    future: awaitable, with ``done()``, ``result()``, ``exception()``,
+    ``add_done_callback()``, ``cancel()``, and accepted as is by ``asyncio.gather``,
+    ``asyncio.wait`` and ``asyncio.wait_for`` (no task is made per record).
+
+    Cancelling it (or a task awaiting it) detaches only this future: the record is still
+    delivered, as with any request already handed to a producer.
     """
 
-    __slots__ = ("_batch", "_callbacks", "key_size", "relative_offset", "timestamp", "value_size")
+    # Makes asyncio.isfuture() accept it, so gather() and wait() use it without a Task.
+    _asyncio_future_blocking = False
+
+    __slots__ = (
+        "_batch",
+        "_callbacks",
+        "_cancelled",
+        "key_size",
+        "relative_offset",
+        "timestamp",
+        "value_size",
+    )
 
     def __init__(
         self,
@@ -105,23 +122,46 @@ class RecordFuture:
         self.timestamp = timestamp
         self.key_size = key_size
         self.value_size = value_size
-        self._callbacks: list[Callable[[RecordFuture], object]] | None = None
+        self._callbacks: list[tuple[Callable[[Any], object], Context | None]] | None = None
+        self._cancelled = False
 
     def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
         # Called when a too-large batch is split: the record now lives in ``batch``.
         self._batch = batch
         self.relative_offset = relative_offset
         if self._callbacks:
-            batch.future.add_done_callback(self._on_batch_done)
+            batch.watch(self._on_batch_done)
 
-    def _current(self) -> asyncio.Future[Any]:
-        return self._batch.future
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the record's batch belongs to."""
+        return self._batch.future.get_loop()
 
     def done(self) -> bool:
-        """True once the record was acknowledged or failed."""
+        """True once the record was acknowledged or failed (or this future cancelled)."""
+        if self._cancelled:
+            return True
         future = self._batch.future
-        return future.done() and (future.cancelled() or future.exception() is not None
-                                  or future.result() is not SPLIT)
+        if not future.done():
+            return False
+        return future.cancelled() or future.exception() is not None or (
+            future.result() is not SPLIT
+        )
+
+    def cancelled(self) -> bool:
+        """True when this future (not the record's delivery) was cancelled."""
+        return self._cancelled
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Detach this future: it reports cancelled; the record itself is still delivered."""
+        if self.done():
+            return False
+        self._cancelled = True
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            loop = self.get_loop()
+            for callback, context in callbacks:
+                loop.call_soon(callback, self, context=context)
+        return True
 
     def _metadata(self, result: tuple[int, int]) -> RecordMetadata:
         base_offset, log_append_time = result
@@ -144,45 +184,71 @@ class RecordFuture:
 
     def result(self) -> RecordMetadata:
         """The metadata; raises the record's error, or InvalidStateError when not done."""
+        if self._cancelled:
+            raise asyncio.CancelledError()
         if not self.done():
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         return self._metadata(self._batch.future.result())
 
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
+        if self._cancelled:
+            raise asyncio.CancelledError()
         if not self.done():
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         return self._batch.future.exception()
 
-    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
+    def add_done_callback(
+        self, callback: Callable[[Any], object], *, context: Context | None = None
+    ) -> None:
         """Call ``callback(self)`` once the record is acknowledged or failed."""
+        if self.done():
+            self.get_loop().call_soon(callback, self, context=context)
+            return
         if self._callbacks is None:
             self._callbacks = []
-        self._callbacks.append(callback)
-        if self.done():
-            self._run_callbacks()
-        elif len(self._callbacks) == 1:
-            self._batch.future.add_done_callback(self._on_batch_done)
+            # One callback on the batch's future serves every watching record of the batch.
+            self._batch.watch(self._on_batch_done)
+        self._callbacks.append((callback, context))
 
-    def _on_batch_done(self, future: asyncio.Future[Any]) -> None:
-        if future is not self._batch.future or not self.done():
+    def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
+        """Remove every registration of ``callback``; return how many there were."""
+        if not self._callbacks:
+            return 0
+        kept = [entry for entry in self._callbacks if entry[0] != callback]
+        removed = len(self._callbacks) - len(kept)
+        self._callbacks = kept
+        return removed
+
+    def _on_batch_done(self) -> None:
+        # The batch's future is done; if the batch was split, _rebind already moved us on.
+        if not self.done() or self._cancelled:
             return
-        self._run_callbacks()
-
-    def _run_callbacks(self) -> None:
-        callbacks, self._callbacks = self._callbacks or [], None
-        for callback in callbacks:
-            callback(self)
+        callbacks, self._callbacks = self._callbacks, None
+        for callback, context in callbacks or ():
+            if context is None:
+                callback(self)
+            else:
+                context.run(callback, self)
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        while True:
-            result = yield from self._batch.future.__await__()
-            if result is not SPLIT:
-                return self._metadata(result)
+        if not self.done():
+            # A waiter of our own: cancelling the awaiting task must not cancel the batch.
+            waiter: asyncio.Future[None] = self.get_loop().create_future()
+            self.add_done_callback(functools.partial(_wake, waiter))
+            yield from waiter.__await__()
+        return self.result()
+
+    __iter__ = __await__
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "pending"
         return f"<RecordFuture {self._batch.topic}-{self._batch.partition} {state}>"
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class BatchResults:
@@ -206,11 +272,8 @@ class BatchResults:
         return all(future.done() for future in self._futures)
 
     def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
-        # Await each distinct batch once, then derive the metadata of every record.
-        seen: set[int] = set()
+        # Records of one batch complete together: this waits about once per batch.
         for future in self._futures:
-            batch_future = future._current()
-            if id(batch_future) not in seen:
-                seen.add(id(batch_future))
+            if not future.done():
                 yield from future.__await__()
         return [future.result() for future in self._futures]

@@ -1,13 +1,11 @@
 """Record batch compression codecs, in the formats Kafka's own clients write.
 
-========  ===========================================  ==================  ===============
-codec     format written                               levels (KIP-390)    default level
-========  ===========================================  ==================  ===============
-gzip      gzip (RFC 1952), like ``GZIPOutputStream``   1..9, or -1         -1 (zlib's 6)
-snappy    xerial framing around raw snappy blocks      none                none
-lz4       LZ4 frame, independent 64 KiB blocks         1..17               9
-zstd      zstd frame                                   -131072..22         3
-========  ===========================================  ==================  ===============
+| codec  | format written                              | levels (KIP-390) | default level |
+|--------|---------------------------------------------|------------------|---------------|
+| gzip   | gzip (RFC 1952), like ``GZIPOutputStream``  | 1..9, or -1      | -1 (zlib's 6) |
+| snappy | xerial framing around raw snappy blocks     | none             | none          |
+| lz4    | LZ4 frame, independent 64 KiB blocks        | 1..17            | 9             |
+| zstd   | zstd frame                                  | -131072..22      | 3             |
 
 The levels and defaults are the Java client's (KIP-390, Kafka 3.8: ``compression.gzip.level``
 defaults to ``Deflater.DEFAULT_COMPRESSION`` = -1, which zlib maps to level 6;

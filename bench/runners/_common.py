@@ -464,7 +464,7 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, dict[str, Any]]], loop: 
     use_uvloop = loop == "uvloop"
     if loop == "auto":
         try:
-            import uvloop  # noqa: F401
+            import uvloop
         except ImportError:
             use_uvloop = False
         else:

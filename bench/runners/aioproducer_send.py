@@ -30,7 +30,8 @@ def make_producer(spec: RunSpec) -> Any:
     return Producer(
         bootstrap_servers=spec.bootstrap_servers,
         acks="all" if spec.acks_int == -1 else spec.acks_int,
-        linger_ms=spec.linger_ms,
+        # aioproducer takes whole milliseconds, like the Java client.
+        linger_ms=round(spec.linger_ms),
         batch_size=spec.batch_size,
         compression_type=spec.compression,
         enable_idempotence=spec.idempotence,

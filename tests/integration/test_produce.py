@@ -147,7 +147,8 @@ async def test_send_many_keeps_order_and_returns_metadata(target: Target) -> Non
     async with Producer(bootstrap_servers=target.bootstrap, batch_size=4096) as producer:
         results = await producer.send_many(topic, values)
         metadata = await results
-    assert [m.offset for m in metadata] == list(range(metadata[0].offset, metadata[0].offset + 5000))
+    first = metadata[0].offset
+    assert [m.offset for m in metadata] == list(range(first, first + 5000))
     consumed = read_back(target.bootstrap, topic, expected=5000)
     assert [r.value for r in consumed] == values
 

@@ -25,7 +25,8 @@ def test_varints_are_zigzag() -> None:
     assert encode_varint(100) == b"\xc8\x01"
     assert encode_varint(-65) == b"\x81\x01"
     assert encode_varint(1 << 20) == b"\x80\x80\x80\x01"
-    assert encode_varint(1_700_000_000_000) == bytes.fromhex("80a0abfef962")  # checked with kafka-python
+    # Checked against kafka-python's encoder.
+    assert encode_varint(1_700_000_000_000) == bytes.fromhex("80a0abfef962")
 
 
 def test_golden_single_record_batch() -> None:
