@@ -39,10 +39,13 @@ class ProducerBatch:
         "created",
         "delivery_deadline",
         "drained",
+        "error",
+        "final",
         "full",
         "future",
         "in_retry",
         "last_attempt",
+        "outcome",
         "partition",
         "producer_epoch",
         "producer_id",
@@ -85,6 +88,11 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.transactional = False
         self.split_from: ProducerBatch | None = None
+        # The outcome, readable without touching the future: final is True once the batch
+        # was acknowledged (outcome = (base offset, log append time)) or failed (error).
+        self.final = False
+        self.outcome: tuple[int, int] = (-1, -1)
+        self.error: BaseException | None = None
         self.watchers: list[Callable[[], None]] | None = None
 
     def watch(self, callback: Callable[[], None]) -> None:
@@ -120,15 +128,19 @@ class ProducerBatch:
 
     def complete(self, base_offset: int, log_append_time: int) -> bool:
         """Resolve every record of the batch; False when it was already done."""
-        if self.future.done():
+        if self.final or self.future.done():
             return False
-        self.future.set_result((base_offset, log_append_time))
+        self.outcome = (base_offset, log_append_time)
+        self.final = True
+        self.future.set_result(self.outcome)
         return True
 
     def fail(self, exc: BaseException) -> bool:
         """Fail every record of the batch with ``exc``; False when it was already done."""
-        if self.future.done():
+        if self.final or self.future.done():
             return False
+        self.error = exc
+        self.final = True
         self.future.set_exception(exc)
         # Mark the exception as retrieved: the sender logs failures itself, and a batch whose
         # records nobody awaits should not print "exception was never retrieved" at exit.
@@ -231,6 +243,41 @@ class RecordAccumulator:
         )
         batch.records.append(future)
         return future
+
+    def append_values(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        values: Sequence[bytes],
+        start: int,
+        stop: int,
+        futures: list[RecordFuture],
+    ) -> int:
+        """Append a run of key-less, header-less values to the open batch of the partition.
+
+        Adds a future per record to ``futures``; returns the index it stopped at (``start``
+        when there is no open batch with room: the caller then starts a new batch).
+        """
+        batches = self._batches.get((topic, partition))
+        if not batches:
+            return start
+        batch = batches[-1]
+        if batch.full:
+            return start
+        first_offset = batch.builder.record_count
+        stopped = batch.builder.append_values(timestamp, values, start, stop)
+        if stopped < stop:
+            batch.full = True
+        records = batch.records
+        append = futures.append
+        offset = first_offset
+        for index in range(start, stopped):
+            future = RecordFuture(batch, offset, timestamp, -1, len(values[index]))
+            records.append(future)
+            append(future)
+            offset += 1
+        return stopped
 
     def append_to_new_batch(
         self,

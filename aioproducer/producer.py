@@ -379,8 +379,17 @@ class Producer:
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
-        key_bytes = self._serialize(self._key_serializer, key, "key", topic)
-        value_bytes = self._serialize(self._value_serializer, value, "value", topic)
+        # Inlined for the common case: bytes or None with no serializer.
+        key_bytes: bytes | None = key
+        if self._key_serializer is not None:
+            key_bytes = self._serialize(self._key_serializer, key, "key", topic)
+        elif key is not None and type(key) is not bytes:
+            key_bytes = _to_bytes(key, "key")
+        value_bytes: bytes | None = value
+        if self._value_serializer is not None:
+            value_bytes = self._serialize(self._value_serializer, value, "value", topic)
+        elif value is not None and type(value) is not bytes:
+            value_bytes = _to_bytes(value, "value")
         checked_headers = _check_headers(headers) if headers is not None else None
         timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         future = self._append_nowait(
@@ -429,18 +438,32 @@ class Producer:
         now_ms = int(time.time() * 1000)
         intercept = bool(self._interceptors)
         append_nowait = self._append_nowait
-        for item in items:
+        sequence = items if isinstance(items, list | tuple) else list(items)
+        total = len(sequence)
+        plain_values_ok = not intercept and value_serializer is None
+        index = 0
+        while index < total:
+            item = sequence[index]
             record_topic = topic
             record_partition = partition
             timestamp = now_ms
             headers: list[tuple[str, bytes | None]] | None = None
-            if type(item) is bytes and not intercept and value_serializer is None:
-                future = append_nowait(topic, partition, now_ms, None, item, None)
-                if future is not None:
-                    append(future)
+            if type(item) is bytes and plain_values_ok:
+                # A run of plain values takes the bulk path: whole runs per batch.
+                run_end = index + 1
+                while run_end < total and type(sequence[run_end]) is bytes:
+                    run_end += 1
+                reached = self._append_values_nowait(
+                    topic, partition, now_ms, sequence, index, run_end, futures
+                )
+                if reached > index:
+                    index = reached
                     continue
-                key, value = None, item
-            elif isinstance(item, ProducerRecord):
+                append(await self._append_wait(topic, partition, now_ms, None, item, None))
+                index += 1
+                continue
+            index += 1
+            if isinstance(item, ProducerRecord):
                 record_topic, key, value = item.topic, item.key, item.value
                 if item.partition is not None:
                     record_partition = item.partition
@@ -469,14 +492,14 @@ class Producer:
                 _to_bytes(value, "value") if value_serializer is None
                 else self._serialize(value_serializer, value, "value", record_topic)
             )
-            future = append_nowait(
+            maybe = append_nowait(
                 record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
             )
-            if future is None:
-                future = await self._append_wait(
+            if maybe is None:
+                maybe = await self._append_wait(
                     record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
                 )
-            append(future)
+            append(maybe)
         return BatchResults(futures)
 
     def _serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
@@ -524,6 +547,50 @@ class Producer:
                 except Exception:
                     log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
+    def _append_values_nowait(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        values: Sequence[bytes],
+        start: int,
+        stop: int,
+        futures: list[RecordFuture],
+    ) -> int:
+        """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
+        index reached, which is ``start`` when metadata or memory must be waited for."""
+        info = self._metadata.cluster.topics.get(topic)
+        if info is None:
+            return start
+        count = len(info.partitions)
+        accumulator = self._accumulator
+        partitioner = self._partitioner
+        record_appended = self._record_appended
+        index = start
+        while index < stop:
+            if partition is None:
+                chosen = partitioner.partition(topic, None, count, info.available_partitions)
+            elif 0 <= partition < count:
+                chosen = partition
+            else:
+                return index
+            reached = accumulator.append_values(
+                topic, chosen, timestamp, values, index, stop, futures
+            )
+            if reached == index:
+                # No open batch with room: start one with the next value.
+                future = self._append_nowait(topic, chosen, timestamp, None, values[index], None)
+                if future is None:
+                    return index
+                futures.append(future)
+                reached = index + 1
+            elif partition is None and record_appended is not None:
+                size = sum(map(len, values[index:reached])) + 10 * (reached - index)
+                batch = futures[-1]._batch
+                record_appended(topic, chosen, size, switch_allowed=batch.full)
+            index = reached
+        return index
+
     def _append_nowait(
         self,
         topic: str,
@@ -549,7 +616,12 @@ class Producer:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is not None:
             if sticky:
-                self._note_sticky_append(topic, partition, key, value, future)
+                # KIP-794 byte counting, inlined from _note_sticky_append for speed.
+                size = len(value) + 10 if value is not None else 10
+                assert self._record_appended is not None
+                self._record_appended(
+                    topic, partition, size, switch_allowed=future._batch.builder.remaining < size
+                )
             return future
         size = estimate_record_size(
             -1 if key is None else len(key),

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from aioproducer.accumulator import ProducerBatch
@@ -33,9 +33,8 @@ class TimestampType:
     """Set by the broker when it appends the batch (topic config ``message.timestamp.type``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where the broker stored a record.
+class RecordMetadata(NamedTuple):
+    """Where the broker stored a record (an immutable named tuple: cheap to make per record).
 
     Attributes:
         topic: the topic.
@@ -138,14 +137,7 @@ class RecordFuture:
 
     def done(self) -> bool:
         """True once the record was acknowledged or failed (or this future cancelled)."""
-        if self._cancelled:
-            return True
-        future = self._batch.future
-        if not future.done():
-            return False
-        return future.cancelled() or future.exception() is not None or (
-            future.result() is not SPLIT
-        )
+        return self._batch.final or self._cancelled
 
     def cancelled(self) -> bool:
         """True when this future (not the record's delivery) was cancelled."""
@@ -184,19 +176,33 @@ class RecordFuture:
 
     def result(self) -> RecordMetadata:
         """The metadata; raises the record's error, or InvalidStateError when not done."""
+        batch = self._batch
         if self._cancelled:
             raise asyncio.CancelledError()
-        if not self.done():
+        if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        return self._metadata(self._batch.future.result())
+        if batch.error is not None:
+            raise batch.error
+        base_offset, log_append_time = batch.outcome
+        if log_append_time < 0:
+            return RecordMetadata(
+                batch.topic,
+                batch.partition,
+                base_offset + self.relative_offset if base_offset >= 0 else -1,
+                self.timestamp,
+                self.key_size,
+                self.value_size,
+                TimestampType.CREATE_TIME,
+            )
+        return self._metadata(batch.outcome)
 
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
         if self._cancelled:
             raise asyncio.CancelledError()
-        if not self.done():
+        if not self._batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        return self._batch.future.exception()
+        return self._batch.error
 
     def add_done_callback(
         self, callback: Callable[[Any], object], *, context: Context | None = None
@@ -222,7 +228,7 @@ class RecordFuture:
 
     def _on_batch_done(self) -> None:
         # The batch's future is done; if the batch was split, _rebind already moved us on.
-        if not self.done() or self._cancelled:
+        if not self._batch.final or self._cancelled:
             return
         callbacks, self._callbacks = self._callbacks, None
         for callback, context in callbacks or ():
@@ -232,7 +238,7 @@ class RecordFuture:
                 context.run(callback, self)
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        if not self.done():
+        if not self._batch.final and not self._cancelled:
             # A waiter of our own: cancelling the awaiting task must not cancel the batch.
             waiter: asyncio.Future[None] = self.get_loop().create_future()
             self.add_done_callback(functools.partial(_wake, waiter))

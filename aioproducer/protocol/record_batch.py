@@ -184,30 +184,114 @@ class RecordBatchBuilder:
                 )
             )
         header_bytes = _header_bytes(headers) if headers else b"\x00"
-        body = b"".join(
-            (b"\x00", ts_bytes, offset_bytes, key_prefix, key, value_prefix, value, header_bytes)
+        # The body length is known from the parts, so the record is joined once, with its
+        # length prefix, and copied into the buffer with one slice assignment.
+        body_length = (
+            1
+            + len(ts_bytes)
+            + len(offset_bytes)
+            + len(key_prefix)
+            + len(key)
+            + len(value_prefix)
+            + len(value)
+            + len(header_bytes)
         )
-        body_length = len(body)
         length_prefix = (
             varints[body_length + 1] if body_length < 65535 else _encode_varint_slow(body_length)
         )
         start = self._position
-        middle = start + len(length_prefix)
-        end = middle + body_length
+        end = start + len(length_prefix) + body_length
         if end > self._capacity:
             if count != 0:
                 return -1
             raise ValueError(
                 f"the buffer ({self._capacity} bytes) cannot hold the first record ({end} bytes)"
             )
-        buffer = self._buffer
-        buffer[start:middle] = length_prefix
-        buffer[middle:end] = body
+        self._buffer[start:end] = b"".join(
+            (
+                length_prefix,
+                b"\x00",
+                ts_bytes,
+                offset_bytes,
+                key_prefix,
+                key,
+                value_prefix,
+                value,
+                header_bytes,
+            )
+        )
         self._position = end
         self.record_count = count + 1
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
         return count
+
+    def append_values(
+        self, timestamp: int, values: Sequence[bytes], start: int, stop: int
+    ) -> int:
+        """Append ``values[start:stop]`` as records without key or headers; return where it
+        stopped (``stop`` when all fit).
+
+        The bulk path of ``send_many``: every record shares ``timestamp``, and the records are
+        joined once and copied into the buffer with one slice assignment. Each value must be
+        ``bytes``.
+        """
+        count = self.record_count
+        if start >= stop:
+            return start
+        if count == 0:
+            self.base_timestamp = timestamp
+            timestamp_delta = 0
+        else:
+            timestamp_delta = timestamp - self.base_timestamp
+        varints = _VARINTS
+        if -1 <= timestamp_delta < 65535:
+            ts_bytes = varints[timestamp_delta + 1]
+        else:
+            ts_bytes = _encode_varint_slow(timestamp_delta)
+        # attributes, timestamp delta: the same for every record of the run.
+        head = b"\x00" + ts_bytes
+        fixed = len(head) + 1 + 1  # + key length (-1) + header count (0)
+        position = self._position
+        capacity = self._capacity
+        parts: list[bytes] = []
+        extend = parts.extend
+        index = start
+        limit = 65534
+        while index < stop:
+            value = values[index]
+            value_length = len(value)
+            offset_bytes = varints[count + 1] if count < limit else _encode_varint_slow(count)
+            value_prefix = (
+                varints[value_length + 1]
+                if value_length < limit
+                else _encode_varint_slow(value_length)
+            )
+            body_length = fixed + len(offset_bytes) + len(value_prefix) + value_length
+            length_prefix = (
+                varints[body_length + 1] if body_length < limit else _encode_varint_slow(
+                    body_length
+                )
+            )
+            end = position + len(length_prefix) + body_length
+            if end > capacity:
+                if count == 0:
+                    raise ValueError(
+                        f"the buffer ({capacity} bytes) cannot hold the first record "
+                        f"({end} bytes)"
+                    )
+                break
+            extend((length_prefix, head, offset_bytes, b"\x01", value_prefix, value, b"\x00"))
+            position = end
+            count += 1
+            index += 1
+        if index > start:
+            self._buffer[self._position : position] = b"".join(parts)
+            self._position = position
+            self.record_count = count
+            if timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
+        return index
 
     def close(
         self,

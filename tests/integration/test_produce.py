@@ -301,3 +301,20 @@ async def test_flush_sends_lingering_batches(target: Target) -> None:
         futures = [await producer.send(topic, b"x") for _ in range(10)]
         await producer.flush(timeout=20)
         assert all(f.done() and f.exception() is None for f in futures)
+
+
+def test_round_trip_under_uvloop(tansu: Any) -> None:
+    uvloop = pytest.importorskip("uvloop")
+    topic = f"uv-{next(_counter)}"
+    tansu.create_topic(topic, partitions=2)
+
+    async def main() -> list[RecordMetadata]:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with Producer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+            futures = [await producer.send(topic, f"{i}".encode(), key=b"k") for i in range(500)]
+            return list(await asyncio.gather(*futures))
+
+    metadata = uvloop.run(main())
+    assert [m.offset for m in metadata] == list(range(500))
+    consumed = read_back(tansu.bootstrap_servers, topic, expected=500)
+    assert [r.value for r in consumed] == [f"{i}".encode() for i in range(500)]

@@ -110,3 +110,25 @@ def test_rewrite_producer_state_updates_crc() -> None:
     assert batch.producer_epoch == 3
     assert batch.base_sequence == 42
     assert batch.is_transactional
+
+
+def test_bulk_append_matches_single_appends() -> None:
+    values = [b"v" * (i % 200) for i in range(400)]
+    single = RecordBatchBuilder(bytearray(32 * 1024))
+    single_count = 0
+    for value in values:
+        if single.try_append(5_000, None, value, None) < 0:
+            break
+        single_count += 1
+    bulk = RecordBatchBuilder(bytearray(32 * 1024))
+    # In three runs, as send_many does across calls.
+    reached = bulk.append_values(5_000, values, 0, 10)
+    assert reached == 10
+    reached = bulk.append_values(5_000, values, 10, 11)
+    reached = bulk.append_values(5_000, values, reached, len(values))
+    # It stops exactly where single appends stop: at the first record that does not fit.
+    assert reached == single_count < len(values)
+    assert bytes(bulk.close()) == bytes(single.close())
+    batch = DefaultRecordBatch(bytes(single.buffer[: single.size_in_bytes]))
+    assert batch.validate_crc()
+    assert [r.value for r in batch] == values[:reached]
