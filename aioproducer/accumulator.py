@@ -476,7 +476,13 @@ class RecordAccumulator:
         builder.release_view()
         self._pool.deallocate(builder.buffer, batch.buffer_size)
 
-    def split_and_reenqueue(self, batch: ProducerBatch, records: list[Any], now: float) -> int:
+    def split_and_reenqueue(
+        self,
+        batch: ProducerBatch,
+        records: list[Any],
+        now: float,
+        target_size: int | None = None,
+    ) -> int:
         """Split a batch the broker found too large into batch_size batches; return how many.
 
         ``records`` are the decoded records of the batch, in order. The new batches take the
@@ -496,10 +502,16 @@ class RecordAccumulator:
                     if offset >= 0:
                         break
                     current.full = True
-                size = self.buffer_size_for(
+                record_size = (
                     len(record.key or b"") + len(record.value or b"") + 64
                     + sum(len(k) + len(v or b"") + 10 for k, v in record.headers)
                 )
+                limit = self.batch_size if target_size is None else min(
+                    self.batch_size, target_size
+                )
+                # The new batches are at most target_size (a record bigger than that gets
+                # a batch of its own).
+                size = max(limit, record_size + RECORD_BATCH_OVERHEAD)
                 current = ProducerBatch(
                     batch.topic,
                     batch.partition,

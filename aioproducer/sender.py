@@ -221,10 +221,19 @@ class Sender:
                 for batch in batches:
                     if batch.fail(exc):
                         self._metrics.records_failed(batch.record_count)
-                        self._accumulator.deallocate(batch)
                         self._notify(batch, exc)
+                    # In-flight buffers are returned here, also for batches that expired
+                    # while in flight (their buffer was kept for the transport).
+                    self._accumulator.deallocate(batch)
         self._in_flight.clear()
         self._in_flight_batches = 0
+        # Batches between the accumulator and a request (e.g. a send that raised) are in
+        # neither place above: fail them too so no record waits forever.
+        for batch in self._accumulator.pending_batches():
+            if batch.fail(exc):
+                self._metrics.records_failed(batch.record_count)
+                self._notify(batch, exc)
+                self._accumulator.deallocate(batch)
 
     # ---- one step ---------------------------------------------------------------------------
 
@@ -278,6 +287,7 @@ class Sender:
             )
         delay = min(delay, accumulator.next_expiry() - now)
         if self._in_flight_batches:
+            delay = min(delay, self._expire_in_flight(now) - now)
             self._connections.check_request_timeouts(now)
             delay = min(delay, self._request_timeout_ms / 1000.0 / 4)
         return max(0.0, delay) if delay != float("inf") else _MAX_POLL
@@ -305,6 +315,32 @@ class Sender:
                 ids,
                 partition_count=info.partition_count,
             )
+
+    def _expire_in_flight(self, now: float) -> float:
+        """Fail in-flight batches past delivery_timeout_ms, as Java does; return the next
+        in-flight deadline. Their buffers stay allocated until the request completes, since
+        the transport may still be writing them."""
+        next_deadline = float("inf")
+        for requests in self._in_flight.values():
+            for batches in requests:
+                for batch in batches:
+                    if batch.final:
+                        continue
+                    if batch.delivery_deadline <= now:
+                        error = DeliveryTimeoutError(
+                            f"expiring {batch.record_count} record(s) for {batch.topic}-"
+                            f"{batch.partition}: delivery_timeout_ms passed while the batch "
+                            "was in flight"
+                        )
+                        if self._idempotence is not None:
+                            self._idempotence.on_final_failure(batch, str(error))
+                        log.warning("%s", error)
+                        if batch.fail(error):
+                            self._metrics.records_failed(batch.record_count)
+                            self._notify(batch, error)
+                    elif batch.delivery_deadline < next_deadline:
+                        next_deadline = batch.delivery_deadline
+        return next_deadline
 
     # ---- metadata and producer id -------------------------------------------------------------
 
@@ -355,7 +391,7 @@ class Sender:
         assert idempotence is not None
         if idempotence.init_in_flight:
             return _MAX_POLL
-        if idempotence.has_in_flight() or self._in_flight_batches:
+        if self._in_flight_batches:
             # The new id applies once nothing sent under the old one is outstanding.
             return _MAX_POLL
         if now < self._init_backoff_until:
@@ -491,10 +527,17 @@ class Sender:
             exc = future.exception()
         if exc is not None:
             if not isinstance(exc, KafkaError):
-                raise exc
+                # A bug below us, not a broker answer: fail these records with it, loudly.
+                log.error("the request to broker %s failed unexpectedly: %r", node, exc)
+                wrapped = KafkaError(f"the request to broker {node} failed: {exc!r}")
+                wrapped.__cause__ = exc
+                exc = wrapped
             if exc.invalid_metadata or isinstance(exc, KafkaConnectionError):
                 self._metadata.request_update()
             for batch in batches:
+                if batch.final:
+                    self._accumulator.deallocate(batch)
+                    continue
                 self._retry_or_fail(batch, exc, now, node=node)
             self.wakeup()
             return
@@ -504,6 +547,10 @@ class Sender:
             for partition in topic.partitions:
                 results[(topic.name, partition.index)] = partition
         for batch in batches:
+            if batch.final:
+                # Expired while in flight: only its buffer is left to return.
+                self._accumulator.deallocate(batch)
+                continue
             partition_response = results.get(batch.tp)
             if partition_response is None:
                 self._retry_or_fail(
@@ -574,8 +621,8 @@ class Sender:
 
     def _backoff(self, attempts: int) -> float:
         # Java's ExponentialBackoff: base * 2^attempts, capped, with +-20% jitter.
-        backoff = min(self._backoff_max, self._backoff_base * (2 ** min(attempts, 30)))
-        return float(backoff * random.uniform(0.8, 1.2))
+        backoff = self._backoff_base * (2 ** min(attempts, 30)) * random.uniform(0.8, 1.2)
+        return float(min(self._backoff_max, backoff))
 
     def _retry_or_fail(
         self, batch: ProducerBatch, exc: BaseException, now: float, *, node: int | None = None
@@ -644,7 +691,10 @@ class Sender:
             return False
         if self._idempotence is not None:
             self._idempotence.forget_split(batch)
-        count = self._accumulator.split_and_reenqueue(batch, records, now)
+        # Halve the batch: the broker's limit is below what we sent.
+        count = self._accumulator.split_and_reenqueue(
+            batch, records, now, target_size=max(1, batch.size_in_bytes // 2)
+        )
         log.info(
             "split a too-large batch of %d records for %s-%d into %d batches",
             len(records),

@@ -1,0 +1,1156 @@
+"""The Sender stepped with a fake clock and fake connections, as the Java client's SenderTest.
+
+Real parts: RecordAccumulator, BufferPool, Metadata, IdempotenceManager, ProducerMetrics,
+ProducerConfig and the protocol dataclasses. Fake parts: the ConnectionManager and the
+BrokerConnections, which record every request (and decode its record batches the moment it
+is sent) and hand back futures the test resolves with real response objects. Each test calls
+``sender.run_once(now)`` step by step and lets the event loop run the response callbacks;
+only the close and crash tests start the sender task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.buffer_pool import BufferPool
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import (
+    ClusterAuthorizationFailedError,
+    DeliveryTimeoutError,
+    IllegalStateError,
+    InvalidRecordError,
+    KafkaConnectionError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SenderCrashedError,
+    TopicAuthorizationFailedError,
+)
+from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
+from aioproducer.metrics import ProducerMetrics
+from aioproducer.net.connection import ConnectionManager
+from aioproducer.protocol.api import Request
+from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.messages import (
+    BatchIndexAndErrorMessage,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicResponse,
+)
+from aioproducer.protocol.record_batch import estimate_record_size
+from aioproducer.protocol.record_reader import DecodedRecordBatch, decode_record_batches
+from aioproducer.records import RecordFuture, TimestampType
+from aioproducer.sender import Sender
+from aioproducer.transactions import IdempotenceManager
+
+TOPIC = "t"
+NODES = (1, 2, 3)
+T0 = 1000.0
+TIMESTAMP = 1_700_000_000_000
+
+NONE = 0
+MESSAGE_TOO_LARGE = 10
+NOT_ENOUGH_REPLICAS = 19
+NOT_LEADER_OR_FOLLOWER = 6
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+COORDINATOR_LOAD_IN_PROGRESS = 14
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+UNKNOWN_PRODUCER_ID = 59
+INVALID_RECORD = 87
+
+TopicPartition = tuple[str, int]
+
+
+# ---- fakes ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    """One request a fake connection was given, with the future the sender waits on."""
+
+    request: Request[Any]
+    future: asyncio.Future[Any]
+    at: float
+    # Produce only: each partition's record batch, decoded when the request was sent (the
+    # sender may reuse the buffer once the batch is done).
+    batches: dict[TopicPartition, DecodedRecordBatch] = field(default_factory=dict)
+
+    @property
+    def produce(self) -> ProduceRequest:
+        assert isinstance(self.request, ProduceRequest)
+        return self.request
+
+    def batch(self, partition: int, topic: str = TOPIC) -> DecodedRecordBatch:
+        return self.batches[(topic, partition)]
+
+    def values(self, partition: int, topic: str = TOPIC) -> list[bytes | None]:
+        return [record.value for record in self.batch(partition, topic).records]
+
+
+class FakeConnection:
+    """What the Sender uses of a BrokerConnection: can_send, send, in-flight accounting."""
+
+    def __init__(self, node_id: int, max_in_flight: int, clock: Callable[[], float]) -> None:
+        self.node_id = node_id
+        self.host = f"broker{node_id}"
+        self.port = 9092
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self.max_in_flight = max_in_flight
+        self.sent: list[Sent] = []
+        self.send_error: BaseException | None = None
+        self._clock = clock
+
+    def in_flight_count(self) -> int:
+        return sum(1 for s in self.sent if not s.future.done())
+
+    def can_send(self) -> bool:
+        return self.in_flight_count() < self.max_in_flight
+
+    def send(self, request: Request[Any], version: int | None = None) -> asyncio.Future[Any]:
+        if self.send_error is not None:
+            raise self.send_error
+        expects_response = request.expects_response()
+        if expects_response and not self.can_send():
+            # As the real connection: the sender must check can_send() first.
+            raise IllegalStateError(f"node {self.node_id} is at max in flight")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        sent = Sent(request, future, self._clock())
+        if isinstance(request, ProduceRequest):
+            for topic in request.topics:
+                for partition in topic.partitions:
+                    (decoded,) = decode_record_batches(bytes(partition.records))
+                    sent.batches[(topic.name, partition.index)] = decoded
+        if not expects_response:
+            future.set_result(None)
+        self.sent.append(sent)
+        return future
+
+    def check_request_timeouts(self, now: float) -> bool:
+        return False
+
+    def requests(self, kind: type[Request[Any]]) -> list[Sent]:
+        return [s for s in self.sent if isinstance(s.request, kind)]
+
+
+class FakeConnections:
+    """What the Sender uses of the ConnectionManager; records every call it gets."""
+
+    def __init__(self, max_in_flight: int, clock: Callable[[], float]) -> None:
+        self.nodes = {n: FakeConnection(n, max_in_flight, clock) for n in NODES}
+        self.connected: set[int] = set(NODES)
+        self.connect_calls: list[int] = []
+        self.any_connecting_calls = 0
+        self.brokers_set: list[dict[int, tuple[str, int]]] = []
+        self.timeout_checks: list[float] = []
+        self.ready_error: BaseException | None = None
+
+    def ready(self, node_id: int) -> FakeConnection | None:
+        if self.ready_error is not None:
+            raise self.ready_error
+        return self.nodes[node_id] if node_id in self.connected else None
+
+    def ensure_connecting(self, node_id: int, now: float) -> None:
+        self.connect_calls.append(node_id)
+
+    def ensure_any_connecting(self, now: float) -> None:
+        self.any_connecting_calls += 1
+
+    def least_loaded(self, now: float) -> FakeConnection | None:
+        usable = [self.nodes[n] for n in sorted(self.connected) if self.nodes[n].can_send()]
+        return min(usable, key=lambda c: c.in_flight_count()) if usable else None
+
+    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+        self.brokers_set.append(dict(brokers))
+
+    def check_request_timeouts(self, now: float) -> None:
+        self.timeout_checks.append(now)
+
+    def all_sent(self, kind: type[Request[Any]]) -> list[Sent]:
+        found = [s for c in self.nodes.values() for s in c.requests(kind)]
+        return sorted(found, key=lambda s: s.at)
+
+
+# ---- responses --------------------------------------------------------------------------------
+
+
+def ok(partition: int, base_offset: int, log_append_time: int = -1) -> ProducePartitionResponse:
+    return ProducePartitionResponse(partition, NONE, base_offset, log_append_time)
+
+
+def error(
+    partition: int,
+    code: int,
+    message: str | None = None,
+    record_errors: Sequence[tuple[int, str]] = (),
+) -> ProducePartitionResponse:
+    return ProducePartitionResponse(
+        partition,
+        code,
+        -1,
+        error_message=message,
+        record_errors=[BatchIndexAndErrorMessage(i, m) for i, m in record_errors],
+    )
+
+
+def metadata_response(leaders: Mapping[int, int]) -> MetadataResponse:
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponseBroker(n, f"broker{n}", 9092) for n in NODES],
+        cluster_id="cluster",
+        controller_id=1,
+        topics=[
+            MetadataResponseTopic(
+                NONE,
+                TOPIC,
+                partitions=[
+                    MetadataResponsePartition(NONE, p, leader, replica_nodes=[leader])
+                    for p, leader in sorted(leaders.items())
+                ],
+            )
+        ],
+    )
+
+
+async def run_callbacks() -> None:
+    # Done callbacks are scheduled with call_soon; a few turns also run what they schedule.
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+# ---- the harness ------------------------------------------------------------------------------
+
+
+class Harness:
+    """A Sender over real producer parts, a fake clock and fake connections."""
+
+    def __init__(
+        self,
+        *,
+        leaders: Mapping[int, int] | None = None,
+        idempotent: bool = False,
+        **options: Any,
+    ) -> None:
+        self.now = T0
+        loop = asyncio.get_running_loop()
+        options.setdefault("linger_ms", 10)
+        options.setdefault("enable_idempotence", idempotent)
+        self.config = config = ProducerConfig.from_options(**options)
+        self.pool = BufferPool(config.buffer_memory, config.batch_size)
+        self.metrics = ProducerMetrics(clock=self.clock)
+        self.metadata = Metadata(
+            max_age=config.metadata_max_age_ms / 1000.0,
+            max_idle=config.metadata_max_idle_ms / 1000.0,
+            retry_backoff=config.retry_backoff_ms / 1000.0,
+            loop=loop,
+        )
+        self.accumulator = RecordAccumulator(
+            pool=self.pool,
+            batch_size=config.batch_size,
+            linger=config.linger_ms / 1000.0,
+            delivery_timeout=config.delivery_timeout_ms / 1000.0,
+            retry_backoff=config.retry_backoff_ms / 1000.0,
+            compression=CompressionType[config.compression_type.upper()],
+            compression_level=config.compression_level,
+            create_future=loop.create_future,
+        )
+        self.connections = FakeConnections(config.max_in_flight_requests_per_connection, self.clock)
+        self.idempotence = IdempotenceManager() if idempotent else None
+        self.acknowledged: list[tuple[ProducerBatch, BaseException | None]] = []
+        self.sender = Sender(
+            config=config,
+            accumulator=self.accumulator,
+            metadata=self.metadata,
+            connections=cast(ConnectionManager, self.connections),
+            idempotence=self.idempotence,
+            metrics=self.metrics,
+            on_acknowledgement=lambda batch, exc: self.acknowledged.append((batch, exc)),
+            clock=self.clock,
+        )
+        self.set_leaders(leaders if leaders is not None else {0: 1, 1: 1, 2: 2})
+
+    def clock(self) -> float:
+        return self.now
+
+    def set_leaders(self, leaders: Mapping[int, int]) -> None:
+        """Install a cluster where partition p of TOPIC is led by leaders[p] (-1: no leader)."""
+        self.metadata.add_topic(TOPIC, self.now)
+        self.metadata.update(
+            [Broker(n, f"broker{n}", 9092) for n in NODES],
+            [
+                TopicInfo(
+                    TOPIC,
+                    tuple(PartitionInfo(p, leader) for p, leader in sorted(leaders.items())),
+                )
+            ],
+            self.now,
+        )
+
+    def conn(self, node: int) -> FakeConnection:
+        return self.connections.nodes[node]
+
+    def append(self, partition: int, value: bytes, key: bytes | None = None) -> RecordFuture:
+        """Append as the producer does: to the open batch, else to a new one from the pool."""
+        future = self.accumulator.try_append(TOPIC, partition, TIMESTAMP, key, value, None)
+        if future is not None:
+            return future
+        size = estimate_record_size(-1 if key is None else len(key), len(value), 0)
+        buffer = self.pool.allocate_nowait(self.accumulator.buffer_size_for(size))
+        assert buffer is not None
+        return self.accumulator.append_to_new_batch(
+            TOPIC, partition, TIMESTAMP, key, value, None, buffer, self.now
+        )
+
+    def step(self, at: float | None = None) -> float:
+        """One ``run_once`` at ``at`` (default: now)."""
+        if at is not None:
+            assert at >= self.now, "the fake clock never goes back"
+            self.now = at
+        return self.sender.run_once(self.now)
+
+    def produce_requests(self, node: int | None = None) -> list[Sent]:
+        if node is None:
+            return self.connections.all_sent(ProduceRequest)
+        return self.conn(node).requests(ProduceRequest)
+
+    def last_produce(self, node: int | None = None) -> Sent:
+        requests = self.produce_requests(node)
+        assert requests, "no Produce request was sent"
+        return requests[-1]
+
+    async def respond(self, sent: Sent, *partitions: ProducePartitionResponse) -> None:
+        """Answer a Produce request (every partition of TOPIC) at the current time."""
+        sent.future.set_result(
+            ProduceResponse(topics=[ProduceTopicResponse(TOPIC, list(partitions))])
+        )
+        await run_callbacks()
+
+    async def fail(self, sent: Sent, exc: BaseException) -> None:
+        """Fail a request's future, as a dying connection does."""
+        sent.future.set_exception(exc)
+        await run_callbacks()
+
+    async def init_producer_id(self, producer_id: int, epoch: int = 0) -> None:
+        """Let the sender send InitProducerId and answer it."""
+        self.step()
+        requests = self.connections.all_sent(InitProducerIdRequest)
+        assert requests and not requests[-1].future.done()
+        requests[-1].future.set_result(InitProducerIdResponse(0, NONE, producer_id, epoch))
+        await run_callbacks()
+
+    def memory_is_back(self) -> bool:
+        return self.pool.available_memory() == self.config.buffer_memory
+
+
+def offsets(futures: Sequence[RecordFuture]) -> list[int]:
+    return [f.result().offset for f in futures]
+
+
+# ---- linger and readiness ---------------------------------------------------------------------
+
+
+async def test_a_batch_waits_for_linger_ms_then_goes_out() -> None:
+    h = Harness(linger_ms=10)
+    h.append(0, b"a")
+    delay = h.step()
+    assert h.produce_requests() == []
+    # The sender asks to be woken when the linger ends, not later.
+    assert delay == pytest.approx(0.010)
+    assert h.step(T0 + 0.009) == pytest.approx(0.001)
+    assert h.produce_requests() == []
+    h.step(T0 + 0.010)
+    (sent,) = h.produce_requests(1)
+    assert sent.values(0) == [b"a"]
+
+
+async def test_a_full_batch_goes_out_at_once() -> None:
+    h = Harness(linger_ms=60_000, batch_size=256)
+    futures = [h.append(0, bytes([i]) * 50) for i in range(6)]
+    assert len(h.accumulator.deque_for((TOPIC, 0))) == 2
+    h.step()
+    (sent,) = h.produce_requests(1)
+    in_first = len(sent.batch(0).records)
+    assert 1 < in_first < 6
+    assert sent.values(0) == [bytes([i]) * 50 for i in range(in_first)]
+    # The second batch is not full and keeps lingering.
+    h.step(T0 + 1.0)
+    assert len(h.produce_requests()) == 1
+    await h.respond(sent, ok(0, 10))
+    assert offsets(futures[:in_first]) == list(range(10, 10 + in_first))
+    assert not any(f.done() for f in futures[in_first:])
+
+
+async def test_flush_makes_a_lingering_batch_ready() -> None:
+    h = Harness(linger_ms=60_000)
+    h.append(0, b"a")
+    h.step()
+    assert h.produce_requests() == []
+    h.accumulator.begin_flush()
+    h.step()
+    (sent,) = h.produce_requests(1)
+    assert sent.values(0) == [b"a"]
+
+
+async def test_a_leader_without_a_connection_is_connected_not_drained() -> None:
+    h = Harness()
+    h.connections.connected.discard(1)
+    h.append(0, b"a")
+    h.step(T0 + 0.010)
+    assert h.connections.connect_calls == [1]
+    assert h.produce_requests() == []
+    assert h.accumulator.has_undrained()
+    h.connections.connected.add(1)
+    h.step()
+    (sent,) = h.produce_requests(1)
+    assert sent.values(0) == [b"a"]
+
+
+# ---- requests and responses -------------------------------------------------------------------
+
+
+async def test_one_request_per_broker_with_every_ready_partition() -> None:
+    h = Harness(leaders={0: 1, 1: 1, 2: 2})
+    p0 = [h.append(0, b"a0"), h.append(0, b"a1")]
+    p1 = [h.append(1, b"b0")]
+    p2 = [h.append(2, b"c0"), h.append(2, b"c1"), h.append(2, b"c2")]
+    h.step(T0 + 0.010)
+    (to_1,) = h.produce_requests(1)
+    (to_2,) = h.produce_requests(2)
+    assert h.produce_requests(3) == []
+    assert sorted(to_1.batches) == [(TOPIC, 0), (TOPIC, 1)]
+    assert sorted(to_2.batches) == [(TOPIC, 2)]
+    assert [topic.name for topic in to_1.produce.topics] == [TOPIC]
+    assert to_1.produce.acks == -1
+    assert to_1.produce.timeout_ms == h.config.request_timeout_ms
+    assert to_1.produce.transactional_id is None
+    assert to_1.values(0) == [b"a0", b"a1"]
+    assert to_2.values(2) == [b"c0", b"c1", b"c2"]
+    assert h.metrics.request_total == 2
+    # In flight: nothing resolved, memory still held.
+    assert not any(f.done() for f in p0 + p1 + p2)
+    assert not h.memory_is_back()
+
+    await h.respond(to_1, ok(0, 100), ok(1, 7))
+    await h.respond(to_2, ok(2, 40))
+    assert offsets(p0) == [100, 101]
+    assert offsets(p1) == [7]
+    assert offsets(p2) == [40, 41, 42]
+    first = p0[0].result()
+    assert (first.topic, first.partition, first.timestamp) == (TOPIC, 0, TIMESTAMP)
+    assert first.timestamp_type == TimestampType.CREATE_TIME
+    assert (first.serialized_key_size, first.serialized_value_size) == (-1, 2)
+    assert h.metrics.record_send_total == 6
+    assert h.metrics.record_error_total == 0
+    assert h.memory_is_back()
+    assert sorted(b.partition for b, exc in h.acknowledged if exc is None) == [0, 1, 2]
+
+
+async def test_log_append_time_replaces_the_create_time() -> None:
+    h = Harness()
+    futures = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step(T0 + 0.010)
+    await h.respond(h.last_produce(1), ok(0, 5, log_append_time=1_800_000_000_000))
+    for future in futures:
+        metadata = future.result()
+        assert metadata.timestamp == 1_800_000_000_000
+        assert metadata.timestamp_type == TimestampType.LOG_APPEND_TIME
+
+
+async def test_nothing_is_drained_while_the_connection_is_at_max_in_flight() -> None:
+    h = Harness(max_in_flight_requests_per_connection=2, linger_ms=0)
+    first = h.append(0, b"1")
+    h.step()
+    second = h.append(0, b"2")
+    h.step()
+    third = h.append(0, b"3")
+    h.step()
+    h.step(T0 + 5.0)
+    requests = h.produce_requests(1)
+    assert [r.values(0) for r in requests] == [[b"1"], [b"2"]]
+    assert h.accumulator.has_undrained()
+    await h.respond(requests[0], ok(0, 0))
+    assert first.done() and not third.done()
+    h.step()
+    assert [r.values(0) for r in h.produce_requests(1)] == [[b"1"], [b"2"], [b"3"]]
+    await h.respond(requests[1], ok(0, 1))
+    await h.respond(h.last_produce(1), ok(0, 2))
+    assert offsets([first, second, third]) == [0, 1, 2]
+
+
+async def test_in_flight_requests_have_their_timeouts_checked() -> None:
+    h = Harness()
+    h.append(0, b"a")
+    h.step(T0 + 0.010)
+    assert h.connections.timeout_checks == [T0 + 0.010]
+    delay = h.step(T0 + 1.0)
+    assert h.connections.timeout_checks == [T0 + 0.010, T0 + 1.0]
+    # The sender comes back before an in-flight request could time out unnoticed.
+    assert delay <= h.config.request_timeout_ms / 1000.0
+    await h.respond(h.last_produce(1), ok(0, 0))
+    h.step(T0 + 2.0)
+    assert h.connections.timeout_checks == [T0 + 0.010, T0 + 1.0]
+
+
+# ---- retriable errors ---------------------------------------------------------------------------
+
+
+async def test_a_retriable_error_refreshes_metadata_and_retries_after_the_backoff() -> None:
+    h = Harness(leaders={0: 1, 1: 1, 2: 2}, retry_backoff_ms=100)
+    futures = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step(T0 + 0.010)
+    first = h.last_produce(1)
+    h.now = T0 + 0.020
+    await h.respond(first, error(0, NOT_LEADER_OR_FOLLOWER))
+    assert not any(f.done() for f in futures)
+    assert h.metrics.record_retry_total == 2
+    assert h.metadata.update_requested
+
+    # The next step asks for metadata, for the topic; the leader has moved to broker 2.
+    h.step()
+    (metadata_request,) = h.connections.all_sent(MetadataRequest)
+    assert isinstance(metadata_request.request, MetadataRequest)
+    assert list(metadata_request.request.topics or []) == [TOPIC]
+    metadata_request.future.set_result(metadata_response({0: 2, 1: 1, 2: 2}))
+    await run_callbacks()
+    assert h.metadata.cluster.leader_for(TOPIC, 0) == 2
+    assert h.connections.brokers_set[-1] == {n: (f"broker{n}", 9092) for n in NODES}
+
+    # The first retry waits retry_backoff_ms, give or take 20% jitter: not sooner.
+    delay = h.step(T0 + 0.020 + 0.079)
+    assert h.produce_requests() == [first]
+    # ...and the sender asks to be woken when the backoff ends.
+    assert 0 < delay <= 0.120 - 0.079 + 1e-9
+    h.step(T0 + 0.020 + 0.121)
+    retry = h.last_produce()
+    assert retry is not first
+    assert retry in h.produce_requests(2)
+    assert retry.values(0) == [b"a", b"b"]
+    await h.respond(retry, ok(0, 33))
+    assert offsets(futures) == [33, 34]
+    assert h.metrics.record_send_total == 2
+    assert h.metrics.record_error_total == 0
+    assert h.memory_is_back()
+
+
+async def test_retry_backoff_grows_exponentially() -> None:
+    h = Harness(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    future = h.append(0, b"a")
+    h.step(T0 + 0.010)
+    expected = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    for attempt, backoff in enumerate(expected):
+        sent = h.last_produce(1)
+        await h.respond(sent, error(0, NOT_ENOUGH_REPLICAS))
+        failed_at = h.now
+        h.step(failed_at + backoff * 0.8 - 0.001)
+        assert h.last_produce(1) is sent, f"retry {attempt + 1} came before its backoff"
+        h.step(failed_at + backoff * 1.2 + 0.001)
+        assert h.last_produce(1) is not sent, f"retry {attempt + 1} did not come after it"
+    assert h.metrics.record_retry_total == len(expected)
+    await h.respond(h.last_produce(1), ok(0, 9))
+    assert future.result().offset == 9
+
+
+async def test_retry_backoff_never_exceeds_retry_backoff_max_ms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The largest jitter the sender can draw, every time.
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    h = Harness(retry_backoff_ms=100, retry_backoff_max_ms=400)
+    h.append(0, b"a")
+    h.step(T0 + 0.010)
+    for _ in range(5):
+        sent = h.last_produce(1)
+        await h.respond(sent, error(0, NOT_ENOUGH_REPLICAS))
+        # retry_backoff_max_ms is "the longest wait between retries".
+        h.step(h.now + 0.400)
+        assert h.last_produce(1) is not sent
+
+
+async def test_a_connection_failure_is_retried() -> None:
+    h = Harness()
+    futures = [h.append(0, b"a"), h.append(1, b"b")]
+    h.step(T0 + 0.010)
+    first = h.last_produce(1)
+    await h.fail(first, KafkaConnectionError("connection to node 1 lost"))
+    assert h.metrics.record_retry_total == 2
+    assert not any(f.done() for f in futures)
+    # A lost connection may mean a moved leader: the metadata is refreshed too.
+    h.step()
+    assert len(h.connections.all_sent(MetadataRequest)) == 1
+    h.step(h.now + 0.121)
+    retry = h.last_produce(1)
+    assert retry is not first
+    assert retry.values(0) == [b"a"] and retry.values(1) == [b"b"]
+    await h.respond(retry, ok(0, 3), ok(1, 4))
+    assert offsets(futures) == [3, 4]
+
+
+async def test_a_partition_missing_from_the_response_is_retried() -> None:
+    h = Harness()
+    futures = [h.append(0, b"a"), h.append(1, b"b")]
+    h.step(T0 + 0.010)
+    await h.respond(h.last_produce(1), ok(0, 3))
+    assert futures[0].result().offset == 3
+    assert not futures[1].done()
+    h.step(h.now + 0.121)
+    retry = h.last_produce(1)
+    assert sorted(retry.batches) == [(TOPIC, 1)]
+    await h.respond(retry, ok(1, 8))
+    assert futures[1].result().offset == 8
+
+
+async def test_retries_zero_fails_a_retriable_error_at_once() -> None:
+    h = Harness(retries=0)
+    future = h.append(0, b"a")
+    h.step(T0 + 0.010)
+    await h.respond(h.last_produce(1), error(0, NOT_LEADER_OR_FOLLOWER, "not the leader"))
+    assert isinstance(future.exception(), NotLeaderOrFollowerError)
+    assert h.metrics.record_retry_total == 0
+    assert h.metrics.record_error_total == 1
+    h.step(h.now + 10.0)
+    assert len(h.produce_requests()) == 1
+    assert h.memory_is_back()
+
+
+# ---- non-retriable errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "error_class"),
+    [
+        (INVALID_RECORD, InvalidRecordError),
+        (TOPIC_AUTHORIZATION_FAILED, TopicAuthorizationFailedError),
+    ],
+)
+async def test_a_non_retriable_error_fails_only_its_partition(
+    code: int, error_class: type[KafkaError]
+) -> None:
+    h = Harness()
+    failing = [h.append(0, b"bad"), h.append(0, b"worse")]
+    fine = [h.append(1, b"good")]
+    h.step(T0 + 0.010)
+    (sent,) = h.produce_requests(1)
+    await h.respond(
+        sent,
+        error(0, code, "rejected", record_errors=[(1, "record 1 is broken")]),
+        ok(1, 50),
+    )
+    for future in failing:
+        exc = future.exception()
+        assert isinstance(exc, error_class)
+        assert "record 1 is broken" in str(exc)
+    assert offsets(fine) == [50]
+    assert h.metrics.record_error_total == 2
+    assert h.metrics.record_send_total == 1
+    assert h.metrics.record_retry_total == 0
+    assert [(b.partition, type(exc)) for b, exc in h.acknowledged] == [
+        (0, error_class),
+        (1, type(None)),
+    ]
+    # Not retried, and every buffer went back to the pool.
+    h.step(h.now + 10.0)
+    assert h.produce_requests() == [sent]
+    assert h.memory_is_back()
+
+
+# ---- delivery timeout ---------------------------------------------------------------------------
+
+
+async def test_metadata_asks_for_a_connection_when_none_can_send() -> None:
+    h = Harness(leaders={0: -1})
+    h.connections.connected.clear()
+    h.append(0, b"a")
+    h.step()
+    assert h.connections.any_connecting_calls == 1
+    assert h.connections.all_sent(MetadataRequest) == []
+    h.connections.connected.add(3)
+    h.step(h.now + 0.1)
+    (request,) = h.conn(3).requests(MetadataRequest)
+    request.future.set_result(metadata_response({0: 3}))
+    await run_callbacks()
+    h.step()
+    assert h.last_produce(3).values(0) == [b"a"]
+
+
+async def test_a_batch_without_a_leader_expires_at_the_delivery_timeout() -> None:
+    h = Harness(
+        leaders={0: -1, 1: 1}, linger_ms=10, request_timeout_ms=1000, delivery_timeout_ms=2000
+    )
+    future = h.append(0, b"a")
+    delay = h.step()
+    # No leader: metadata is asked for; nothing can be sent.
+    assert len(h.connections.all_sent(MetadataRequest)) == 1
+    assert h.produce_requests() == []
+    assert delay <= 2.0
+    delay = h.step(T0 + 1.5)
+    assert delay <= 0.5
+    h.step(T0 + 1.999)
+    assert not future.done()
+    h.step(T0 + 2.0)
+    exc = future.exception()
+    assert isinstance(exc, DeliveryTimeoutError)
+    assert exc.retriable
+    assert h.metrics.record_error_total == 1
+    assert h.produce_requests() == []
+    assert h.memory_is_back()
+
+
+async def test_an_in_flight_batch_expires_at_its_deadline() -> None:
+    h = Harness(linger_ms=10, request_timeout_ms=1000, delivery_timeout_ms=2000)
+    future = h.append(0, b"a")
+    h.step(T0 + 0.010)
+    sent = h.last_produce(1)
+    # In flight at its deadline: it fails then, as in Java, without waiting for the broker.
+    h.step(T0 + 1.999)
+    assert not future.done()
+    h.step(T0 + 2.0)
+    exc = future.exception()
+    assert isinstance(exc, DeliveryTimeoutError)
+    assert "in flight" in str(exc)
+    assert h.metrics.record_error_total == 1
+    # The buffer stays allocated until the request is over (the transport may hold it).
+    assert not h.memory_is_back()
+    await h.respond(sent, error(0, NOT_LEADER_OR_FOLLOWER, "moved"))
+    assert h.metrics.record_retry_total == 0
+    assert h.metrics.record_error_total == 1
+    h.step(h.now + 10.0)
+    assert h.produce_requests() == [sent]
+    assert h.memory_is_back()
+
+
+async def test_a_retry_that_waits_past_the_deadline_expires() -> None:
+    h = Harness(linger_ms=10, request_timeout_ms=1000, delivery_timeout_ms=2000)
+    future = h.append(0, b"a")
+    h.step(T0 + 0.010)
+    h.now = T0 + 1.95
+    await h.respond(h.last_produce(1), error(0, NOT_ENOUGH_REPLICAS))
+    assert not future.done()
+    h.step(T0 + 2.0)
+    assert isinstance(future.exception(), DeliveryTimeoutError)
+    assert len(h.produce_requests()) == 1
+    assert h.memory_is_back()
+
+
+# ---- too large ----------------------------------------------------------------------------------
+
+
+async def test_message_too_large_splits_a_batch_into_smaller_ones() -> None:
+    # The broker's limit (max.message.bytes) is below batch_size: the usual way to get
+    # MESSAGE_TOO_LARGE for a batch of many records.
+    h = Harness(batch_size=1024, linger_ms=0)
+    values = [f"{i:03d}".encode() * 20 for i in range(10)]
+    futures = [h.append(0, value) for value in values]
+    h.step()
+    sent = h.last_produce(1)
+    assert len(sent.batch(0).records) == 10
+    await h.respond(sent, error(0, MESSAGE_TOO_LARGE))
+    seen: list[bytes | None] = []
+    base = 70
+    for _ in range(10):
+        h.step()
+        request = h.last_produce(1)
+        if request is sent or request.future.done():
+            break
+        part = request.values(0)
+        assert 0 < len(part) < 10, "the batch was resent whole instead of split"
+        seen.extend(part)
+        await h.respond(request, ok(0, base))
+        base += len(part)
+    assert seen == values
+    assert offsets(futures) == list(range(70, 80))
+    assert h.memory_is_back()
+
+
+async def test_message_too_large_split_batches_resolve_with_their_offsets() -> None:
+    h = Harness(batch_size=4096, linger_ms=0)
+    values = [f"{i:04d}".encode() * 50 for i in range(12)]
+    futures = [h.append(0, value) for value in values]
+    h.step()
+    sent = h.last_produce(1)
+    assert len(sent.batch(0).records) == 12
+    # A batch larger than batch_size (a single large record's batch) splits as well.
+    h.accumulator.batch_size = 1024
+    await h.respond(sent, error(0, MESSAGE_TOO_LARGE))
+    assert not any(f.done() for f in futures)
+    assert h.metrics.record_error_total == 0
+    seen: list[bytes | None] = []
+    base = 500
+    for _ in range(12):
+        h.step()
+        request = h.last_produce(1)
+        if request is sent or request.future.done():
+            break
+        part = request.values(0)
+        assert 0 < len(part) < 12
+        seen.extend(part)
+        await h.respond(request, ok(0, base))
+        base += len(part)
+    assert seen == values
+    assert offsets(futures) == list(range(500, 512))
+    assert h.metrics.record_send_total == 12
+    assert h.memory_is_back()
+
+
+async def test_message_too_large_on_a_single_record_fails_with_record_too_large() -> None:
+    h = Harness(linger_ms=0)
+    future = h.append(0, b"x" * 500)
+    h.step()
+    await h.respond(h.last_produce(1), error(0, MESSAGE_TOO_LARGE))
+    assert isinstance(future.exception(), RecordTooLargeError)
+    assert h.metrics.record_error_total == 1
+    h.step(h.now + 10.0)
+    assert len(h.produce_requests()) == 1
+    assert h.memory_is_back()
+
+
+# ---- idempotence --------------------------------------------------------------------------------
+
+
+async def test_init_producer_id_goes_out_before_any_produce() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    future = h.append(0, b"a")
+    h.step()
+    assert h.produce_requests() == []
+    (init,) = h.connections.all_sent(InitProducerIdRequest)
+    assert isinstance(init.request, InitProducerIdRequest)
+    assert init.request.transactional_id is None
+    assert (init.request.producer_id, init.request.producer_epoch) == (-1, -1)
+    # Only one InitProducerId at a time.
+    h.step(T0 + 1.0)
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    assert h.produce_requests() == []
+    init.future.set_result(InitProducerIdResponse(0, NONE, 4000, 3))
+    await run_callbacks()
+    h.step()
+    batch = h.last_produce(1).batch(0)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (4000, 3, 0)
+    assert not batch.is_transactional
+    await h.respond(h.last_produce(1), ok(0, 0))
+    assert future.result().offset == 0
+
+
+async def test_a_retriable_init_producer_id_error_is_retried_after_the_backoff() -> None:
+    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
+    future = h.append(0, b"a")
+    h.step()
+    (first,) = h.connections.all_sent(InitProducerIdRequest)
+    first.future.set_result(InitProducerIdResponse(0, COORDINATOR_LOAD_IN_PROGRESS, -1, -1))
+    await run_callbacks()
+    h.step(T0 + 0.099)
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    h.step(T0 + 0.100)
+    second = h.connections.all_sent(InitProducerIdRequest)[-1]
+    assert second is not first
+    assert not future.done()
+    assert h.produce_requests() == []
+
+
+async def test_a_fatal_init_producer_id_error_fails_every_record() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    futures = [h.append(0, b"a"), h.append(2, b"b")]
+    h.step()
+    (init,) = h.connections.all_sent(InitProducerIdRequest)
+    init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
+    await run_callbacks()
+    for future in futures:
+        assert isinstance(future.exception(), ClusterAuthorizationFailedError)
+    assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
+    assert h.produce_requests() == []
+    assert h.memory_is_back()
+
+
+async def test_sequences_grow_by_record_count_per_partition() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    first = [h.append(0, b"a"), h.append(0, b"b"), h.append(0, b"c")]
+    other = [h.append(1, b"x")]
+    h.step()
+    second = [h.append(0, b"d"), h.append(0, b"e")]
+    h.step()
+    third = [h.append(0, b"f")]
+    h.step()
+    requests = h.produce_requests(1)
+    assert len(requests) == 3
+    assert [(r.batch(0).base_sequence, len(r.batch(0).records)) for r in requests] == [
+        (0, 3),
+        (3, 2),
+        (5, 1),
+    ]
+    assert requests[0].batch(1).base_sequence == 0
+    assert {r.batch(0).producer_id for r in requests} == {1000}
+    await h.respond(requests[0], ok(0, 0), ok(1, 0))
+    await h.respond(requests[1], ok(0, 3))
+    await h.respond(requests[2], ok(0, 5))
+    assert offsets(first + second + third) == [0, 1, 2, 3, 4, 5]
+    assert offsets(other) == [0]
+
+
+async def test_a_retry_keeps_the_order_within_a_partition() -> None:
+    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
+    await h.init_producer_id(1000)
+    older = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    newer = [h.append(0, b"c"), h.append(0, b"d"), h.append(0, b"e")]
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    assert (request_a.batch(0).base_sequence, request_b.batch(0).base_sequence) == (0, 2)
+
+    # The older batch met a leader change; the broker then saw the newer one out of order.
+    await h.respond(request_a, error(0, NOT_LEADER_OR_FOLLOWER))
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    assert h.metrics.record_retry_total == 5
+    assert h.idempotence is not None and not h.idempotence.needs_producer_id
+
+    # Answer the metadata refresh with the same leaders.
+    h.step()
+    (metadata_request,) = h.connections.all_sent(MetadataRequest)
+    metadata_request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
+    await run_callbacks()
+
+    h.step(h.now + 0.25)
+    retry_a = h.last_produce(1)
+    assert retry_a.values(0) == [b"a", b"b"]
+    # The newer batch waits until the older retried one is acknowledged.
+    h.step(h.now + 1.0)
+    assert h.last_produce(1) is retry_a
+    await h.respond(retry_a, ok(0, 20))
+    assert offsets(older) == [20, 21]
+    h.step()
+    retry_b = h.last_produce(1)
+    assert retry_b.values(0) == [b"c", b"d", b"e"]
+    # Sequences stay as first assigned, under the same producer id.
+    assert [(r.batch(0).producer_id, r.batch(0).base_sequence) for r in (retry_a, retry_b)] == [
+        (1000, 0),
+        (1000, 2),
+    ]
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    await h.respond(retry_b, ok(0, 22))
+    assert offsets(newer) == [22, 23, 24]
+    assert h.memory_is_back()
+
+
+async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    older = h.append(0, b"a")
+    h.step()
+    newer = h.append(0, b"b")
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    assert h.idempotence is not None and not h.idempotence.needs_producer_id
+    assert not newer.done()
+    await h.respond(request_a, ok(0, 0))
+    h.step(h.now + 0.121)
+    retry = h.last_produce(1)
+    assert retry.values(0) == [b"b"]
+    assert (retry.batch(0).producer_id, retry.batch(0).base_sequence) == (1000, 1)
+    await h.respond(retry, ok(0, 1))
+    assert offsets([older, newer]) == [0, 1]
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+
+
+@pytest.mark.parametrize("code", [OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID])
+async def test_out_of_order_on_the_head_batch_resets_the_producer_id(code: int) -> None:
+    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
+    await h.init_producer_id(1000)
+    older = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    newer = [h.append(0, b"c")]
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    await h.respond(request_a, error(0, code))
+    assert h.idempotence is not None and h.idempotence.needs_producer_id
+    # The new producer id waits until nothing sent under the old one is outstanding.
+    h.step(h.now + 0.5)
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    assert h.produce_requests() == [request_a, request_b]
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 0.5)
+    inits = h.connections.all_sent(InitProducerIdRequest)
+    assert len(inits) == 2, "no InitProducerId after the in-flight requests drained"
+    inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
+    await run_callbacks()
+    h.step()
+    retry_a = h.last_produce(1)
+    assert retry_a.values(0) == [b"a", b"b"]
+    assert (retry_a.batch(0).producer_id, retry_a.batch(0).base_sequence) == (2000, 0)
+    h.step()
+    retry_b = h.last_produce(1)
+    assert retry_b.values(0) == [b"c"]
+    assert (retry_b.batch(0).producer_id, retry_b.batch(0).base_sequence) == (2000, 2)
+    await h.respond(retry_a, ok(0, 10))
+    await h.respond(retry_b, ok(0, 12))
+    assert offsets(older + newer) == [10, 11, 12]
+
+
+async def test_a_batch_failing_for_good_resets_the_producer_id() -> None:
+    # Its sequence numbers are a gap the broker would never get past: start over.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    lost = h.append(0, b"bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(lost.exception(), InvalidRecordError)
+    later = h.append(0, b"good")
+    h.step()
+    inits = h.connections.all_sent(InitProducerIdRequest)
+    assert len(inits) == 2
+    assert len(h.produce_requests()) == 1
+    inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
+    await run_callbacks()
+    h.step()
+    batch = h.last_produce(1).batch(0)
+    assert [r.value for r in batch.records] == [b"good"]
+    assert (batch.producer_id, batch.base_sequence) == (2000, 0)
+    await h.respond(h.last_produce(1), ok(0, 1))
+    assert later.result().offset == 1
+
+
+async def test_duplicate_sequence_number_counts_as_success() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    futures = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    sent = h.last_produce(1)
+    await h.respond(
+        sent, ProducePartitionResponse(0, DUPLICATE_SEQUENCE_NUMBER, -1, error_message="dup")
+    )
+    assert [f.result().offset for f in futures] == [-1, -1]
+    assert h.metrics.record_send_total == 2
+    assert h.metrics.record_error_total == 0
+    # The partition goes on from the acknowledged sequence, under the same producer id.
+    assert h.idempotence is not None and not h.idempotence.needs_producer_id
+    h.append(0, b"c")
+    h.step()
+    assert h.last_produce(1).batch(0).base_sequence == 2
+    assert not h.memory_is_back()
+    await h.respond(h.last_produce(1), ok(0, 2))
+    assert h.memory_is_back()
+
+
+# ---- acks=0 -------------------------------------------------------------------------------------
+
+
+async def test_acks_zero_completes_batches_at_once_without_in_flight() -> None:
+    h = Harness(acks=0, linger_ms=0)
+    futures = [h.append(0, b"a"), h.append(0, b"b"), h.append(2, b"c")]
+    h.step()
+    (sent,) = h.produce_requests(1)
+    assert sent.produce.acks == 0
+    assert all(f.done() for f in futures)
+    assert [f.result().offset for f in futures] == [-1, -1, -1]
+    assert h.metrics.record_send_total == 3
+    # Nothing awaits an answer, so no request timeout is watched.
+    assert h.connections.timeout_checks == []
+    assert h.memory_is_back()
+    # The request still holds its records after the buffers went back to the pool and were
+    # reused: the transport may not have written them yet.
+    h.append(0, b"z" * 40)
+    (partition,) = sent.produce.topics[0].partitions
+    (decoded,) = decode_record_batches(bytes(partition.records))
+    assert [r.value for r in decoded.records] == [b"a", b"b"]
+
+
+# ---- the task: close, force close, crash ---------------------------------------------------------
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition did not become true")
+
+
+async def test_initiate_close_drains_everything_then_the_task_ends() -> None:
+    h = Harness(linger_ms=60_000)
+    futures = [h.append(0, b"a"), h.append(2, b"b")]
+    task = h.sender.start()
+    await run_callbacks()
+    assert h.produce_requests() == []
+    h.sender.initiate_close()
+    await wait_until(lambda: len(h.produce_requests()) == 2)
+    # In flight: the task waits for the answers.
+    await run_callbacks()
+    assert not task.done()
+    await h.respond(h.last_produce(1), ok(0, 1))
+    await run_callbacks()
+    assert not task.done()
+    await h.respond(h.last_produce(2), ok(2, 2))
+    await asyncio.wait_for(task, 10)
+    assert offsets(futures) == [1, 2]
+    assert h.memory_is_back()
+
+
+async def test_force_close_fails_what_is_left_with_the_given_error() -> None:
+    h = Harness(leaders={0: 1, 1: -1, 2: 2}, linger_ms=0)
+    in_flight = h.append(0, b"a")
+    task = h.sender.start()
+    await wait_until(lambda: len(h.produce_requests()) == 1)
+    stuck = h.append(1, b"b")
+    closing = ProducerClosedError("closed by the test")
+    h.sender.force_close(closing)
+    await asyncio.wait_for(task, 10)
+    assert in_flight.exception() is closing
+    assert stuck.exception() is closing
+    assert h.metrics.record_error_total == 2
+    assert h.memory_is_back()
+    # A late answer changes nothing.
+    await h.respond(h.last_produce(1), ok(0, 0))
+    assert in_flight.exception() is closing
+    assert h.metrics.record_send_total == 0
+
+
+async def test_a_crashed_task_fails_every_pending_record() -> None:
+    h = Harness(linger_ms=0)
+    in_flight = h.append(0, b"a")
+    h.step()
+    assert len(h.produce_requests(1)) == 1
+    queued = h.append(2, b"b")
+    boom = RuntimeError("boom")
+    h.connections.ready_error = boom
+    task = h.sender.start()
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(task, 10)
+    assert h.sender.crashed is boom
+    for future in (in_flight, queued):
+        exc = future.exception()
+        assert isinstance(exc, SenderCrashedError)
+        assert exc.__cause__ is boom
+    assert h.memory_is_back()
+
+
+async def test_a_crash_in_send_fails_the_records_being_sent() -> None:
+    h = Harness(linger_ms=0)
+    in_flight = h.append(0, b"a")
+    h.step()
+    being_sent = h.append(2, b"b")
+    boom = RuntimeError("boom")
+    h.conn(2).send_error = boom
+    task = h.sender.start()
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(task, 10)
+    assert h.sender.crashed is boom
+    assert isinstance(in_flight.exception(), SenderCrashedError)
+    assert being_sent.done(), "the record whose request crashed the sender never resolves"
+    exc = being_sent.exception()
+    assert isinstance(exc, SenderCrashedError)
+    assert exc.__cause__ is boom
