@@ -15,11 +15,13 @@ from aioproducer.records import (
     RecordMetadata,
     TimestampType,
 )
+from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BatchResults",
+    "ConsumerGroupMetadata",
     "Header",
     "Producer",
     "ProducerConfig",
@@ -28,5 +30,6 @@ __all__ = [
     "RecordFuture",
     "RecordMetadata",
     "TimestampType",
+    "TransactionState",
     "__version__",
 ]

@@ -150,6 +150,7 @@ __all__ = [
     "TopicAuthorizationFailedError",
     "TopicDeletionDisabledError",
     "TransactionAbortableError",
+    "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
     "TransactionalIdAuthorizationFailedError",
     "TransactionalIdNotFoundError",
@@ -264,6 +265,15 @@ class ProducerClosedError(KafkaError):
 
 class IllegalStateError(KafkaError):
     """An operation was called in a state that does not allow it."""
+
+
+class TransactionAbortedError(KafkaError):
+    """The transaction was aborted before this record was sent; it was not written.
+
+    Raised by the futures of records still buffered when ``abort_transaction()`` runs (or when
+    the producer closes with a transaction open). Not retriable: send the record again in a
+    new transaction.
+    """
 
 
 class SenderCrashedError(KafkaError):

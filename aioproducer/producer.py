@@ -8,10 +8,11 @@ wait for metadata or buffer memory, bounded together by ``max_block_ms``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
@@ -21,6 +22,7 @@ from aioproducer.errors import (
     FlushTimeoutError,
     IllegalStateError,
     KafkaConnectionError,
+    KafkaError,
     ProducerClosedError,
     RecordTooLargeError,
     RequestTimedOutError,
@@ -40,7 +42,14 @@ from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
 from aioproducer.records import BatchResults, ProducerRecord, RecordFuture, RecordMetadata
 from aioproducer.sender import Sender, metadata_from_response
-from aioproducer.transactions import IdempotenceManager
+from aioproducer.transactions import (
+    ConsumerGroupMetadata,
+    IdempotenceManager,
+    TransactionManager,
+    TransactionState,
+    consumer_group_metadata,
+    normalize_offsets,
+)
 
 __all__ = ["Producer", "ProducerState"]
 
@@ -131,6 +140,7 @@ class Producer:
         self._sender: Sender | None = None
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
+        self._transactions: TransactionManager | None = None
 
     # ---- properties -----------------------------------------------------------------------
 
@@ -184,8 +194,9 @@ class Producer:
             compression_level=cfg.compression_level,
             create_future=loop.create_future,
         )
-        self._idempotence = (
-            IdempotenceManager(cfg.transactional_id) if cfg.enable_idempotence else None
+        self._transactions = self._make_transaction_manager(loop)
+        self._idempotence = self._transactions or (
+            IdempotenceManager() if cfg.enable_idempotence else None
         )
         self._closed_event = asyncio.Event()
         sender_ref: list[Sender] = []
@@ -219,6 +230,8 @@ class Producer:
         task = self._sender.start()
         task.add_done_callback(self._on_sender_done)
         self._state = ProducerState.RUNNING
+        if self._transactions is not None:
+            await self._initialize_transactions()
 
     async def _bootstrap(self) -> None:
         cfg = self._config
@@ -248,6 +261,10 @@ class Producer:
                 f"broker {connection.host}:{connection.port} does not support InitProducerId, "
                 "so it cannot do idempotence; set enable_idempotence=False (and acks as needed)"
             )
+        if self._transactions is not None:
+            # A transactional id gets its producer id from its coordinator, once the sender
+            # runs (see _initialize_transactions).
+            return
         init = InitProducerIdRequest(
             transactional_id=self._idempotence.transactional_id,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
@@ -331,6 +348,185 @@ class Producer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    # ---- transactions -------------------------------------------------------------------------
+
+    def _make_transaction_manager(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> TransactionManager | None:
+        cfg = self._config
+        if cfg.transactional_id is None:
+            return None
+        return TransactionManager(
+            cfg.transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+            retry_backoff=cfg.retry_backoff_ms / 1000.0,
+            retry_backoff_max=cfg.retry_backoff_max_ms / 1000.0,
+            request_timeout=cfg.request_timeout_ms / 1000.0,
+            create_future=loop.create_future,
+        )
+
+    async def _initialize_transactions(self) -> None:
+        # Java's initTransactions(), done by start(): find the coordinator and get the
+        # producer id and epoch, fencing older producers with the same transactional id.
+        transactions = self._transactions
+        sender = self._sender
+        assert transactions is not None and sender is not None
+        try:
+            future = transactions.initialize()
+            sender.wakeup()
+            await self._wait_transactional(
+                future, "start() initializing transactions (FindCoordinator, InitProducerId)"
+            )
+        except BaseException:
+            await self.close(timeout=0)
+            raise
+
+    async def _wait_transactional(self, future: asyncio.Future[None], what: str) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self._max_block)
+        except asyncio.TimeoutError:
+            raise RequestTimedOutError(
+                f"{what} did not complete within max_block_ms ({self._config.max_block_ms} ms); "
+                "it goes on in the background: call it again to keep waiting"
+            ) from None
+
+    def _require_transactions(self, operation: str) -> TransactionManager:
+        self._check_running()
+        transactions = self._transactions
+        if transactions is None:
+            raise IllegalStateError(
+                f"{operation} needs a transactional producer: set transactional_id"
+            )
+        return transactions
+
+    def _check_sendable(self) -> None:
+        self._check_running()
+        transactions = self._transactions
+        if transactions is not None and transactions.state is not TransactionState.IN_TRANSACTION:
+            transactions.check_send_allowed()
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """Where the transaction state machine is; None without a ``transactional_id``."""
+        return None if self._transactions is None else self._transactions.state
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction: records sent until the commit or abort belong to it.
+
+        Raises:
+            IllegalStateError: no ``transactional_id``, a transaction is open already, or the
+                previous one has not finished committing or aborting.
+            ProducerFencedError: another producer with the same transactional id took over
+                (fatal: only ``close()`` is left).
+        """
+        self._require_transactions("begin_transaction()").begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Send every buffered record of the transaction, then commit it (EndTxn).
+
+        Waits up to ``max_block_ms``; on a :class:`~aioproducer.errors.RequestTimedOutError`
+        the commit goes on, and calling ``commit_transaction()`` again waits for it.
+
+        Raises:
+            KafkaError: a record of the transaction failed, or the coordinator refused it: the
+                transaction must be aborted with :meth:`abort_transaction`.
+            ProducerFencedError: another producer with the same transactional id took over
+                (fatal: only ``close()`` is left).
+            IllegalStateError: no transaction is open.
+        """
+        transactions = self._require_transactions("commit_transaction()")
+        future = transactions.begin_commit()
+        assert self._sender is not None
+        self._sender.wakeup()
+        await self._wait_transactional(future, "commit_transaction()")
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction: records not yet sent fail with
+        :class:`~aioproducer.errors.TransactionAbortedError`, records already written
+        are never seen by consumers reading committed data.
+
+        Works after an abortable error (which makes a commit raise); afterwards the producer
+        can begin a new transaction. Waits up to ``max_block_ms`` like
+        :meth:`commit_transaction`.
+
+        Raises:
+            ProducerFencedError: another producer with the same transactional id took over.
+            IllegalStateError: no transaction is open.
+        """
+        transactions = self._require_transactions("abort_transaction()")
+        future = transactions.begin_abort()
+        assert self._sender is not None
+        self._sender.wakeup()
+        await self._wait_transactional(future, "abort_transaction()")
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[Any, Any],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer group's offsets as part of the transaction (consume-transform-
+        produce): they take effect only if the transaction commits.
+
+        Args:
+            offsets: ``{(topic, partition): offset}``, the offset of the next record to
+                consume from each input partition; keys may also be objects with ``topic``
+                and ``partition`` attributes, values ``(offset, metadata)`` pairs.
+            group_metadata: the consumer's :class:`~aioproducer.ConsumerGroupMetadata`
+                (KIP-447: the coordinator then rejects a commit from a member fenced by a
+                rebalance), or a plain group id. Objects with a ``group_id`` attribute (and
+                ``generation_id``, ``member_id``, ``group_instance_id``) work too.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+            KafkaError: the coordinator refused the offsets (for example, the member was
+                fenced by a rebalance): the transaction must be aborted.
+            ProducerFencedError: another producer with the same transactional id took over.
+        """
+        transactions = self._require_transactions("send_offsets_to_transaction()")
+        normalized = normalize_offsets(offsets)
+        group = consumer_group_metadata(group_metadata)
+        future = transactions.send_offsets(normalized, group)
+        assert self._sender is not None
+        self._sender.wakeup()
+        await self._wait_transactional(future, "send_offsets_to_transaction()")
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it (then re-raises) when the block raises.
+
+        A commit that fails with an abortable error is aborted too, and its error raised.
+        """
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException as exc:
+            await self._abort_after(exc)
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError as exc:
+            if self.transaction_state is TransactionState.ABORTABLE_ERROR:
+                await self._abort_after(exc)
+            raise
+
+    async def _abort_after(self, exc: BaseException) -> None:
+        transactions = self._transactions
+        if (
+            transactions is None
+            or self._state is not ProducerState.RUNNING
+            or transactions.state is TransactionState.FATAL_ERROR
+            or not transactions.in_transaction
+        ):
+            return
+        try:
+            await self.abort_transaction()
+        except Exception as abort_error:
+            # The original error is what the caller needs; this one is logged.
+            log.warning(
+                "aborting the transaction after %r failed as well: %s", exc, abort_error
+            )
+
     # ---- sending ----------------------------------------------------------------------------
 
     def _check_running(self) -> None:
@@ -368,8 +564,9 @@ class Producer:
             UnknownTopicOrPartitionError: no metadata for the topic within ``max_block_ms``,
                 or the partition is out of range.
             ProducerClosedError: the producer is closing or closed.
+            IllegalStateError: a transactional producer with no open transaction.
         """
-        self._check_running()
+        self._check_sendable()
         if self._interceptors:
             record = self._intercept(
                 ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
@@ -427,7 +624,7 @@ class Producer:
         that resolves to the list of :class:`RecordMetadata`, in order; its ``futures``
         attribute has each record's future.
         """
-        self._check_running()
+        self._check_sendable()
         if topic not in self._valid_topics:
             validate_topic(topic)
             self._valid_topics.add(topic)
@@ -658,6 +855,10 @@ class Producer:
 
     def _after_new_batch(self, topic: str, partition: int) -> None:
         self._metadata.touch(topic, time.monotonic())
+        if self._transactions is not None:
+            # A transaction's first batch for a partition: AddPartitionsToTxn goes out now,
+            # while the batch lingers.
+            self._transactions.maybe_add_partition((topic, partition))
         sender = self._sender
         assert sender is not None
         sender.wakeup()
@@ -699,7 +900,7 @@ class Producer:
             partition = self._partitioner.partition(topic, key, count, info.available_partitions)
             sticky = key is None and self._record_appended is not None
         while True:
-            self._check_running()
+            self._check_sendable()
             accumulator = self._accumulator
             future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
             if future is not None:

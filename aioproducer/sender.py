@@ -41,7 +41,7 @@ from aioproducer.protocol.messages import (
     ProduceTopicData,
 )
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.transactions import IdempotenceManager
+from aioproducer.transactions import IdempotenceManager, TransactionalRequest, TransactionManager
 
 __all__ = ["Sender", "metadata_from_response"]
 
@@ -125,6 +125,8 @@ class Sender:
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._init_backoff_until = 0.0
+        self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
+        self._transaction_flush = False
         self.crashed: BaseException | None = None
         self.fatal_error: KafkaError | None = None
         if idempotence is not None:
@@ -163,6 +165,8 @@ class Sender:
         """Stop after everything buffered and in flight is done."""
         self._running = False
         self._accumulator.close()
+        if self._transactions is not None:
+            self._transactions.begin_close(self._clock())
         self.wakeup()
 
     def force_close(self, exc: BaseException) -> None:
@@ -210,9 +214,13 @@ class Sender:
             raise
 
     def _has_pending_work(self) -> bool:
+        if self._transactions is not None and self._transactions.has_pending_work():
+            return True
         return self._accumulator.has_undrained() or self._in_flight_batches > 0
 
     def _abort_all(self, exc: BaseException) -> None:
+        if self._transactions is not None:
+            self._transactions.fail_all(exc)
         for batch in self._accumulator.abort_undrained(exc):
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)
@@ -241,11 +249,15 @@ class Sender:
         """Send what is ready; return seconds until the next step is needed."""
         delay = self._maybe_update_metadata(now)
         idempotence = self._idempotence
-        if idempotence is not None and idempotence.needs_producer_id:
+        transactions = self._transactions
+        if idempotence is not None and idempotence.needs_producer_id and transactions is None:
             delay = min(delay, self._maybe_init_producer_id(now))
         accumulator = self._accumulator
         cluster = self._metadata.cluster
         result = accumulator.ready(cluster, now)
+        if transactions is not None:
+            # After ready(): it may have registered partitions that must be added first.
+            delay = min(delay, self._run_transactions(transactions, now))
         if result.unknown_leader_topics:
             for topic in result.unknown_leader_topics:
                 self._metadata.add_topic(topic, now)
@@ -445,6 +457,101 @@ class Sender:
             self._init_backoff_until = now + self._backoff_base
         self.wakeup()
 
+    # ---- transactions -------------------------------------------------------------------------
+
+    def _run_transactions(self, transactions: TransactionManager, now: float) -> float:
+        """Drop batches a failed or aborting transaction will not send, flush while it
+        completes, and send the next coordinator request (one at a time)."""
+        accumulator = self._accumulator
+        if accumulator.has_undrained():
+            error = transactions.undrained_batch_error()
+            if error is not None:
+                self._abort_undrained_batches(error)
+        completing = transactions.is_completing
+        if completing != self._transaction_flush:
+            # A commit or abort sends what is buffered at once, without waiting for linger_ms.
+            if completing:
+                accumulator.begin_flush()
+            else:
+                accumulator.end_flush()
+            self._transaction_flush = completing
+        if transactions.has_in_flight_request():
+            return _MAX_POLL
+        item = transactions.next_request(now, accumulator.has_incomplete())
+        if item is None:
+            return transactions.time_to_next_request(now)
+        return self._send_transactional(transactions, item, now)
+
+    def _abort_undrained_batches(self, exc: KafkaError) -> None:
+        for batch in self._accumulator.abort_undrained(exc):
+            if self._idempotence is not None:
+                self._idempotence.on_final_failure(batch, str(exc))
+            self._metrics.records_failed(batch.record_count)
+            self._notify(batch, exc)
+
+    def _send_transactional(
+        self, transactions: TransactionManager, item: TransactionalRequest, now: float
+    ) -> float:
+        connections = self._connections
+        node = transactions.coordinator_node(item)
+        if node is None:
+            connection = connections.least_loaded(now)
+            if connection is None:
+                connections.ensure_any_connecting(now)
+                return self._backoff_base
+            request: Any = transactions.find_coordinator_request(item)
+            finding = True
+        else:
+            ready = connections.ready(node)
+            if ready is None:
+                if connections.is_connecting(node):
+                    return _MAX_POLL  # on_state_change wakes the sender
+                if connections.connection_delay(node, now) > 0:
+                    # Unknown to the metadata, or failing to connect: the coordinator may
+                    # have moved, so look it up again after a backoff.
+                    self._metadata.request_update()
+                    transactions.coordinator_unreachable(item, now)
+                    return self._backoff_base
+                connections.ensure_connecting(node, now)
+                return _MAX_POLL
+            if not ready.can_send():
+                return _MAX_POLL
+            connection = ready
+            request = transactions.build_request(item)
+            finding = False
+        try:
+            future = connection.send(request)
+        except KafkaError as exc:
+            transactions.request_not_sent(item, exc, now)
+            return self._backoff_base
+        transactions.request_sent(item, finding_coordinator=finding)
+        future.add_done_callback(
+            lambda done: self._on_transactional_response(transactions, item, finding, done)
+        )
+        return _MAX_POLL
+
+    def _on_transactional_response(
+        self,
+        transactions: TransactionManager,
+        item: TransactionalRequest,
+        finding: bool,
+        future: asyncio.Future[Any],
+    ) -> None:
+        now = self._clock()
+        response: Any = None
+        exc: BaseException | None
+        if future.cancelled():
+            exc = KafkaConnectionError(f"{item.describe()} was cancelled")
+        else:
+            exc = future.exception()
+            if exc is None:
+                response = future.result()
+        if finding:
+            transactions.handle_find_coordinator(item, response, exc, now)
+        else:
+            transactions.handle_response(item, response, exc, now)
+        self.wakeup()
+
     # ---- produce ----------------------------------------------------------------------------
 
     def _close_batch(self, batch: ProducerBatch) -> None:
@@ -600,6 +707,9 @@ class Sender:
         self._accumulator.deallocate(batch)
 
     def _fail_batch(self, batch: ProducerBatch, exc: BaseException, now: float) -> None:
+        if self._transactions is not None:
+            # First, so the transaction's error is this one, not the sequence gap it leaves.
+            self._transactions.on_batch_failed(batch, exc)
         if self._idempotence is not None:
             self._idempotence.on_final_failure(batch, str(exc))
         log.warning(

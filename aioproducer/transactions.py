@@ -1,20 +1,72 @@
-"""Producer id, epoch and per-partition sequence numbers (idempotence).
+"""Producer id, epoch and per-partition sequence numbers (idempotence), and transactions.
 
 The broker deduplicates and orders batches by (producer id, epoch, partition, sequence). This
 module decides which sequence a batch gets when it is drained, which retried batch may go out
 next so the broker never sees a gap, and when the producer id must be reset because a sequence
 was lost for good.
+
+With a ``transactional_id``, :class:`TransactionManager` adds the transaction state machine of
+the Java client's ``TransactionManager``: it decides which coordinator request goes next
+(FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit,
+EndTxn), builds it, and turns each answer into a state change. The sender does the I/O.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
+import enum
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aioproducer.accumulator import ProducerBatch
+from aioproducer.errors import (
+    ClusterAuthorizationFailedError,
+    IllegalStateError,
+    KafkaError,
+    ProducerFencedError,
+    RequestTimedOutError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from aioproducer.protocol.api import Request
+from aioproducer.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopic,
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
+)
 
-__all__ = ["IdempotenceManager", "PartitionSequenceState"]
+__all__ = [
+    "ConsumerGroupMetadata",
+    "CoordinatorType",
+    "IdempotenceManager",
+    "PartitionSequenceState",
+    "TransactionAbortedError",
+    "TransactionManager",
+    "TransactionState",
+    "TransactionalRequest",
+    "TransactionalRequestKind",
+    "consumer_group_metadata",
+    "copy_error",
+    "normalize_offsets",
+]
 
 log = logging.getLogger("aioproducer.transactions")
 
@@ -171,3 +223,1163 @@ class IdempotenceManager:
             state.in_flight.remove(batch)
             state.retrying = max(0, state.retrying - 1)
             self.request_reset(f"batch {batch.topic}-{batch.partition} was split")
+
+
+# ---- transactions ----------------------------------------------------------------------------
+
+# Broker error codes the transaction manager treats specially.
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+_COORDINATOR_NOT_AVAILABLE = 15
+_NOT_COORDINATOR = 16
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_REQUEST_TIMED_OUT = 7
+_TOPIC_AUTHORIZATION_FAILED = 29
+_GROUP_AUTHORIZATION_FAILED = 30
+_CLUSTER_AUTHORIZATION_FAILED = 31
+_ILLEGAL_GENERATION = 22
+_UNKNOWN_MEMBER_ID = 25
+_REBALANCE_IN_PROGRESS = 27
+_INVALID_PRODUCER_EPOCH = 47
+_INVALID_TXN_STATE = 48
+_INVALID_PRODUCER_ID_MAPPING = 49
+_CONCURRENT_TRANSACTIONS = 51
+_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+_OPERATION_NOT_ATTEMPTED = 55
+_UNKNOWN_PRODUCER_ID_CODE = 59
+_FENCED_INSTANCE_ID = 82
+_PRODUCER_FENCED = 90
+_TRANSACTION_ABORTABLE = 120
+
+_COORDINATOR_MOVED = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
+_FENCED = frozenset({_PRODUCER_FENCED, _INVALID_PRODUCER_EPOCH})
+# Errors after which the producer id may still be usable once the transaction is aborted and
+# the epoch bumped (Java: abortable when an epoch bump is possible).
+_NEEDS_EPOCH_BUMP = frozenset({_UNKNOWN_PRODUCER_ID_CODE, _INVALID_PRODUCER_ID_MAPPING})
+# As in Java: a first AddPartitionsToTxn that meets the previous transaction still completing
+# retries quickly instead of waiting a full retry_backoff_ms.
+_FIRST_ADD_RETRY_BACKOFF = 0.02
+
+
+class TransactionState(enum.Enum):
+    """Where a transactional producer is, as in the Java client's ``TransactionManager``."""
+
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    COMMITTING_TRANSACTION = "committing_transaction"
+    ABORTING_TRANSACTION = "aborting_transaction"
+    ABORTABLE_ERROR = "abortable_error"
+    FATAL_ERROR = "fatal_error"
+
+
+_State = TransactionState
+# Which states each state may move to. Anything else is a bug, or a user calling an operation
+# at the wrong time (which raises IllegalStateError and changes nothing).
+_TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
+    _State.UNINITIALIZED: frozenset({_State.INITIALIZING}),
+    _State.INITIALIZING: frozenset({_State.READY}),
+    _State.READY: frozenset({_State.IN_TRANSACTION}),
+    _State.IN_TRANSACTION: frozenset(
+        {_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}
+    ),
+    _State.COMMITTING_TRANSACTION: frozenset({_State.READY, _State.ABORTABLE_ERROR}),
+    _State.ABORTING_TRANSACTION: frozenset({_State.READY, _State.INITIALIZING}),
+    _State.ABORTABLE_ERROR: frozenset({_State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}),
+    _State.FATAL_ERROR: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """The consumer group a transaction commits offsets for (KIP-447).
+
+    Pass the group's current generation, member id and group instance id from the consumer
+    that read the input records, so the group coordinator can reject a commit from a member
+    that was fenced by a rebalance (zombie fencing). With only a ``group_id`` the commit is
+    not tied to a generation, as before KIP-447.
+
+    Attributes:
+        group_id: the consumer group id.
+        generation_id: the group generation the member is in, -1 when unknown.
+        member_id: the member id the coordinator assigned, ``""`` when unknown.
+        group_instance_id: the static member id (KIP-345), if any.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+def consumer_group_metadata(group: object) -> ConsumerGroupMetadata:
+    """Turn what ``send_offsets_to_transaction`` accepts into :class:`ConsumerGroupMetadata`.
+
+    Accepts a :class:`ConsumerGroupMetadata`, a plain group id, or any object with a
+    ``group_id`` attribute and, optionally, ``generation_id``, ``member_id`` and
+    ``group_instance_id`` (so a consumer library's own group metadata object works).
+
+    Raises:
+        TypeError: ``group`` is none of these.
+        ValueError: the group id is empty.
+    """
+    if isinstance(group, ConsumerGroupMetadata):
+        metadata = group
+    elif isinstance(group, str):
+        metadata = ConsumerGroupMetadata(group)
+    elif isinstance(getattr(group, "group_id", None), str):
+        instance_id = getattr(group, "group_instance_id", None)
+        metadata = ConsumerGroupMetadata(
+            getattr(group, "group_id"),  # noqa: B009 - checked above
+            int(getattr(group, "generation_id", -1)),
+            str(getattr(group, "member_id", "") or ""),
+            None if instance_id is None else str(instance_id),
+        )
+    else:
+        raise TypeError(
+            "group_metadata must be a group id (str) or a ConsumerGroupMetadata, not "
+            f"{type(group).__name__}"
+        )
+    if not metadata.group_id:
+        raise ValueError("the consumer group id must not be empty")
+    return metadata
+
+
+def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | None]]:
+    """Turn the offsets given to ``send_offsets_to_transaction`` into ``{(topic, partition):
+    (offset, metadata)}``.
+
+    Keys are ``(topic, partition)`` pairs or objects with ``topic`` and ``partition``
+    attributes; values are offsets (the offset of the next record to consume), ``(offset,
+    metadata)`` pairs, or objects with ``offset`` and (optionally) ``metadata`` attributes.
+
+    Raises:
+        TypeError: ``offsets`` is not a mapping, or a key or value has the wrong shape.
+        ValueError: an offset or partition is negative.
+    """
+    if not isinstance(offsets, Mapping):
+        raise TypeError(
+            "offsets must be a mapping of (topic, partition) to offset, not "
+            f"{type(offsets).__name__}"
+        )
+    normalized: dict[TopicPartition, tuple[int, str | None]] = {}
+    for key, value in offsets.items():
+        if isinstance(key, tuple) and len(key) == 2:
+            topic, partition = key
+        elif hasattr(key, "topic") and hasattr(key, "partition"):
+            topic, partition = key.topic, key.partition
+        else:
+            raise TypeError(f"an offsets key must be a (topic, partition) pair, not {key!r}")
+        if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+            raise TypeError(f"an offsets key must be a (str, int >= 0) pair, not {key!r}")
+        metadata: object = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            offset = value
+        elif isinstance(value, tuple) and len(value) == 2:
+            offset, metadata = value
+        elif hasattr(value, "offset"):
+            offset, metadata = value.offset, getattr(value, "metadata", None)
+        else:
+            raise TypeError(
+                f"the offset for {topic}-{partition} must be an int or (offset, metadata), "
+                f"not {value!r}"
+            )
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise TypeError(f"the offset for {topic}-{partition} must be an int, not {offset!r}")
+        if offset < 0:
+            raise ValueError(f"the offset for {topic}-{partition} is negative ({offset})")
+        if metadata is not None and not isinstance(metadata, str):
+            raise TypeError(
+                f"the offset metadata for {topic}-{partition} must be a str or None, "
+                f"not {type(metadata).__name__}"
+            )
+        normalized[(topic, partition)] = (offset, metadata)
+    return normalized
+
+
+class CoordinatorType(enum.IntEnum):
+    """The ``key_type`` of a FindCoordinator request."""
+
+    GROUP = 0
+    TRANSACTION = 1
+
+
+class TransactionalRequestKind(enum.Enum):
+    """The requests a transactional producer sends to a coordinator."""
+
+    INIT_PRODUCER_ID = "InitProducerId"
+    ADD_PARTITIONS = "AddPartitionsToTxn"
+    ADD_OFFSETS = "AddOffsetsToTxn"
+    TXN_OFFSET_COMMIT = "TxnOffsetCommit"
+    END_TXN = "EndTxn"
+
+
+_Kind = TransactionalRequestKind
+# Java's priorities: a producer id first, then partitions and offsets, then EndTxn.
+_PRIORITY = {
+    _Kind.INIT_PRODUCER_ID: 1,
+    _Kind.ADD_PARTITIONS: 2,
+    _Kind.ADD_OFFSETS: 2,
+    _Kind.TXN_OFFSET_COMMIT: 2,
+    _Kind.END_TXN: 3,
+}
+
+
+@dataclass(eq=False, slots=True)
+class TransactionalRequest:
+    """One request for a coordinator, waiting or in flight, and the result it completes.
+
+    ``result`` is the future a user call awaits (None for requests nobody waits for).
+    """
+
+    kind: TransactionalRequestKind
+    coordinator_type: CoordinatorType
+    coordinator_key: str
+    result: asyncio.Future[None] | None
+    committed: bool = False
+    partitions: frozenset[TopicPartition] = frozenset()
+    offsets: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
+    group: ConsumerGroupMetadata | None = None
+    attempts: int = 0
+    finding_coordinator: bool = False
+
+    @property
+    def priority(self) -> int:
+        """Lower goes first."""
+        return _PRIORITY[self.kind]
+
+    def describe(self) -> str:
+        """A short name for logs and errors."""
+        if self.kind is _Kind.END_TXN:
+            return "EndTxn(commit)" if self.committed else "EndTxn(abort)"
+        return str(self.kind.value)
+
+
+def _fail(future: asyncio.Future[None] | None, exc: BaseException) -> None:
+    if future is not None and not future.done():
+        future.set_exception(exc)
+        # Retrieved on purpose: nobody may be waiting (a commit that timed out, an abort
+        # started by close()), and the error is logged where it happens.
+        future.exception()
+
+
+def _succeed(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
+
+
+def copy_error(exc: KafkaError, prefix: str | None = None) -> KafkaError:
+    """A fresh copy of ``exc`` to raise again (so tracebacks do not pile up on one object).
+
+    With ``prefix`` the copy's message becomes ``"{prefix}: {message}"``. The copy keeps the
+    original's cause and has the original as its context.
+    """
+    try:
+        clone = copy.copy(exc)
+    except Exception:  # pragma: no cover - an exception class that cannot be copied
+        return exc
+    if prefix:
+        clone.args = (f"{prefix}: {exc.message}",)
+    clone.__cause__ = exc.__cause__
+    clone.__context__ = exc
+    clone.__traceback__ = None
+    return clone
+
+
+class TransactionManager(IdempotenceManager):
+    """The transaction state machine of a producer with a ``transactional_id``.
+
+    It keeps the producer id, epoch and sequences (as :class:`IdempotenceManager` does) and
+    decides which coordinator request goes next; the sender does the I/O. The states follow
+    the Java client: ``UNINITIALIZED -> INITIALIZING -> READY -> IN_TRANSACTION ->
+    COMMITTING_TRANSACTION / ABORTING_TRANSACTION -> READY``, plus ``ABORTABLE_ERROR`` (abort,
+    then go on) and ``FATAL_ERROR`` (only ``close()`` is left).
+
+    User operations (:meth:`initialize`, :meth:`begin_commit`, :meth:`begin_abort`,
+    :meth:`send_offsets`) return a future that completes when the coordinator has answered.
+    The sender calls :meth:`next_request` for the one request to send next (at most one is in
+    flight), :meth:`coordinator_node` to learn where it goes (None: send
+    :meth:`find_coordinator_request` first), :meth:`build_request`, and the ``handle_*``
+    methods with what came back. Partitions are added to the transaction (AddPartitionsToTxn)
+    before any of their batches may be drained: :meth:`may_drain` holds them back until then.
+
+    This is transactions v1 (AddPartitionsToTxn, Produce up to v11). KIP-890's transactions
+    v2 (implicit partition adding with Produce v12, EndTxn v5 epoch bumps) is not used.
+    """
+
+    def __init__(
+        self,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int,
+        retry_backoff: float,
+        retry_backoff_max: float,
+        request_timeout: float,
+        create_future: Callable[[], asyncio.Future[None]],
+    ) -> None:
+        super().__init__(transactional_id)
+        self.transactional_id: str = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._retry_backoff = retry_backoff
+        self._retry_backoff_max = max(retry_backoff, retry_backoff_max)
+        self._request_timeout = request_timeout
+        self._create_future = create_future
+        self._txn_state = TransactionState.UNINITIALIZED
+        self._last_error: KafkaError | None = None
+        self._pending: list[TransactionalRequest] = []
+        self._in_flight: TransactionalRequest | None = None
+        self._coordinators: dict[tuple[CoordinatorType, str], int] = {}
+        self._partitions_in_transaction: set[TopicPartition] = set()
+        self._pending_partitions: set[TopicPartition] = set()
+        self._new_partitions: set[TopicPartition] = set()
+        self._add_partitions_attempts = 0
+        self._transaction_started = False
+        self._retry_at = 0.0
+        self._completion: TransactionalRequest | None = None
+        self._completion_result: asyncio.Future[None] | None = None
+        self._close_deadline: float | None = None
+
+    # ---- state --------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> TransactionState:
+        """The current :class:`TransactionState`."""
+        return self._txn_state
+
+    @property
+    def last_error(self) -> KafkaError | None:
+        """The error behind ``ABORTABLE_ERROR`` or ``FATAL_ERROR`` (None otherwise)."""
+        return self._last_error
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between ``begin_transaction()`` and the end of its commit or abort."""
+        return self._txn_state in (
+            _State.IN_TRANSACTION,
+            _State.COMMITTING_TRANSACTION,
+            _State.ABORTING_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+        )
+
+    @property
+    def is_completing(self) -> bool:
+        """True while a commit or abort is underway."""
+        return self._txn_state in (_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION)
+
+    @property
+    def partitions_in_transaction(self) -> frozenset[TopicPartition]:
+        """The partitions the coordinator has added to the current transaction."""
+        return frozenset(self._partitions_in_transaction)
+
+    def has_in_flight_request(self) -> bool:
+        """True while a coordinator request is out."""
+        return self._in_flight is not None
+
+    def has_pending_work(self) -> bool:
+        """True while a coordinator request waits or is in flight (the sender keeps going)."""
+        if self._in_flight is not None or self._pending:
+            return True
+        return bool(self._new_partitions) and self._txn_state in (
+            _State.IN_TRANSACTION,
+            _State.COMMITTING_TRANSACTION,
+        )
+
+    def undrained_batch_error(self) -> KafkaError | None:
+        """The error to fail batches not yet sent with, or None when they should be sent.
+
+        Batches are dropped while aborting, after an abortable error and after a fatal one,
+        as in Java's sender.
+        """
+        state = self._txn_state
+        if state is _State.ABORTING_TRANSACTION:
+            error = self._last_error
+            if error is None:
+                return TransactionAbortedError(
+                    "the transaction was aborted before the record was sent"
+                )
+            return copy_error(error, "the transaction was aborted before the record was sent")
+        if state is _State.ABORTABLE_ERROR or state is _State.FATAL_ERROR:
+            assert self._last_error is not None
+            return copy_error(self._last_error, "the record was not sent")
+        return None
+
+    def _transition(self, target: TransactionState) -> None:
+        if target not in _TRANSITIONS[self._txn_state]:
+            raise IllegalStateError(
+                f"transactional id {self.transactional_id!r}: invalid transition from "
+                f"{self._txn_state.value} to {target.value}"
+            )
+        log.debug(
+            "transactional id %r: %s -> %s",
+            self.transactional_id,
+            self._txn_state.value,
+            target.value,
+        )
+        self._txn_state = target
+
+    def _raise_if_failed(self, operation: str) -> None:
+        error = self._last_error
+        if self._txn_state is _State.FATAL_ERROR:
+            assert error is not None
+            raise copy_error(
+                error, f"cannot {operation}: the producer hit a fatal error; close it"
+            )
+        if self._txn_state is _State.ABORTABLE_ERROR:
+            assert error is not None
+            raise copy_error(
+                error,
+                f"cannot {operation}: the transaction failed and must be aborted "
+                "(abort_transaction())",
+            )
+
+    # ---- user operations ------------------------------------------------------------------------
+
+    def initialize(self) -> asyncio.Future[None]:
+        """Get a producer id and epoch for the transactional id (Java's ``initTransactions``).
+
+        Finding the coordinator and InitProducerId fence any older producer with the same
+        transactional id and abort its open transaction.
+        """
+        if self._txn_state is _State.INITIALIZING and self._completion_result is not None:
+            return self._completion_result
+        self._raise_if_failed("initialize transactions")
+        self._transition(_State.INITIALIZING)
+        result = self._create_future()
+        self.needs_producer_id = True
+        self._completion_result = result
+        self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, result))
+        return result
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (no request: partitions are added as records are sent)."""
+        self._raise_if_failed("begin a transaction")
+        if self._txn_state is _State.READY:
+            self._transition(_State.IN_TRANSACTION)
+            self._transaction_started = False
+            return
+        if self._txn_state is _State.IN_TRANSACTION:
+            raise IllegalStateError("a transaction is open already: commit or abort it first")
+        if self.is_completing:
+            raise IllegalStateError(
+                f"the previous transaction is still {self._txn_state.value.split('_')[0]}: call "
+                "commit_transaction() or abort_transaction() again to wait for it"
+            )
+        raise IllegalStateError(
+            f"cannot begin a transaction while {self._txn_state.value}: transactions are not "
+            "initialized (start the producer first)"
+        )
+
+    def check_send_allowed(self) -> None:
+        """Raise unless records may be sent now (inside an open transaction)."""
+        if self._txn_state is _State.IN_TRANSACTION:
+            return
+        self._raise_if_failed("send")
+        if self.is_completing:
+            doing = "committing" if self._txn_state is _State.COMMITTING_TRANSACTION else "aborting"
+            raise IllegalStateError(
+                f"cannot send while the transaction is {doing}: begin a new transaction after "
+                "it completes"
+            )
+        raise IllegalStateError(
+            "a transactional producer sends only inside a transaction: call "
+            "begin_transaction() first (or use `async with producer.transaction():`)"
+        )
+
+    def maybe_add_partition(self, tp: TopicPartition) -> None:
+        """A record for ``tp`` was buffered: add the partition to the transaction if needed."""
+        if (
+            tp not in self._partitions_in_transaction
+            and tp not in self._pending_partitions
+            and self._txn_state is _State.IN_TRANSACTION
+        ):
+            self._new_partitions.add(tp)
+
+    def begin_commit(self) -> asyncio.Future[None]:
+        """Commit the open transaction once every record of it is acknowledged."""
+        if self._txn_state is _State.COMMITTING_TRANSACTION:
+            assert self._completion_result is not None
+            return self._completion_result
+        self._raise_if_failed("commit the transaction")
+        if self._txn_state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot commit: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+        self._transition(_State.COMMITTING_TRANSACTION)
+        return self._begin_completion(committed=True)
+
+    def begin_abort(self, reason: KafkaError | None = None) -> asyncio.Future[None]:
+        """Abort the open transaction; records not yet sent fail with ``reason``.
+
+        Allowed after an abortable error. Records already sent are discarded by the brokers
+        (consumers reading committed data never see them).
+        """
+        if self._txn_state is _State.ABORTING_TRANSACTION:
+            if self._completion_result is not None and not self._completion_result.done():
+                return self._completion_result
+            # The previous abort failed (for example, it timed out): send EndTxn again.
+            return self._begin_completion(committed=False)
+        if self._txn_state is _State.FATAL_ERROR:
+            self._raise_if_failed("abort the transaction")
+        if self._txn_state not in (_State.IN_TRANSACTION, _State.ABORTABLE_ERROR):
+            raise IllegalStateError(
+                f"cannot abort: no transaction is open ({self._txn_state.value})"
+            )
+        if reason is not None and self._last_error is None:
+            self._last_error = reason
+        self._transition(_State.ABORTING_TRANSACTION)
+        # Partitions never added need no adding now: their batches are dropped.
+        self._new_partitions.clear()
+        for item in [i for i in self._pending if i.kind is not _Kind.INIT_PRODUCER_ID]:
+            self._pending.remove(item)
+            _fail(
+                item.result,
+                TransactionAbortedError(f"the transaction was aborted before {item.describe()}"),
+            )
+        return self._begin_completion(committed=False)
+
+    def _begin_completion(self, *, committed: bool) -> asyncio.Future[None]:
+        result = self._create_future()
+        self._completion_result = result
+        item = self._request(_Kind.END_TXN, result, committed=committed)
+        self._completion = item
+        self._enqueue(item)
+        return result
+
+    def send_offsets(
+        self,
+        offsets: dict[TopicPartition, tuple[int, str | None]],
+        group: ConsumerGroupMetadata,
+    ) -> asyncio.Future[None]:
+        """Commit consumer offsets as part of the transaction (AddOffsetsToTxn, then
+        TxnOffsetCommit to the group coordinator)."""
+        self._raise_if_failed("send offsets to the transaction")
+        if self._txn_state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot send offsets: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+        result = self._create_future()
+        self._enqueue(self._request(_Kind.ADD_OFFSETS, result, offsets=offsets, group=group))
+        return result
+
+    def begin_close(self, now: float) -> None:
+        """The producer is closing: abort an open transaction and give coordinator requests
+        at most ``request_timeout_ms`` more."""
+        self._close_deadline = now + self._request_timeout
+        if self._txn_state in (_State.IN_TRANSACTION, _State.ABORTABLE_ERROR):
+            log.info(
+                "transactional id %r: aborting the open transaction because the producer is "
+                "closing",
+                self.transactional_id,
+            )
+            self.begin_abort(
+                TransactionAbortedError(
+                    "the producer was closed with the transaction open, so it was aborted"
+                )
+            )
+
+    def fail_all(self, exc: BaseException) -> None:
+        """The sender stopped: fail every waiting or in-flight request with ``exc``."""
+        items = list(self._pending)
+        self._pending.clear()
+        if self._in_flight is not None:
+            items.append(self._in_flight)
+            self._in_flight = None
+        for item in items:
+            _fail(item.result, exc)
+        _fail(self._completion_result, exc)
+
+    # ---- batches --------------------------------------------------------------------------------
+
+    def may_drain(self, batch: ProducerBatch) -> bool:
+        """Like :meth:`IdempotenceManager.may_drain`, and only once the partition was added."""
+        tp = batch.tp
+        if tp not in self._partitions_in_transaction:
+            # A batch nobody registered (the producer registers partitions as it appends):
+            # add its partition now rather than hold it forever.
+            if tp not in self._pending_partitions and self._txn_state in (
+                _State.IN_TRANSACTION,
+                _State.COMMITTING_TRANSACTION,
+            ):
+                self._new_partitions.add(tp)
+            return False
+        return super().may_drain(batch)
+
+    def request_reset(self, reason: str) -> None:
+        """A sequence was lost: the transaction must be aborted, and the epoch bumped after."""
+        first = not self.needs_producer_id
+        self.needs_producer_id = True
+        if self._txn_state is _State.FATAL_ERROR:
+            return
+        if first:
+            log.warning(
+                "transactional id %r: %s; the transaction must be aborted and the producer "
+                "epoch bumped",
+                self.transactional_id,
+                reason,
+            )
+        if self.in_transaction:
+            self.transition_to_abortable(
+                KafkaError(f"a record batch could not be kept in sequence: {reason}")
+            )
+
+    def on_batch_failed(self, batch: ProducerBatch, exc: BaseException) -> None:
+        """A batch of the transaction failed for good: the transaction cannot commit."""
+        error = exc if isinstance(exc, KafkaError) else KafkaError(repr(exc))
+        if isinstance(error, _FATAL_BATCH_ERRORS):
+            self.transition_to_fatal(self._fenced(error) if self._is_fenced(error) else error)
+            return
+        if self.in_transaction:
+            self.transition_to_abortable(error)
+
+    def transition_to_abortable(self, exc: KafkaError) -> None:
+        """Move to ``ABORTABLE_ERROR``: the user must abort; waiting requests fail."""
+        state = self._txn_state
+        if state is _State.ABORTING_TRANSACTION or state is _State.FATAL_ERROR:
+            return
+        if state not in (
+            _State.IN_TRANSACTION,
+            _State.COMMITTING_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+        ):
+            # Outside a transaction an error is about the producer itself.
+            self.transition_to_fatal(exc)
+            return
+        if self._last_error is None or state is not _State.ABORTABLE_ERROR:
+            self._last_error = exc
+        if state is not _State.ABORTABLE_ERROR:
+            log.warning(
+                "transactional id %r: the transaction must be aborted: %s",
+                self.transactional_id,
+                exc,
+            )
+        self._transition(_State.ABORTABLE_ERROR)
+        self._new_partitions.clear()
+        keep = []
+        for item in self._pending:
+            if item.kind is _Kind.INIT_PRODUCER_ID:
+                keep.append(item)
+            else:
+                _fail(item.result, copy_error(exc))
+        self._pending = keep
+        if self._completion_result is not None:
+            _fail(self._completion_result, copy_error(exc))
+
+    def transition_to_fatal(self, exc: KafkaError) -> None:
+        """Move to ``FATAL_ERROR``: every later operation raises ``exc``; close() still works."""
+        if self._txn_state is _State.FATAL_ERROR:
+            return
+        log.error(
+            "transactional id %r: fatal error, the producer can only be closed: %s",
+            self.transactional_id,
+            exc,
+        )
+        self._txn_state = _State.FATAL_ERROR
+        self._last_error = exc
+        self._new_partitions.clear()
+        self.fail_all(copy_error(exc))
+
+    # ---- the next request -----------------------------------------------------------------------
+
+    def _request(
+        self,
+        kind: TransactionalRequestKind,
+        result: asyncio.Future[None] | None,
+        **fields: Any,
+    ) -> TransactionalRequest:
+        if kind is _Kind.TXN_OFFSET_COMMIT:
+            group = fields["group"]
+            return TransactionalRequest(
+                kind, CoordinatorType.GROUP, group.group_id, result, **fields
+            )
+        return TransactionalRequest(
+            kind, CoordinatorType.TRANSACTION, self.transactional_id, result, **fields
+        )
+
+    def _enqueue(self, item: TransactionalRequest, *, front: bool = False) -> None:
+        priority = item.priority
+        index = len(self._pending)
+        for position, queued in enumerate(self._pending):
+            if queued.priority > priority or (front and queued.priority == priority):
+                index = position
+                break
+        self._pending.insert(index, item)
+
+    def time_to_next_request(self, now: float) -> float:
+        """Seconds until a backed-off request may go again (inf with nothing to send)."""
+        if not self.has_pending_work() or self._in_flight is not None:
+            return float("inf")
+        return max(0.0, self._retry_at - now)
+
+    def next_request(self, now: float, has_incomplete_batches: bool) -> TransactionalRequest | None:
+        """The request to send now, or None (nothing to do, backing off, or waiting).
+
+        EndTxn waits until no batch is incomplete, so a commit covers every record sent
+        before it. An EndTxn for a transaction that added no partition or offsets completes
+        at once without a request, as in Java (the coordinator knows no such transaction).
+        """
+        if self._in_flight is not None or self._txn_state is _State.FATAL_ERROR:
+            return None
+        if self._close_deadline is not None and now >= self._close_deadline:
+            if self.has_pending_work():
+                self.fail_all(
+                    RequestTimedOutError(
+                        "the producer closed before the transaction coordinator answered"
+                    )
+                )
+                self._new_partitions.clear()
+            return None
+        if now < self._retry_at:
+            return None
+        if self._txn_state is _State.ABORTABLE_ERROR:
+            # Only an abort may go on (an offset commit whose AddOffsetsToTxn just came back
+            # would otherwise still be sent).
+            for item in [i for i in self._pending if i.kind is not _Kind.INIT_PRODUCER_ID]:
+                self._pending.remove(item)
+                assert self._last_error is not None
+                _fail(item.result, copy_error(self._last_error))
+        head = self._pending[0] if self._pending else None
+        if head is not None and head.kind is _Kind.INIT_PRODUCER_ID:
+            return head
+        if self._new_partitions and self._txn_state in (
+            _State.IN_TRANSACTION,
+            _State.COMMITTING_TRANSACTION,
+        ):
+            partitions = frozenset(self._new_partitions)
+            self._new_partitions.clear()
+            self._pending_partitions |= partitions
+            return self._request(_Kind.ADD_PARTITIONS, None, partitions=partitions)
+        while head is not None and head.kind is _Kind.END_TXN:
+            if has_incomplete_batches:
+                return None
+            if self._transaction_started:
+                return head
+            self._pending.pop(0)
+            log.debug(
+                "transactional id %r: nothing was added to the transaction; %s needs no request",
+                self.transactional_id,
+                head.describe(),
+            )
+            self._complete_transaction(head)
+            head = self._pending[0] if self._pending else None
+        return head
+
+    def coordinator_node(self, item: TransactionalRequest) -> int | None:
+        """The node the request goes to, or None when the coordinator must be found first."""
+        return self._coordinators.get((item.coordinator_type, item.coordinator_key))
+
+    def find_coordinator_request(self, item: TransactionalRequest) -> FindCoordinatorRequest:
+        """The FindCoordinator request for ``item``'s coordinator."""
+        return FindCoordinatorRequest(
+            coordinator_keys=[item.coordinator_key], key_type=int(item.coordinator_type)
+        )
+
+    def build_request(self, item: TransactionalRequest) -> Request[Any]:
+        """The request for ``item``, with the current producer id and epoch."""
+        tid = self.transactional_id
+        pid = self.producer_id
+        epoch = self.producer_epoch
+        kind = item.kind
+        if kind is _Kind.INIT_PRODUCER_ID:
+            # Always -1/-1 rather than KIP-360's (id, epoch): the coordinator then bumps the
+            # epoch of the transactional id either way (aborting what was open), and brokers
+            # such as Tansu accept nothing else.
+            return InitProducerIdRequest(
+                transactional_id=tid,
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        if kind is _Kind.ADD_PARTITIONS:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(item.partitions):
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [AddPartitionsToTxnTopic(name, parts) for name, parts in by_topic.items()]
+            return AddPartitionsToTxnRequest.for_client(tid, pid, epoch, topics)
+        if kind is _Kind.ADD_OFFSETS:
+            assert item.group is not None
+            return AddOffsetsToTxnRequest(tid, pid, epoch, item.group.group_id)
+        if kind is _Kind.TXN_OFFSET_COMMIT:
+            group = item.group
+            assert group is not None
+            offsets: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
+            for (topic, partition), (offset, metadata) in sorted(item.offsets.items()):
+                offsets.setdefault(topic, []).append(
+                    TxnOffsetCommitRequestPartition(partition, offset, -1, metadata)
+                )
+            return TxnOffsetCommitRequest(
+                transactional_id=tid,
+                group_id=group.group_id,
+                producer_id=pid,
+                producer_epoch=epoch,
+                topics=[TxnOffsetCommitRequestTopic(n, p) for n, p in offsets.items()],
+                generation_id=group.generation_id,
+                member_id=group.member_id,
+                group_instance_id=group.group_instance_id,
+            )
+        return EndTxnRequest(tid, pid, epoch, item.committed)
+
+    def request_sent(self, item: TransactionalRequest, *, finding_coordinator: bool) -> None:
+        """``item`` (or the FindCoordinator for it) is in flight now."""
+        item.finding_coordinator = finding_coordinator
+        self._in_flight = item
+        if item in self._pending:
+            self._pending.remove(item)
+
+    def _backoff(self, attempts: int) -> float:
+        return float(min(self._retry_backoff_max, self._retry_backoff * 2 ** min(attempts, 20)))
+
+    def _retry(
+        self, item: TransactionalRequest, now: float, backoff: float | None = None
+    ) -> None:
+        if self._in_flight is item:
+            self._in_flight = None
+        if item in self._pending:
+            self._pending.remove(item)
+        item.attempts += 1
+        self._retry_at = now + (self._backoff(item.attempts - 1) if backoff is None else backoff)
+        self._requeue(item)
+
+    def _requeue(self, item: TransactionalRequest) -> None:
+        if item.kind is _Kind.ADD_PARTITIONS:
+            # Partitions are regrouped into the next AddPartitionsToTxn, with any new ones.
+            self._pending_partitions -= item.partitions
+            if self._txn_state in (_State.IN_TRANSACTION, _State.COMMITTING_TRANSACTION):
+                self._new_partitions |= item.partitions
+            return
+        if self._txn_state is not _State.FATAL_ERROR:
+            self._enqueue(item, front=True)
+
+    def _forget_coordinator(self, item: TransactionalRequest) -> None:
+        self._coordinators.pop((item.coordinator_type, item.coordinator_key), None)
+
+    def request_not_sent(self, item: TransactionalRequest, exc: KafkaError, now: float) -> None:
+        """Sending ``item`` failed before it left (no connection, no common version)."""
+        if self._in_flight is item:
+            self._in_flight = None
+        if item in self._pending:
+            self._pending.remove(item)
+        if exc.retriable:
+            self._forget_coordinator(item)
+            self._retry(item, now)
+            return
+        self._request_failed(item, exc, fatal=True)
+
+    def coordinator_unreachable(self, item: TransactionalRequest, now: float) -> None:
+        """The coordinator's node is not in the cluster metadata: look it up again later."""
+        self._forget_coordinator(item)
+        self._retry(item, now)
+
+    def _request_failed(
+        self, item: TransactionalRequest, exc: KafkaError, *, fatal: bool
+    ) -> None:
+        if self._in_flight is item:
+            self._in_flight = None
+        if item in self._pending:
+            self._pending.remove(item)
+        if item.kind is _Kind.ADD_PARTITIONS:
+            self._pending_partitions -= item.partitions
+        log.warning(
+            "transactional id %r: %s failed: %s", self.transactional_id, item.describe(), exc
+        )
+        _fail(item.result, copy_error(exc))
+        if fatal or self._txn_state in (_State.INITIALIZING, _State.READY, _State.UNINITIALIZED):
+            self.transition_to_fatal(exc)
+        else:
+            self.transition_to_abortable(exc)
+
+    @staticmethod
+    def _is_fenced(exc: KafkaError) -> bool:
+        return exc.error_code in _FENCED
+
+    def _fenced(self, cause: KafkaError) -> ProducerFencedError:
+        error = ProducerFencedError(
+            f"the producer with transactional id {self.transactional_id!r} was fenced "
+            f"({cause.error_name}): a newer producer with the same transactional id started, "
+            "or the coordinator aborted the transaction; close this producer"
+        )
+        error.__cause__ = cause
+        return error
+
+    # ---- responses ------------------------------------------------------------------------------
+
+    def handle_find_coordinator(
+        self,
+        item: TransactionalRequest,
+        response: FindCoordinatorResponse | None,
+        exc: BaseException | None,
+        now: float,
+    ) -> None:
+        """The FindCoordinator for ``item`` came back (or failed with ``exc``)."""
+        if self._in_flight is not item:
+            return  # failed or fenced meanwhile
+        self._in_flight = None
+        if response is None:
+            self._retry(item, now)
+            log.debug("FindCoordinator for %s failed, retrying: %s", item.describe(), exc)
+            return
+        entry = next(
+            (c for c in response.coordinators if c.key == item.coordinator_key),
+            response.coordinators[0] if response.coordinators else None,
+        )
+        if entry is None:
+            self._retry(item, now)
+            return
+        code = entry.error_code
+        if code == 0:
+            self._coordinators[(item.coordinator_type, item.coordinator_key)] = entry.node_id
+            log.debug(
+                "the %s coordinator for %r is node %d",
+                item.coordinator_type.name.lower(),
+                item.coordinator_key,
+                entry.node_id,
+            )
+            self._requeue(item)
+            return
+        error = self._error(code, "FindCoordinator", entry.error_message)
+        if error.retriable:
+            self._retry(item, now)
+        elif code in (_GROUP_AUTHORIZATION_FAILED, _TRANSACTION_ABORTABLE):
+            self._request_failed(item, error, fatal=False)
+        else:
+            self._request_failed(item, error, fatal=True)
+
+    def _error(self, code: int, request: str, message: str | None = None) -> KafkaError:
+        error = error_for_code(code, message)
+        error.args = (f"{error.message} ({request}, transactional id {self.transactional_id!r})",)
+        return error
+
+    def handle_response(
+        self,
+        item: TransactionalRequest,
+        response: Any,
+        exc: BaseException | None,
+        now: float,
+    ) -> None:
+        """The response to ``item`` came back, or the request failed with ``exc``."""
+        if self._in_flight is not item:
+            return  # failed or fenced meanwhile
+        self._in_flight = None
+        if response is None:
+            if isinstance(exc, KafkaError) and not exc.retriable:
+                self._request_failed(item, exc, fatal=True)
+                return
+            # The connection died or the request timed out: the coordinator may have moved.
+            log.debug("%s failed, retrying: %s", item.describe(), exc)
+            self._forget_coordinator(item)
+            self._retry(item, now)
+            return
+        kind = item.kind
+        if kind is _Kind.INIT_PRODUCER_ID:
+            self._handle_init_producer_id(item, response, now)
+        elif kind is _Kind.ADD_PARTITIONS:
+            self._handle_add_partitions(item, response, now)
+        elif kind is _Kind.ADD_OFFSETS:
+            self._handle_add_offsets(item, response, now)
+        elif kind is _Kind.TXN_OFFSET_COMMIT:
+            self._handle_txn_offset_commit(item, response, now)
+        else:
+            self._handle_end_txn(item, response, now)
+
+    def _common_error(self, item: TransactionalRequest, code: int, now: float) -> bool:
+        """Coordinator moves, retriable errors and fencing, shared by every request."""
+        if code in _COORDINATOR_MOVED:
+            self._forget_coordinator(item)
+            self._retry(item, now)
+            return True
+        error = self._error(code, item.describe())
+        if self._is_fenced(error):
+            self._request_failed(item, self._fenced(error), fatal=True)
+            return True
+        if error.retriable:
+            self._retry(item, now)
+            return True
+        if code in (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED):
+            self._request_failed(item, error, fatal=True)
+            return True
+        return False
+
+    def _handle_init_producer_id(
+        self, item: TransactionalRequest, response: InitProducerIdResponse, now: float
+    ) -> None:
+        code = response.error_code
+        if code == 0:
+            self.set_producer_id(response.producer_id, response.producer_epoch)
+            log.info(
+                "transactional id %r: producer id %d, epoch %d",
+                self.transactional_id,
+                response.producer_id,
+                response.producer_epoch,
+            )
+            self._transition(_State.READY)
+            self._last_error = None
+            self._partitions_in_transaction.clear()
+            self._transaction_started = False
+            _succeed(item.result)
+            return
+        if self._common_error(item, code, now):
+            return
+        self._request_failed(item, self._error(code, item.describe()), fatal=True)
+
+    def _handle_add_partitions(
+        self, item: TransactionalRequest, response: AddPartitionsToTxnResponse, now: float
+    ) -> None:
+        errors: dict[TopicPartition, int] = {}
+        if response.error_code:
+            errors = dict.fromkeys(item.partitions, response.error_code)
+        for result in response.results_by_transaction:
+            for topic in result.topic_results:
+                for partition in topic.results_by_partition:
+                    if partition.partition_error_code:
+                        errors[(topic.name, partition.partition_index)] = (
+                            partition.partition_error_code
+                        )
+        if not errors:
+            self._pending_partitions -= item.partitions
+            self._partitions_in_transaction |= item.partitions
+            self._transaction_started = True
+            self._add_partitions_attempts = 0
+            return
+        # OPERATION_NOT_ATTEMPTED marks the partitions another partition's error held back.
+        codes = set(errors.values()) - {_OPERATION_NOT_ATTEMPTED} or {_OPERATION_NOT_ATTEMPTED}
+        fenced = codes & _FENCED
+        code = min(fenced) if fenced else min(codes)
+        if code == _CONCURRENT_TRANSACTIONS and not self._partitions_in_transaction:
+            # Usually the previous transaction's markers are still being written.
+            self._retry(item, now, _FIRST_ADD_RETRY_BACKOFF)
+            return
+        if self._common_error(item, code, now):
+            return
+        error = self._error(
+            code,
+            "AddPartitionsToTxn for "
+            + ", ".join(f"{t}-{p}" for (t, p), c in sorted(errors.items()) if c == code),
+        )
+        if code in (_INVALID_TXN_STATE,):
+            self._request_failed(item, error, fatal=True)
+        elif code in _NEEDS_EPOCH_BUMP:
+            self.needs_producer_id = True
+            self._request_failed(item, error, fatal=False)
+        else:
+            # TOPIC_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE, UNKNOWN_TOPIC_OR_PARTITION
+            # past its retries, ...: this transaction cannot go on, the producer can.
+            self._request_failed(item, error, fatal=False)
+
+    def _handle_add_offsets(
+        self, item: TransactionalRequest, response: AddOffsetsToTxnResponse, now: float
+    ) -> None:
+        code = response.error_code
+        if code == 0:
+            self._transaction_started = True
+            if self._txn_state not in (_State.IN_TRANSACTION, _State.COMMITTING_TRANSACTION):
+                # Aborted (or failed) while AddOffsetsToTxn was in flight: the offsets would
+                # only be discarded with the transaction.
+                _fail(
+                    item.result,
+                    TransactionAbortedError("the transaction ended before the offsets were sent"),
+                )
+                return
+            commit = self._request(
+                _Kind.TXN_OFFSET_COMMIT, item.result, offsets=item.offsets, group=item.group
+            )
+            self._enqueue(commit, front=True)
+            return
+        if self._common_error(item, code, now):
+            return
+        error = self._error(code, item.describe())
+        if code in _NEEDS_EPOCH_BUMP:
+            self.needs_producer_id = True
+        fatal = code == _INVALID_TXN_STATE
+        self._request_failed(item, error, fatal=fatal)
+
+    def _handle_txn_offset_commit(
+        self, item: TransactionalRequest, response: TxnOffsetCommitResponse, now: float
+    ) -> None:
+        retry: dict[TopicPartition, tuple[int, str | None]] = {}
+        failure: tuple[int, TopicPartition] | None = None
+        coordinator_moved = False
+        for topic in response.topics:
+            for partition in topic.partitions:
+                tp = (topic.name, partition.partition_index)
+                code = partition.error_code
+                if code == 0 or tp not in item.offsets:
+                    continue
+                if code in _COORDINATOR_MOVED:
+                    coordinator_moved = True
+                    retry[tp] = item.offsets[tp]
+                elif code in (
+                    _COORDINATOR_LOAD_IN_PROGRESS,
+                    _UNKNOWN_TOPIC_OR_PARTITION,
+                    _REQUEST_TIMED_OUT,
+                    _CONCURRENT_TRANSACTIONS,
+                ) or error_for_code(code).retriable:
+                    retry[tp] = item.offsets[tp]
+                elif failure is None or code in _FENCED:
+                    failure = (code, tp)
+        if failure is not None:
+            code, (topic_name, partition_index) = failure
+            error = self._error(code, f"TxnOffsetCommit for {topic_name}-{partition_index}")
+            if code in _FENCED:
+                self._request_failed(item, self._fenced(error), fatal=True)
+            elif code == _TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                self._request_failed(item, error, fatal=True)
+            else:
+                # GROUP_AUTHORIZATION_FAILED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+                # FENCED_INSTANCE_ID (KIP-447: this member was fenced by a rebalance), ...
+                self._request_failed(item, error, fatal=False)
+            return
+        if retry:
+            if coordinator_moved:
+                self._forget_coordinator(item)
+            item.offsets = retry
+            self._retry(item, now)
+            return
+        _succeed(item.result)
+
+    def _handle_end_txn(
+        self, item: TransactionalRequest, response: EndTxnResponse, now: float
+    ) -> None:
+        code = response.error_code
+        if code == 0:
+            self._complete_transaction(item)
+            return
+        if self._common_error(item, code, now):
+            return
+        error = self._error(code, item.describe())
+        if code in _NEEDS_EPOCH_BUMP or code == _TRANSACTION_ABORTABLE:
+            if code in _NEEDS_EPOCH_BUMP:
+                self.needs_producer_id = True
+            if item.committed:
+                self._request_failed(item, error, fatal=False)
+                return
+            # An abort that cannot complete: fail it, stay aborting; the user may retry.
+            _fail(item.result, copy_error(error))
+            return
+        self._request_failed(item, error, fatal=True)
+
+    def _complete_transaction(self, item: TransactionalRequest) -> None:
+        outcome = "committed" if item.committed else "aborted"
+        log.debug("transactional id %r: transaction %s", self.transactional_id, outcome)
+        self._partitions_in_transaction.clear()
+        self._pending_partitions.clear()
+        self._new_partitions.clear()
+        self._transaction_started = False
+        self._completion = None
+        if not item.committed and self.needs_producer_id:
+            # Sequences were lost in the aborted transaction: start over under a new epoch
+            # before the next transaction; the abort completes with it.
+            self._transition(_State.INITIALIZING)
+            self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, item.result), front=True)
+            return
+        self._transition(_State.READY)
+        self._last_error = None
+        _succeed(item.result)
+
+
+_FATAL_BATCH_ERRORS = (
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    UnsupportedVersionError,
+)
