@@ -295,9 +295,12 @@ def _ssl_context(name: str, value: Any) -> ssl.SSLContext | None:
 
 
 def _token_provider(name: str, value: Any) -> Any:
-    if value is None or callable(getattr(value, "token", None)):
+    if value is None or callable(getattr(value, "token", None)) or callable(value):
         return value
-    raise _invalid(name, "must be an object with a token() method, or None", value)
+    raise _invalid(
+        name, "must be an object with a token() method, a callable returning a token, or None",
+        value,
+    )
 
 
 _any_int = _int_between(-(2**31))
@@ -728,7 +731,8 @@ class ProducerConfig:
         default=None,
         metadata=_meta(
             java=None,
-            doc="For OAUTHBEARER: an object whose token() returns (or awaits) the bearer token.",
+            doc="For OAUTHBEARER: an object whose token() returns (or awaits) the bearer "
+            "token, or such a callable itself.",
             check=_token_provider,
         ),
     )

@@ -138,6 +138,7 @@ __all__ = [
     "ShareSessionLimitReachedError",
     "ShareSessionNotFoundError",
     "SnapshotNotFoundError",
+    "SslError",
     "StaleBrokerEpochError",
     "StaleControllerEpochError",
     "StaleMemberEpochError",
@@ -220,6 +221,10 @@ class InvalidMetadataError(KafkaError):
 
 class AuthenticationError(KafkaError):
     """The broker rejected the credentials, or the TLS handshake failed."""
+
+
+class SslError(AuthenticationError):
+    """The TLS handshake failed: an untrusted or mismatched certificate, or a refused one."""
 
 
 class AuthorizationError(KafkaError):

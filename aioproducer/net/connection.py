@@ -53,12 +53,19 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
     RequestTimedOutError,
+    SslError,
     UnsupportedVersionError,
     error_for_code,
 )
+from aioproducer.net.sasl import create_mechanism
 from aioproducer.protocol.api import ApiKey, Request, Response, response_header_flexible
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
-from aioproducer.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from aioproducer.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+)
 
 if TYPE_CHECKING:
     from aioproducer.config import ProducerConfig
@@ -96,6 +103,7 @@ _UNANSWERED_MEMORY: Final = 1024
 
 _CORRELATION_ID_MASK: Final = 0x7FFFFFFF
 _UNSUPPORTED_VERSION: Final = 35
+_UNSUPPORTED_SASL_MECHANISM: Final = 33
 
 #: The first ApiVersions version tried; v3 carries the client's software name and version.
 _API_VERSIONS_FIRST_VERSION: Final = 3
@@ -134,30 +142,71 @@ def _protocol_name(value: object) -> str:
 
 
 def _ssl_context_for(config: ProducerConfig) -> ssl.SSLContext | None:
-    """The TLS context for ``config``: None without TLS, else the given or a built one."""
+    """The TLS context for ``config``: None without TLS, else the given or a built one.
+
+    A given ``ssl_context`` is used as it is (its own ``check_hostname`` and ``verify_mode``
+    decide); ``ssl_check_hostname`` applies to the context built from the ``ssl_*`` files.
+    """
     if _protocol_name(config.security_protocol) not in _SSL_PROTOCOLS:
         return None
     if config.ssl_context is not None:
         return config.ssl_context
     return _build_ssl_context(
-        config.ssl_cafile, config.ssl_certfile, config.ssl_keyfile, config.ssl_password
+        config.ssl_cafile,
+        config.ssl_certfile,
+        config.ssl_keyfile,
+        config.ssl_password,
+        bool(config.ssl_check_hostname),
     )
 
 
 # Building a context reads files and costs milliseconds; every connection of a producer shares one.
 @functools.lru_cache(maxsize=8)
 def _build_ssl_context(
-    cafile: str | None, certfile: str | None, keyfile: str | None, password: str | None
+    cafile: str | None,
+    certfile: str | None,
+    keyfile: str | None,
+    password: str | None,
+    check_hostname: bool = True,
 ) -> ssl.SSLContext:
+    # The default context verifies the chain against cafile (or the system's CAs), checks the
+    # host name and refuses TLS below 1.2. Turning the host name check off keeps the chain
+    # verification: the certificate must still come from a trusted CA.
     try:
         context = ssl.create_default_context(cafile=cafile)
+        context.check_hostname = check_hostname
         if certfile is not None:
             context.load_cert_chain(certfile, keyfile, password)
     except (OSError, ssl.SSLError, ValueError) as exc:
+        # The message names the file problem; the password never appears in it.
         raise ConfigurationError(
             f"cannot build the TLS context from the ssl_* files: {exc}"
         ) from exc
     return context
+
+
+def _tls_failure(description: str, exc: ssl.SSLError) -> SslError:
+    """A clear, non-retriable error for a TLS handshake the client or the broker refused."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or str(exc)
+        if "hostname" in reason.lower() or "ip address mismatch" in reason.lower():
+            hint = (
+                "the certificate does not name the host connected to; connect by a name it "
+                "lists, or set ssl_check_hostname=False to skip only this check"
+            )
+        else:
+            hint = (
+                "the broker's certificate is not signed by a trusted CA; set ssl_cafile to "
+                "the CA certificate that signed it"
+            )
+        return SslError(
+            f"TLS certificate verification of {description} failed ({reason}): {hint}"
+        )
+    reason = getattr(exc, "reason", None) or str(exc)
+    hint = ""
+    if "CERTIFICATE" in str(reason).upper():
+        hint = " (the broker rejected the client certificate: check ssl_certfile/ssl_keyfile)"
+    return SslError(f"TLS handshake with {description} failed: {reason}{hint}")
 
 
 def _decode_unsupported_api_versions(
@@ -305,8 +354,10 @@ class BrokerConnection(asyncio.Protocol):
         Raises:
             KafkaConnectionError: the broker is unreachable, did not answer in time or
                 dropped the connection (retriable).
-            AuthenticationError: the TLS handshake failed.
-            ConfigurationError: the TLS files cannot be loaded, or SASL was asked for.
+            AuthenticationError: the TLS handshake failed (the broker's certificate is not
+                trusted or does not match its host name, or the broker refused the client's),
+                or SASL authentication failed (see :meth:`authenticate`).
+            ConfigurationError: the TLS files cannot be loaded.
             UnsupportedVersionError: the broker speaks no ApiVersions version in common.
             IllegalStateError: :meth:`connect` was already called.
         """
@@ -338,9 +389,14 @@ class BrokerConnection(asyncio.Protocol):
             self._fail_connect(KafkaConnectionError(f"connecting to {self.description} cancelled"))
             raise
         except asyncio.TimeoutError as exc:
+            hint = ""
+            if ssl_context is not None:
+                # A plaintext listener takes the ClientHello for the start of a huge request
+                # and waits for the rest: the TLS handshake never completes.
+                hint = " (a listener that does not speak TLS also ends this way)"
             error = KafkaConnectionError(
                 f"could not connect to {self.description} within {setup_timeout_ms:.0f} ms "
-                "(socket_connection_setup_timeout_ms)"
+                f"(socket_connection_setup_timeout_ms){hint}"
             )
             self._fail_connect(error)
             raise error from exc
@@ -352,7 +408,7 @@ class BrokerConnection(asyncio.Protocol):
                 )
                 self._fail_connect(error)
                 raise error from exc
-            auth_error = AuthenticationError(f"TLS handshake with {self.description} failed: {exc}")
+            auth_error = _tls_failure(self.description, exc)
             self._fail_connect(auth_error)
             raise auth_error from exc
         except OSError as exc:
@@ -369,6 +425,12 @@ class BrokerConnection(asyncio.Protocol):
         except BaseException as exc:
             if not self.closed:
                 self.close(exc)
+            rejection = self._tls_rejection()
+            if rejection is not None and isinstance(exc, KafkaConnectionError):
+                # With TLS 1.3 the broker checks the client certificate after the client's
+                # side of the handshake is done, so its refusal arrives as an alert on the
+                # first read: not a network failure, and retrying cannot help.
+                raise _tls_failure(self.description, rejection) from exc
             if isinstance(exc, (KafkaError, asyncio.CancelledError)):
                 raise
             raise self._connection_error(f"handshake failed: {exc!r}") from exc
@@ -378,20 +440,120 @@ class BrokerConnection(asyncio.Protocol):
         log.debug("connected to %s; api versions %s", self.description, self.api_versions)
 
     async def authenticate(self) -> None:
-        """Authenticate on the handshaken connection (SASL). A no-op without SASL.
+        """Authenticate with SASL on the handshaken connection; a no-op without SASL.
 
-        This is the hook for SASL: it runs after ApiVersions, so :meth:`negotiate` works and
-        :meth:`send` accepts requests (the connection is in ``HANDSHAKING``).
+        Runs after ApiVersions (the connection is ``HANDSHAKING``): SaslHandshake v1 names the
+        mechanism, then SaslAuthenticate requests (KIP-152, v0-2 as negotiated) carry the
+        mechanism's messages (:mod:`aioproducer.net.sasl`) until it completes. Each round
+        trip is bounded by ``request_timeout_ms``, and so is the OAUTHBEARER token provider.
+
+        Re-authentication (KIP-368) is not done: a broker that sets a session lifetime closes
+        the connection when it ends, and the producer reconnects (and authenticates) anew.
 
         Raises:
-            ConfigurationError: ``security_protocol`` asks for SASL, which is not
-                implemented yet.
+            UnsupportedSaslMechanismError: the broker does not enable ``sasl_mechanism``; the
+                message lists the mechanisms it offers.
+            SaslAuthenticationFailedError: the broker rejected the credentials; the message
+                carries the broker's reason, with secrets redacted.
+            AuthenticationError: another SASL failure (the server's SCRAM signature is wrong,
+                the token provider failed, ILLEGAL_SASL_STATE, ...).
+            UnsupportedVersionError: the broker does not speak SaslHandshake v1 and
+                SaslAuthenticate (it has no SASL listener here, or is older than Kafka 1.0).
         """
-        protocol = _protocol_name(self._config.security_protocol)
-        if protocol in _SASL_PROTOCOLS:
-            raise ConfigurationError(
-                f"security_protocol={protocol} needs SASL, which aioproducer does not support yet"
+        config = self._config
+        protocol = _protocol_name(config.security_protocol)
+        if protocol not in _SASL_PROTOCOLS:
+            return
+        mechanism_name = _protocol_name(config.sasl_mechanism)
+        try:
+            handshake_version = self.negotiate(SaslHandshakeRequest)
+            authenticate_version = self.negotiate(SaslAuthenticateRequest)
+        except UnsupportedVersionError as exc:
+            raise UnsupportedVersionError(
+                f"{self.description} does not offer SASL authentication (SaslHandshake and "
+                f"SaslAuthenticate); is security_protocol={protocol} right for this listener? "
+                f"({exc})"
+            ) from exc
+        if handshake_version < 1:
+            # v0 sends SASL tokens unframed, as Kafka before 1.0 did: not supported.
+            raise UnsupportedVersionError(
+                f"{self.description} speaks only SaslHandshake v0 (Kafka before 1.0); "
+                "aioproducer needs v1 and SaslAuthenticate"
             )
+        handshake = await self._handshake_request(
+            SaslHandshakeRequest(mechanism=mechanism_name), handshake_version
+        )
+        assert handshake is not None
+        if handshake.error_code == _UNSUPPORTED_SASL_MECHANISM:
+            offered = ", ".join(handshake.mechanisms) or "none"
+            if mechanism_name in handshake.mechanisms:
+                # Seen from brokers whose listener has SASL turned off (Tansu without
+                # --authentication): they refuse the mechanism yet echo it back.
+                problem = (
+                    f"{self.description} refused SASL mechanism {mechanism_name} although it "
+                    f"lists it ({offered}); is SASL enabled on this listener?"
+                )
+            else:
+                problem = (
+                    f"{self.description} does not enable SASL mechanism {mechanism_name} "
+                    f"(sasl_mechanism); it offers: {offered}"
+                )
+            raise error_for_code(_UNSUPPORTED_SASL_MECHANISM, problem)
+        if handshake.error_code != 0:
+            raise error_for_code(
+                handshake.error_code,
+                f"SaslHandshake for {mechanism_name} with {self.description} failed",
+            )
+        try:
+            mechanism = await asyncio.wait_for(
+                create_mechanism(
+                    mechanism_name,
+                    username=config.sasl_plain_username,
+                    password=config.sasl_plain_password,
+                    token_provider=config.sasl_oauth_token_provider,
+                ),
+                self._request_timeout,
+            )
+        except asyncio.TimeoutError:
+            raise AuthenticationError(
+                f"SASL {mechanism_name}: sasl_oauth_token_provider gave no token within "
+                f"{config.request_timeout_ms} ms (request_timeout_ms)"
+            ) from None
+        message: bytes | None = mechanism.initial_response()
+        session_lifetime_ms = 0
+        while message is not None:
+            response = await self._handshake_request(
+                SaslAuthenticateRequest(auth_bytes=message), authenticate_version
+            )
+            assert response is not None
+            if response.error_code != 0:
+                reason = mechanism.redact(response.error_message or "")
+                detail = mechanism.server_error
+                if detail and detail not in reason:
+                    reason = f"{reason} ({detail})" if reason else detail
+                raise error_for_code(
+                    response.error_code,
+                    f"SASL {mechanism_name} authentication with {self.description} failed"
+                    + (f": {reason}" if reason else ""),
+                )
+            session_lifetime_ms = response.session_lifetime_ms
+            try:
+                message = mechanism.respond(response.auth_bytes)
+            except AuthenticationError as exc:
+                raise type(exc)(f"{self.description}: {exc}") from None
+        log.debug(
+            "authenticated to %s with SASL %s%s",
+            self.description,
+            mechanism_name,
+            f"; session lifetime {session_lifetime_ms} ms" if session_lifetime_ms > 0 else "",
+        )
+
+    def _tls_rejection(self) -> ssl.SSLError | None:
+        """The TLS alert that closed the connection, if that is what closed it."""
+        cause = self._close_cause
+        if isinstance(cause, ssl.SSLError) and not isinstance(cause, _SSL_NETWORK_ERRORS):
+            return cause
+        return None
 
     def _fail_connect(self, error: KafkaError) -> None:
         if not self.closed:
@@ -760,6 +922,16 @@ class BrokerConnection(asyncio.Protocol):
     def _check_frame_size(self, size: int) -> bool:
         if MIN_FRAME_SIZE <= size <= self._max_response_size:
             return True
+        if (size >> 24) & 0xFF in (0x15, 0x16) and (size >> 16) & 0xFF == 0x03:
+            # A TLS record header (alert or handshake, version 3.x) where a Kafka size
+            # prefix should be: retrying cannot help, so say what is wrong.
+            error = ConfigurationError(
+                f"{self.description} answered with TLS: its listener expects "
+                "security_protocol='SSL' or 'SASL_SSL', not "
+                f"{_protocol_name(self._config.security_protocol)!r}"
+            )
+            self._shutdown(error, error)
+            return False
         # Never wait for (or allocate) what an untrusted prefix announces.
         self._corrupt(
             f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, "
