@@ -15,6 +15,7 @@ from aioproducer.records import (
     RecordMetadata,
     TimestampType,
 )
+from aioproducer.sync import SyncProducer
 from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "ProducerState",
     "RecordFuture",
     "RecordMetadata",
+    "SyncProducer",
     "TimestampType",
     "TransactionState",
     "__version__",

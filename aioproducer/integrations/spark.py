@@ -1,0 +1,648 @@
+"""PySpark integration: write DataFrames to Kafka from the executors, without the JVM connector.
+
+On PySpark 4.x, register the data source and write as with Spark's own Kafka sink (same
+columns, same options)::
+
+    from aioproducer.integrations.spark import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+    (df.selectExpr("CAST(id AS STRING) AS key", "to_json(struct(*)) AS value")
+       .write.format("aioproducer")
+       .option("kafka.bootstrap.servers", "host:9092")
+       .option("topic", "events")
+       .option("kafka.linger.ms", "20")
+       .mode("append")
+       .save())
+
+Streaming queries work the same way with ``df.writeStream.format("aioproducer")``. On Spark
+versions without the Python data source API, :func:`write_dataframe` does the same job with
+``foreachPartition``.
+
+Columns, as in Spark's Kafka sink (others are ignored):
+
+- ``value`` (binary or string, required): the value; null makes a tombstone.
+- ``key`` (binary or string): the key.
+- ``topic`` (string): the topic, unless the ``topic`` option is set.
+- ``partition`` (int): a partition; null lets the partitioner choose.
+- ``headers`` (``array<struct<key:string,value:binary>>``): the record headers.
+- ``timestamp`` (timestamp, or long in epoch milliseconds): the record's create time.
+
+Options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), ``topic`` (overrides the
+column), and any producer option by its Java name behind ``kafka.`` (``kafka.acks``,
+``kafka.compression.type``, ``kafka.enable.idempotence``...). ``kafka.key.serializer`` and
+``kafka.value.serializer`` are refused, as Spark refuses them: keys and values are bytes.
+
+Each partition task runs one :class:`~aioproducer.Producer` on an event loop of its own
+(uvloop when installed), sends its rows with ``send_many`` and returns only once every record
+is acknowledged; a delivery error fails the task. Kafka cannot take records back, so delivery
+is at least once: a task that Spark retries sends its records again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime
+import logging
+import sys
+from collections import deque
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord
+from aioproducer.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.types import StructType
+else:
+    try:
+        from pyspark.sql.datasource import (
+            DataSource,
+            DataSourceArrowWriter,
+            WriterCommitMessage,
+        )
+    except ImportError:  # PySpark < 4.0: only write_dataframe can be used.
+        DataSource = DataSourceArrowWriter = WriterCommitMessage = object
+    try:
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter
+    except ImportError:  # PySpark 4.0: streaming writers get Rows; write() takes either.
+        try:
+            from pyspark.sql.datasource import (
+                DataSourceStreamWriter as DataSourceStreamArrowWriter,
+            )
+        except ImportError:
+            DataSourceStreamArrowWriter = object
+
+__all__ = [
+    "SOURCE_NAME",
+    "KafkaBatchWriter",
+    "KafkaCommitMessage",
+    "KafkaDataSource",
+    "KafkaStreamWriter",
+    "SinkOptions",
+    "register",
+    "write_dataframe",
+]
+
+log = logging.getLogger("aioproducer.integrations.spark")
+
+SOURCE_NAME = "aioproducer"
+"""The format name: ``df.write.format("aioproducer")`` (Spark keeps ``"kafka"`` for its own)."""
+
+_T = TypeVar("_T")
+
+# Rows handed to send_many at once on the Row path; the Arrow path uses Spark's own batches
+# (spark.sql.execution.arrow.maxRecordsPerBatch, 10,000 by default).
+_ROWS_PER_CHUNK = 10_000
+
+# Options a Kafka sink user may pass that mean nothing here; Spark's sink ignores them too.
+_IGNORED_OPTIONS = frozenset({"includeheaders", "checkpointlocation", "path"})
+_FORBIDDEN = frozenset({"key.serializer", "value.serializer"})
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MILLISECOND = datetime.timedelta(milliseconds=1)
+
+
+# ---- options and columns: plain data, pickled to the executors --------------------------------
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Where and how to write: the parsed ``.option(...)`` values.
+
+    Attributes:
+        topic: the topic for every row, or None to read each row's ``topic`` column.
+        config: producer options by Java name (``"bootstrap.servers"``, ``"linger.ms"``).
+        options: producer options by snake_case name, from :func:`write_dataframe`.
+    """
+
+    topic: str | None
+    config: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Parse data source options, Spark Kafka sink style, and validate the producer's.
+
+        Raises:
+            ConfigurationError: no bootstrap servers, a forbidden or unknown option, or an
+                invalid producer option.
+        """
+        topic: str | None = None
+        config: dict[str, Any] = {}
+        unknown: list[str] = []
+        for raw_name, value in options.items():
+            name = raw_name.lower()
+            if name.startswith("kafka."):
+                java = name[len("kafka.") :]
+                if java in _FORBIDDEN:
+                    raise ConfigurationError(
+                        f"option {raw_name!r} is not supported: keys and values are sent as "
+                        "bytes; cast the key and value columns to binary or string instead"
+                    )
+                config[java] = value
+            elif name == "bootstrap.servers":
+                config.setdefault("bootstrap.servers", value)
+            elif name == "topic":
+                topic = value
+            elif name not in _IGNORED_OPTIONS:
+                unknown.append(raw_name)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {', '.join(sorted(unknown))}: producer options go behind "
+                "'kafka.' with their Java names, as in .option('kafka.linger.ms', '10')"
+            )
+        if "bootstrap.servers" not in config:
+            raise ConfigurationError(
+                "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
+            )
+        sink = cls(topic, config)
+        sink.check()
+        return sink
+
+    def check(self) -> None:
+        """Validate the producer options now, on the driver, before any task starts."""
+        ProducerConfig.from_options(self.config, **self.options)
+
+    def producer(self) -> Producer:
+        """A new producer with these options (not started)."""
+        return Producer(self.config, **self.options)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which Kafka sink columns a DataFrame has, and how to read them."""
+
+    key: str | None  # "binary" | "string" | None
+    value: str  # "binary" | "string"
+    topic: bool
+    partition: bool
+    headers: str | None  # the header value's type: "binary" | "string" | None
+    timestamp: str | None  # "timestamp" | "timestamp_ntz" | "millis" | None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        names = ["value"]
+        names += ["key"] if self.key else []
+        names += ["topic"] if self.topic else []
+        names += ["partition"] if self.partition else []
+        names += ["headers"] if self.headers else []
+        names += ["timestamp"] if self.timestamp else []
+        return tuple(names)
+
+
+def _layout(schema: StructType, topic: str | None) -> _Layout:
+    """Check a DataFrame's schema against the Kafka sink columns."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        ByteType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        StructType,
+        TimestampType,
+    )
+
+    fields = {f.name: f.dataType for f in schema.fields}
+
+    def bytes_kind(name: str) -> str | None:
+        data_type = fields.get(name)
+        if data_type is None:
+            return None
+        if isinstance(data_type, BinaryType):
+            return "binary"
+        if isinstance(data_type, StringType):
+            return "string"
+        raise ConfigurationError(
+            f"column {name!r} must be binary or string, not {data_type.simpleString()}"
+        )
+
+    value = bytes_kind("value")
+    if value is None:
+        raise ConfigurationError(
+            f"the DataFrame needs a 'value' column (binary or string); it has "
+            f"{', '.join(fields) or 'no columns'}"
+        )
+    key = bytes_kind("key")
+    has_topic = "topic" in fields
+    if has_topic and not isinstance(fields["topic"], StringType):
+        raise ConfigurationError(
+            f"column 'topic' must be a string, not {fields['topic'].simpleString()}"
+        )
+    if topic is None and not has_topic:
+        raise ConfigurationError(
+            "no topic: set the 'topic' option or give the DataFrame a 'topic' column"
+        )
+    has_partition = "partition" in fields
+    if has_partition and not isinstance(
+        fields["partition"], ByteType | ShortType | IntegerType | LongType
+    ):
+        raise ConfigurationError(
+            f"column 'partition' must be an int, not {fields['partition'].simpleString()}"
+        )
+    headers: str | None = None
+    if "headers" in fields:
+        data_type = fields["headers"]
+        element = data_type.elementType if isinstance(data_type, ArrayType) else None
+        names = {f.name: f.dataType for f in element.fields} if isinstance(
+            element, StructType
+        ) else {}
+        header_value = names.get("value")
+        if (
+            set(names) != {"key", "value"}
+            or not isinstance(names["key"], StringType)
+            or not isinstance(header_value, BinaryType | StringType)
+        ):
+            raise ConfigurationError(
+                "column 'headers' must be an array<struct<key:string,value:binary>>, not "
+                f"{data_type.simpleString()}"
+            )
+        headers = "binary" if isinstance(header_value, BinaryType) else "string"
+    timestamp: str | None = None
+    if "timestamp" in fields:
+        data_type = fields["timestamp"]
+        if isinstance(data_type, TimestampType):
+            timestamp = "timestamp"
+        elif type(data_type).__name__ == "TimestampNTZType":  # PySpark 3.4 and later
+            timestamp = "timestamp_ntz"
+        elif isinstance(data_type, LongType):
+            timestamp = "millis"
+        else:
+            raise ConfigurationError(
+                "column 'timestamp' must be a timestamp or a long (epoch milliseconds), not "
+                f"{data_type.simpleString()}"
+            )
+    return _Layout(
+        key=key,
+        value=value,
+        topic=has_topic and topic is None,
+        partition=has_partition,
+        headers=headers,
+        timestamp=timestamp,
+    )
+
+
+# ---- turning columns into records -----------------------------------------------------------
+
+
+def _encoded(values: list[Any]) -> list[Any]:
+    return [value.encode() if isinstance(value, str) else value for value in values]
+
+
+def _items(
+    layout: _Layout, topic: str | None, columns: Mapping[str, list[Any]]
+) -> tuple[str, list[Any]]:
+    """The topic to pass ``send_many`` and its items, for one chunk of rows."""
+    values = columns["value"]
+    if layout.value == "string":
+        values = _encoded(values)
+    keys = columns.get("key")
+    if keys is not None and layout.key == "string":
+        keys = _encoded(keys)
+    simple = not (layout.topic or layout.partition or layout.headers or layout.timestamp)
+    if simple:
+        assert topic is not None
+        # The fast path of send_many: plain values, or (key, value) pairs.
+        return topic, values if keys is None else list(zip(keys, values, strict=True))
+    count = len(values)
+    topics: list[Any] = columns["topic"] if layout.topic else [topic] * count
+    partitions: list[Any] = columns["partition"] if layout.partition else [None] * count
+    timestamps: list[Any] = columns["timestamp"] if layout.timestamp else [None] * count
+    header_lists: list[Any] = columns["headers"] if layout.headers else [None] * count
+    if keys is None:
+        keys = [None] * count
+    records = []
+    for index in range(count):
+        record_topic = topics[index]
+        if record_topic is None:
+            raise ValueError(
+                "a row has a null 'topic' and no 'topic' option is set; Kafka needs a topic "
+                "for every record"
+            )
+        headers = header_lists[index]
+        if headers:
+            headers = [
+                (h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"])
+                for h in headers
+            ]
+        records.append(
+            ProducerRecord(
+                record_topic, values[index], keys[index], partitions[index], timestamps[index],
+                headers or None,
+            )
+        )
+    return (topic or records[0].topic) if records else "", records
+
+
+def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Columns as Python lists from Arrow record batches (no Row per record)."""
+    names = layout.columns
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        columns: dict[str, list[Any]] = {}
+        for name in names:
+            column = batch.column(name)
+            if name == "timestamp" and layout.timestamp != "millis":
+                micros = column.cast("int64").to_pylist()
+                columns[name] = [None if t is None else t // 1000 for t in micros]
+            else:
+                columns[name] = column.to_pylist()
+        yield columns
+
+
+def _millis(value: Any, kind: str | None) -> int | None:
+    if value is None:
+        return None
+    if kind == "millis":
+        return int(value)
+    moment: datetime.datetime = value
+    if kind == "timestamp_ntz" or moment.tzinfo is not None:
+        naive = moment.replace(tzinfo=None) - (moment.utcoffset() or datetime.timedelta())
+        return (naive - _EPOCH) // _MILLISECOND
+    # PySpark hands a timestamp to Python as a naive datetime in the worker's local time.
+    return int(moment.replace(microsecond=0).timestamp()) * 1000 + moment.microsecond // 1000
+
+
+def _row_chunks(layout: _Layout, rows: Iterable[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Columns as Python lists from PySpark Rows, ``_ROWS_PER_CHUNK`` at a time."""
+    names = layout.columns
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= _ROWS_PER_CHUNK:
+            yield _columns_of_rows(layout, names, chunk)
+            chunk = []
+    if chunk:
+        yield _columns_of_rows(layout, names, chunk)
+
+
+def _columns_of_rows(
+    layout: _Layout, names: tuple[str, ...], rows: list[Any]
+) -> dict[str, list[Any]]:
+    columns = {name: [row[name] for row in rows] for name in names}
+    for name in ("value", "key"):
+        # Binary columns arrive as bytearray on the Row path; bytes take the fast path.
+        if name in columns:
+            columns[name] = [bytes(v) if type(v) is bytearray else v for v in columns[name]]
+    if "timestamp" in columns:
+        columns["timestamp"] = [_millis(t, layout.timestamp) for t in columns["timestamp"]]
+    return columns
+
+
+def _chunks(layout: _Layout, iterator: Iterator[Any]) -> Iterator[dict[str, list[Any]]]:
+    """Arrow batches or Rows, whichever Spark hands the writer, as column lists."""
+    first = next(iterator, None)
+    if first is None:
+        return iter(())
+    rest = _prepend(first, iterator)
+    if hasattr(first, "num_rows") and hasattr(first, "column"):
+        return _arrow_chunks(layout, rest)
+    return _row_chunks(layout, rest)
+
+
+def _prepend(first: _T, rest: Iterator[_T]) -> Iterator[_T]:
+    yield first
+    yield from rest
+
+
+# ---- one partition: one producer on one event loop -------------------------------------------
+
+
+async def _produce(
+    sink: SinkOptions, layout: _Layout, chunks: Iterator[Mapping[str, list[Any]]]
+) -> int:
+    """Send every chunk; return the count once all are acknowledged, or raise the first
+    delivery error."""
+    first = next(chunks, None)
+    if first is None:
+        return 0  # an empty partition needs no connection
+    producer = sink.producer()
+    await producer.start()
+    sent = 0
+    pending: deque[BatchResults] = deque()
+    try:
+        for columns in _prepend(first, chunks):
+            topic, items = _items(layout, sink.topic, columns)
+            if not items:
+                continue
+            # send_many waits for buffer memory: that is the backpressure on Spark's input.
+            pending.append(await producer.send_many(topic, items))
+            sent += len(items)
+            # Fail early, and let go of the futures of acknowledged chunks.
+            while pending and pending[0].done():
+                await pending.popleft()
+        await producer.flush()
+        while pending:
+            await pending.popleft()
+    except BaseException:
+        # The task fails and Spark may retry it; what is still buffered need not be sent.
+        await producer.close(timeout=0)
+        raise
+    await producer.close()
+    return sent
+
+
+def _uvloop_runner() -> Any:
+    if sys.platform == "win32" or sys.version_info < (3, 11):
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run a coroutine to completion from synchronous code, on a fresh event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        runner = _uvloop_runner()
+        if runner is None:
+            return asyncio.run(coroutine)
+        with runner:
+            result: _T = runner.run(coroutine)
+            return result
+    # This thread runs an event loop already (a notebook driver, say), where a coroutine
+    # cannot be run to completion: give it a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(1, "aioproducer-spark") as pool:
+        future: concurrent.futures.Future[_T] = pool.submit(_run, coroutine)
+        return future.result()
+
+
+def _write_partition(sink: SinkOptions, layout: _Layout, iterator: Iterator[Any]) -> int:
+    return _run(_produce(sink, layout, _chunks(layout, iterator)))
+
+
+# ---- the PySpark 4 data source --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KafkaCommitMessage(WriterCommitMessage):
+    """What one partition task reports to the driver once its records are acknowledged.
+
+    Attributes:
+        partition_id: the Spark partition.
+        records: how many records it wrote.
+    """
+
+    partition_id: int
+    records: int
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else -1
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """Writes a DataFrame's partitions to Kafka (made by :class:`KafkaDataSource`).
+
+    ``write`` runs in each partition task on an executor; ``commit`` and ``abort`` run on the
+    driver. Kafka cannot roll records back, so ``abort`` only reports what was written.
+    """
+
+    def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
+        self.sink = sink
+        self.layout = layout
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommitMessage:
+        """Send the partition's rows; return once all are acknowledged.
+
+        Raises:
+            KafkaError: a record was not delivered (the task fails).
+        """
+        records = _write_partition(self.sink, self.layout, iterator)
+        return KafkaCommitMessage(partition_id=_partition_id(), records=records)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Log how many records the job wrote."""
+        total = sum(m.records for m in messages if isinstance(m, KafkaCommitMessage))
+        log.info("aioproducer wrote %d records from %d partitions", total, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Log what the tasks that succeeded wrote: those records stay in Kafka."""
+        done = [m for m in messages if isinstance(m, KafkaCommitMessage)]
+        log.warning(
+            "the write failed; %d records from %d successful partition tasks are in Kafka "
+            "already (Kafka writes cannot be rolled back)",
+            sum(m.records for m in done),
+            len(done),
+        )
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Writes each micro-batch of a streaming query to Kafka (made by
+    :class:`KafkaDataSource`); at least once, like Spark's own Kafka sink."""
+
+    def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
+        self.sink = sink
+        self.layout = layout
+
+    def write(self, iterator: Iterator[Any]) -> KafkaCommitMessage:
+        """Send the partition's rows of the micro-batch; return once all are acknowledged."""
+        records = _write_partition(self.sink, self.layout, iterator)
+        return KafkaCommitMessage(partition_id=_partition_id(), records=records)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Log how many records the micro-batch wrote."""
+        total = sum(m.records for m in messages if isinstance(m, KafkaCommitMessage))
+        log.info("aioproducer wrote %d records in micro-batch %d", total, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Log the failed micro-batch; records already written stay in Kafka."""
+        log.warning("micro-batch %d failed; it will be written again when retried", batchId)
+
+
+class KafkaDataSource(DataSource):
+    """The ``"aioproducer"`` data source: Spark's Kafka sink columns and options, written by
+    aioproducer from the Python workers (PySpark 4.0 or later).
+
+    Register it once per session with ``spark.dataSource.register(KafkaDataSource)`` (or
+    :func:`register`), then ``df.write.format("aioproducer")...mode("append").save()`` or
+    ``df.writeStream.format("aioproducer")...start()``. Only the append mode is supported.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``"aioproducer"``."""
+        return SOURCE_NAME
+
+    def _writer_parts(self, schema: StructType, overwrite: bool) -> tuple[SinkOptions, _Layout]:
+        if overwrite:
+            raise ConfigurationError(
+                "Kafka is append-only: use .mode('append'); 'overwrite' cannot remove records"
+            )
+        sink = SinkOptions.parse(dict(self.options))
+        return sink, _layout(schema, sink.topic)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        """The batch writer; validates options and columns on the driver."""
+        return KafkaBatchWriter(*self._writer_parts(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        """The streaming writer; validates options and columns on the driver."""
+        return KafkaStreamWriter(*self._writer_parts(schema, overwrite))
+
+
+def register(spark: Any) -> None:
+    """Register :class:`KafkaDataSource` with a SparkSession, as format ``"aioproducer"``."""
+    spark.dataSource.register(KafkaDataSource)
+
+
+# ---- the foreachPartition fallback -------------------------------------------------------------
+
+
+def _write_rows(sink: SinkOptions, layout: _Layout, counter: Any, rows: Iterator[Any]) -> None:
+    written = _run(_produce(sink, layout, _row_chunks(layout, rows)))
+    counter.add(written)
+
+
+def write_dataframe(
+    df: DataFrame,
+    topic: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> int:
+    """Write a DataFrame to Kafka with ``foreachPartition``: for Spark without the Python
+    data source API (or when you prefer producer options as Python values).
+
+    The DataFrame has the Kafka sink columns (``value``, and optionally ``key``, ``topic``,
+    ``partition``, ``headers``, ``timestamp``). Each partition task runs one producer and
+    returns once its records are acknowledged; a delivery error fails the job. Needs a
+    classic SparkSession (an accumulator counts the records).
+
+    Args:
+        df: the DataFrame.
+        topic: the topic for every row; None reads each row's ``topic`` column.
+        config: producer options by Java or snake_case name.
+        **options: producer options by snake_case name (``bootstrap_servers=...``).
+
+    Returns:
+        How many records were written.
+
+    Raises:
+        ConfigurationError: invalid producer options or columns (checked before any task).
+    """
+    import functools
+
+    sink = SinkOptions(topic, dict(config or {}), dict(options))
+    sink.check()
+    layout = _layout(df.schema, topic)
+    counter = df.sparkSession.sparkContext.accumulator(0)
+    df.foreachPartition(functools.partial(_write_rows, sink, layout, counter))
+    written: int = counter.value
+    return written

@@ -1,0 +1,550 @@
+"""A blocking producer for synchronous code: scripts, Django views, the Spark driver.
+
+:class:`SyncProducer` runs an ordinary :class:`~aioproducer.Producer` on its own event loop
+in a background thread (an anyio blocking portal, on uvloop when it is installed) and offers
+the same operations as blocking calls::
+
+    from aioproducer.sync import SyncProducer
+
+    with SyncProducer(bootstrap_servers="localhost:9092", linger_ms=5) as producer:
+        future = producer.send("events", b"hello")      # a concurrent.futures.Future
+        metadata = future.result()                       # or producer.send_and_wait(...)
+        producer.send_many("events", [b"a", b"b", b"c"])
+
+``send`` does not hop into the loop thread for each record: records go into a queue that a
+single task in the loop thread empties in order, and each returned future is resolved from
+the record's own done-callback. Records sent from one thread keep their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import functools
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import IllegalStateError, ProducerClosedError, SenderCrashedError
+from aioproducer.producer import Producer
+from aioproducer.records import RecordMetadata
+
+__all__ = ["SyncProducer"]
+
+# How many records may wait for the loop thread before ``send`` blocks: the producer's
+# buffer_memory and max_block_ms do the real backpressure, this only stops the hand-off
+# queue from growing without bound while the loop thread is waiting for buffer memory.
+_MAX_QUEUED = 16_384
+
+# How often a blocked caller looks whether the loop thread is still alive.
+_LIVENESS_INTERVAL = 0.5
+
+_portal_numbers = itertools.count(1)
+
+_T = TypeVar("_T")
+_Item = tuple[Any, ...]
+_SEND, _SEND_MANY, _FLUSH, _CLOSE, _CALL = range(5)
+
+
+def _uvloop_available() -> bool:
+    if sys.platform == "win32":
+        return False
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class SyncProducer:
+    """A thread-safe, blocking Kafka producer for code that is not async.
+
+    Takes the same options as :class:`~aioproducer.Producer`. Creating it starts an event
+    loop thread and connects (blocking up to ``max_block_ms``); use it as a context manager
+    or call :meth:`close` to deliver what is buffered and stop the thread.
+
+    Every method may be called from any thread. Errors are the async producer's own classes
+    (:mod:`aioproducer.errors`), raised in the calling thread. If the loop thread dies, the
+    calls and the pending futures fail with :class:`~aioproducer.errors.SenderCrashedError`
+    rather than hang.
+
+    Args:
+        config: options by snake_case or Java name, as for :class:`~aioproducer.Producer`.
+        use_uvloop: run the loop on uvloop; the default uses it when it is installed.
+        **options: producer options by snake_case name; they win over ``config``.
+
+    Raises:
+        ConfigurationError: an invalid option (nothing is started).
+        KafkaConnectionError: no bootstrap server answered within ``max_block_ms``.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        use_uvloop: bool | None = None,
+        **options: Any,
+    ) -> None:
+        # Built here, in the caller's thread, so configuration errors need no loop thread;
+        # Producer.__init__ touches no event loop.
+        self._producer = Producer(config, **options)
+        self._lock = threading.Lock()
+        self._not_full = threading.Condition(self._lock)
+        self._queue: list[_Item] = []
+        self._pump_awake = False
+        self._closing = False
+        self._closed = threading.Event()
+        self._dead: SenderCrashedError | None = None
+        self._outstanding: set[concurrent.futures.Future[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        if use_uvloop is None:
+            use_uvloop = _uvloop_available()
+        self._portal_cm = start_blocking_portal(
+            "asyncio",
+            {"use_uvloop": use_uvloop},
+            name=f"aioproducer-sync-{next(_portal_numbers)}",
+        )
+        self._portal: BlockingPortal = self._portal_cm.__enter__()
+        try:
+            self._portal.call(self._start_in_loop)
+        except BaseException:
+            self._closing = True
+            self._closed.set()
+            self._portal_cm.__exit__(None, None, None)
+            raise
+        # Deliver what is buffered if the program ends without close(); a daemon loop
+        # thread would otherwise be dropped with its records.
+        self._atexit = functools.partial(_close_at_exit, self)
+        atexit.register(self._atexit)
+
+    # ---- properties ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The validated configuration."""
+        return self._producer.config
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has finished."""
+        return self._closed.is_set()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "closing" if self._closing else "running"
+        return (
+            f"<SyncProducer bootstrap_servers={self.config.bootstrap_servers!r} state={state}>"
+        )
+
+    # ---- the loop thread ------------------------------------------------------------------
+
+    async def _start_in_loop(self) -> None:
+        await self._producer.start()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.current_thread()
+        self._wakeup = asyncio.Event()
+        self._pump_task = self._loop.create_task(self._pump())
+
+    def _wake(self) -> None:
+        assert self._wakeup is not None
+        self._wakeup.set()
+
+    async def _pump(self) -> None:
+        """Hand queued work to the producer, in order, one queue-full at a time."""
+        assert self._wakeup is not None
+        wakeup = self._wakeup
+        try:
+            while True:
+                await wakeup.wait()
+                wakeup.clear()
+                while True:
+                    with self._lock:
+                        items = self._queue
+                        if not items:
+                            self._pump_awake = False
+                            break
+                        self._queue = []
+                        self._not_full.notify_all()
+                    for item in items:
+                        target: concurrent.futures.Future[Any] = item[-1]
+                        # Once RUNNING a future can no longer be cancelled: a record the
+                        # producer has taken cannot be taken back.
+                        if not target.set_running_or_notify_cancel():
+                            continue
+                        try:
+                            if await self._hand_over(item, target):
+                                return
+                        except BaseException as exc:
+                            if not target.done():
+                                target.set_exception(exc)
+                            if not isinstance(exc, Exception):
+                                raise
+        finally:
+            self._die("the SyncProducer's event loop thread stopped")
+
+    async def _hand_over(self, item: _Item, target: concurrent.futures.Future[Any]) -> bool:
+        """Give one queued item to the producer; True once the producer is closed."""
+        producer = self._producer
+        kind = item[0]
+        if kind == _SEND:
+            _, topic, value, key, partition, timestamp_ms, headers, _ = item
+            record = await producer.send(
+                topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+            )
+            self._outstanding.add(target)
+            record.add_done_callback(functools.partial(self._settle, target))
+        elif kind == _SEND_MANY:
+            _, topic, records, partition, _ = item
+            results = await producer.send_many(topic, records, partition=partition)
+            self._await_in_loop(_await(results), target)
+        elif kind == _FLUSH:
+            # Its own task: sends from other threads go on while this one waits.
+            self._await_in_loop(producer.flush(item[1]), target)
+        elif kind == _CALL:
+            # Transaction control runs in line: what was sent before it belongs to the
+            # transaction it ends, what is sent after it to the next one.
+            _, function, args, _ = item
+            target.set_result(await function(*args))
+        else:  # _CLOSE: everything queued before it has been handed over
+            await producer.close(item[1])
+            target.set_result(None)
+            return True
+        return False
+
+    def _settle(self, target: concurrent.futures.Future[RecordMetadata], record: Any) -> None:
+        self._outstanding.discard(target)
+        error = record.exception()
+        if error is None:
+            target.set_result(record.result())
+        else:
+            target.set_exception(error)
+
+    def _await_in_loop(
+        self, awaitable: Coroutine[Any, Any, Any], target: concurrent.futures.Future[Any]
+    ) -> None:
+        async def run() -> None:
+            try:
+                result = await awaitable
+            except BaseException as exc:
+                if not target.done():
+                    target.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                if not target.done():
+                    target.set_result(result)
+            finally:
+                self._outstanding.discard(target)
+
+        self._outstanding.add(target)
+        assert self._loop is not None
+        task = self._loop.create_task(run())
+        # The loop keeps only weak references to tasks: hold each until it is done.
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _die(self, reason: str) -> None:
+        # Runs in the loop thread when the pump ends, normally (after close) or not.
+        with self._lock:
+            queued, self._queue = self._queue, []
+            if self._dead is None:
+                self._dead = SenderCrashedError(
+                    f"{reason}; the record was not delivered"
+                    if not self._closing
+                    else "the SyncProducer was closed before the record was delivered"
+                )
+            error = self._dead
+            self._not_full.notify_all()
+        pending = list(self._outstanding)
+        self._outstanding.clear()
+        for target in [item[-1] for item in queued] + pending:
+            if not target.done():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    target.set_exception(_copy_error(error))
+
+    # ---- hand-off from caller threads ------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ProducerClosedError("cannot send: the SyncProducer is closed")
+        if self._dead is not None:
+            raise _copy_error(self._dead)
+
+    def _enqueue(self, item: _Item, *, closing: bool = False) -> None:
+        wake = False
+        with self._lock:
+            if not closing:
+                self._check_open()
+                while len(self._queue) >= _MAX_QUEUED:
+                    self._check_not_loop_thread("send")
+                    self._not_full.wait(_LIVENESS_INTERVAL)
+                    self._check_open()
+                    self._check_alive()
+            elif self._dead is not None:
+                raise _copy_error(self._dead)
+            self._queue.append(item)
+            if not self._pump_awake:
+                self._pump_awake = wake = True
+        if wake:
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._wake)
+            except RuntimeError as exc:  # the loop is closed
+                error = SenderCrashedError("the SyncProducer's event loop thread stopped")
+                error.__cause__ = exc
+                with self._lock:
+                    if self._dead is None:
+                        self._dead = error
+                raise _copy_error(error) from exc
+
+    def _check_not_loop_thread(self, what: str) -> None:
+        if threading.current_thread() is self._loop_thread:
+            raise IllegalStateError(
+                f"SyncProducer.{what}() would block its own event loop thread; call it from "
+                "another thread"
+            )
+
+    def _check_alive(self) -> None:
+        thread = self._loop_thread
+        if thread is not None and not thread.is_alive():
+            with self._lock:
+                if self._dead is None:
+                    self._dead = SenderCrashedError(
+                        "the SyncProducer's event loop thread stopped"
+                    )
+                error = self._dead
+            raise _copy_error(error)
+
+    def _wait(self, future: concurrent.futures.Future[Any], timeout: float | None = None) -> Any:
+        """``future.result()``, but failing instead of hanging if the loop thread dies."""
+        self._check_not_loop_thread("wait")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = _LIVENESS_INTERVAL
+            if deadline is not None:
+                step = min(step, max(0.0, deadline - time.monotonic()))
+            try:
+                return future.result(step)
+            except concurrent.futures.TimeoutError:
+                if future.done():  # pragma: no cover - finished between the two checks
+                    continue
+                self._check_alive()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    def _call(self, func: Callable[..., Any], *args: Any) -> Any:
+        self._check_open()
+        self._check_not_loop_thread("call")
+        try:
+            return self._portal.call(func, *args)
+        except RuntimeError as exc:
+            if "portal is not running" not in str(exc):
+                raise
+            self._check_open()
+            error = SenderCrashedError("the SyncProducer's event loop thread stopped")
+            raise error from exc
+
+    # ---- the public operations ---------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue a record; return a future of its :class:`~aioproducer.RecordMetadata`.
+
+        Returns at once (unless thousands of records are already waiting for the loop thread,
+        when it blocks until they are taken). What the async ``send`` would raise (a
+        serialization error, an unknown topic after ``max_block_ms``, a closed producer) is
+        set on the future, as are delivery errors. Cancelling the future before the record is
+        handed to the producer keeps it from being sent.
+
+        Raises:
+            ProducerClosedError: the SyncProducer is closed.
+            SenderCrashedError: the event loop thread died.
+        """
+        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
+        return future
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        timeout: float | None = None,
+    ) -> RecordMetadata:
+        """Send a record and block until the broker acknowledges it.
+
+        Args:
+            timeout: seconds to wait; ``concurrent.futures.TimeoutError`` after that (the
+                record is still sent).
+
+        Raises:
+            KafkaError: any error of the async producer's ``send_and_wait``.
+        """
+        future = self.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        result: RecordMetadata = self._wait(future, timeout)
+        return result
+
+    def send_many_nowait(
+        self, topic: str, items: Iterable[Any], *, partition: int | None = None
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        """Queue many records at once; return a future of their metadata, in order.
+
+        ``items`` are what :meth:`Producer.send_many <aioproducer.Producer.send_many>` takes:
+        values, ``(key, value)`` tuples or :class:`~aioproducer.ProducerRecord` objects. The
+        future fails with the first error if any record fails.
+        """
+        future: concurrent.futures.Future[list[RecordMetadata]] = concurrent.futures.Future()
+        records = items if isinstance(items, list | tuple) else list(items)
+        self._enqueue((_SEND_MANY, topic, records, partition, future))
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        items: Iterable[Any],
+        *,
+        partition: int | None = None,
+        timeout: float | None = None,
+    ) -> list[RecordMetadata]:
+        """Send many records and block until every one is acknowledged.
+
+        Raises:
+            KafkaError: the first error of any record.
+        """
+        result: list[RecordMetadata] = self._wait(
+            self.send_many_nowait(topic, items, partition=partition), timeout
+        )
+        return result
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record sent before this call is acknowledged or failed.
+
+        Raises:
+            FlushTimeoutError: ``timeout`` seconds passed first (the records stay buffered).
+        """
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._enqueue((_FLUSH, timeout, future))
+        self._wait(future)
+
+    def _in_order(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._enqueue((_CALL, function, args, future))
+        return self._wait(future)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (needs ``transactional_id``), as ``Producer.begin_transaction``."""
+        self._in_order(self._producer.begin_transaction)
+
+    def commit_transaction(self) -> None:
+        """Deliver every record sent in the transaction, then commit it."""
+        self._in_order(self._producer.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        """Abort the transaction: its records are not visible to read_committed consumers."""
+        self._in_order(self._producer.abort_transaction)
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+        """Commit consumer offsets as part of the transaction (KIP-447 group metadata)."""
+        self._in_order(self._producer.send_offsets_to_transaction, offsets, group_metadata)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SyncProducer]:
+        """``with producer.transaction():`` commits at the end, or aborts and re-raises."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            self.abort_transaction()
+            raise
+        self.commit_transaction()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic``, waiting up to ``max_block_ms`` for its metadata."""
+        result: list[int] = self._call(self._producer.partitions_for, topic)
+        return result
+
+    def metrics(self) -> dict[str, float]:
+        """Producer metrics under the Java client's names (see the metrics page)."""
+        result: dict[str, float] = self._call(self._producer.metrics)
+        return result
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver everything sent so far, close the producer and stop the loop thread.
+
+        With a ``timeout`` (seconds), records still undelivered when it runs out fail with
+        :class:`~aioproducer.errors.ProducerClosedError`. Calling close again is harmless.
+        """
+        self._check_not_loop_thread("close")
+        with self._lock:
+            first = not self._closing
+            self._closing = True
+            self._not_full.notify_all()
+        if not first:
+            self._closed.wait()
+            return
+        atexit.unregister(self._atexit)
+        try:
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
+            try:
+                self._enqueue((_CLOSE, timeout, future), closing=True)
+            except SenderCrashedError:
+                return
+            with contextlib.suppress(SenderCrashedError):
+                self._wait(future)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
+            self._closed.set()
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _copy_error(error: SenderCrashedError) -> SenderCrashedError:
+    # One exception object raised in several threads would share (and grow) a traceback.
+    copy = SenderCrashedError(error.message)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+async def _await(awaitable: Awaitable[_T]) -> _T:
+    return await awaitable
+
+
+def _close_at_exit(producer: SyncProducer) -> None:
+    with contextlib.suppress(Exception):
+        producer.close()
+
