@@ -475,6 +475,9 @@ class RecordAccumulator:
         builder = batch.builder
         builder.release_view()
         self._pool.deallocate(builder.buffer, batch.buffer_size)
+        # Record futures point at their batch; dropping the way back breaks the cycle, so a
+        # finished batch is freed by reference counting instead of the cycle collector.
+        batch.records = []
 
     def split_and_reenqueue(
         self,
@@ -537,6 +540,7 @@ class RecordAccumulator:
             batches.appendleft(new_batch)
         self._incomplete.discard(batch)
         batch.builder.release_view()
+        batch.records = []
         batch.future.set_result(SPLIT)
         return len(new_batches)
 
@@ -559,12 +563,14 @@ class RecordAccumulator:
         self._closed = True
 
     def abort_undrained(self, exc: BaseException) -> list[ProducerBatch]:
-        """Fail every batch not yet sent with ``exc``; return them."""
+        """Fail every batch not yet sent with ``exc``; return them.
+
+        The caller deallocates them (after telling interceptors, who read ``batch.records``).
+        """
         aborted: list[ProducerBatch] = []
         for batches in self._batches.values():
             while batches:
                 batch = batches.popleft()
                 batch.fail(exc)
-                self.deallocate(batch)
                 aborted.append(batch)
         return aborted

@@ -639,6 +639,7 @@ class Producer:
         total = len(sequence)
         plain_values_ok = not intercept and value_serializer is None
         index = 0
+        run_end = 0
         while index < total:
             item = sequence[index]
             record_topic = topic
@@ -646,10 +647,12 @@ class Producer:
             timestamp = now_ms
             headers: list[tuple[str, bytes | None]] | None = None
             if type(item) is bytes and plain_values_ok:
-                # A run of plain values takes the bulk path: whole runs per batch.
-                run_end = index + 1
-                while run_end < total and type(sequence[run_end]) is bytes:
-                    run_end += 1
+                # A run of plain values takes the bulk path: whole runs per batch. The end of
+                # the run is found once, not again after every batch it fills.
+                if run_end <= index:
+                    run_end = index + 1
+                    while run_end < total and type(sequence[run_end]) is bytes:
+                        run_end += 1
                 reached = self._append_values_nowait(
                     topic, partition, now_ms, sequence, index, run_end, futures
                 )

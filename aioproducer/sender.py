@@ -224,6 +224,7 @@ class Sender:
         for batch in self._accumulator.abort_undrained(exc):
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)
+            self._accumulator.deallocate(batch)
         for requests in self._in_flight.values():
             for batches in requests:
                 for batch in batches:
@@ -488,6 +489,7 @@ class Sender:
                 self._idempotence.on_final_failure(batch, str(exc))
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)
+            self._accumulator.deallocate(batch)
 
     def _send_transactional(
         self, transactions: TransactionManager, item: TransactionalRequest, now: float

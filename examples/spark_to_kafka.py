@@ -21,7 +21,8 @@ from _broker import cluster
 from aioproducer.integrations.spark import KafkaDataSource, write_dataframe
 from aioproducer.sync import SyncProducer
 
-ROWS = 100_000
+# Rows to write (the test runs a small job through the same code).
+ROWS = int(os.environ.get("SPARK_EXAMPLE_ROWS", "100000"))
 
 
 def main(bootstrap_servers: str, topic: str) -> None:

@@ -10,7 +10,8 @@
 The levels and defaults are the Java client's (KIP-390, Kafka 3.8: ``compression.gzip.level``
 defaults to ``Deflater.DEFAULT_COMPRESSION`` = -1, which zlib maps to level 6;
 ``compression.lz4.level`` to 9; ``compression.zstd.level`` to 3). LZ4 levels above 12 compress
-as 12, the highest level the C library has.
+as 12, the highest level the C library has; at level 9, the default, LZ4 uses its fast
+compressor, as Kafka's Lz4BlockOutputStream does.
 
 Snappy is written the way the Java client writes it (snappy-java's ``SnappyOutputStream``):
 the header ``b"\\x82SNAPPY\\x00"``, version 1 and compatible version 1 as big-endian ``int32``,
@@ -185,10 +186,15 @@ def _snappy_decompress(data: _Buffer) -> bytes:
 _LZ4_CHUNK = 1 << 20
 
 
+# Kafka's Lz4BlockOutputStream uses lz4's fast compressor at the default level (9) and the
+# high-compression one at any other level; lz4.frame's level 0 is the fast mode.
+_LZ4_DEFAULT_LEVEL = 9
+
+
 def _lz4_compress(data: _Buffer, level: int) -> bytes:
     compressed: bytes = lz4.frame.compress(
         data,
-        compression_level=level,
+        compression_level=0 if level == _LZ4_DEFAULT_LEVEL else level,
         block_size=lz4.frame.BLOCKSIZE_MAX64KB,
         block_linked=False,
         content_checksum=False,

@@ -46,7 +46,7 @@ def run(
     args: list[str], *, stdin: str | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path, "SPARK_EXAMPLE_ROWS": str(SPARK_EXAMPLE_ROWS)}
     return subprocess.run(
         args,
         input=stdin,
@@ -109,7 +109,27 @@ def _check_interceptors(records: list[Any]) -> None:
     assert traces == sorted(f"trace-{n}".encode() for n in range(1, 101))
 
 
+def _check_fastapi_app(records: list[Any]) -> None:
+    orders = sorted(json.loads(r.value)["order_id"] for r in records if r.value.startswith(b"{"))
+    assert orders == ["o-0", "o-1", "o-2"]
+    assert {r.value for r in records if not r.value.startswith(b"{")} == {b"/home", b"hi"}
+    clicks = [r for r in records if r.value == b"/home"]
+    assert clicks[0].headers == [("kind", b"click")]
+
+
+def _check_spark_to_kafka(records: list[Any]) -> None:
+    # The data source and the foreachPartition fallback each write every row once.
+    assert len(records) == 2 * SPARK_EXAMPLE_ROWS
+    assert all(r.headers == [("source", b"spark")] for r in records[:10])
+    keys = {r.key for r in records}
+    assert keys == {str(n % 1000).encode() for n in range(SPARK_EXAMPLE_ROWS)}
+
+
+SPARK_EXAMPLE_ROWS = 2000
+
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
+    "fastapi_app.py": (5, _check_fastapi_app, "the producer delivered everything"),
+    "spark_to_kafka.py": (2 * SPARK_EXAMPLE_ROWS, _check_spark_to_kafka, "rows/s"),
     "basic_send.py": (11, _check_basic_send, "last record: partition"),
     "send_many.py": (10_000, _check_send_many, "10000 records acknowledged"),
     "serializers_json.py": (3, _check_serializers_json, "upload: partition"),
