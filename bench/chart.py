@@ -51,12 +51,12 @@ def latest_result(directory: Path = RESULTS) -> Path | None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """Read a result document, recomputing the summary if it is missing."""
+    """Read a result document; the summary is recomputed from its runs."""
     document: dict[str, Any] = json.loads(path.read_text())
-    if "summary" not in document:
+    if document.get("runs"):
         from bench.harness import summarize
 
-        document["summary"] = summarize(document.get("runs", []))
+        document["summary"] = summarize(document["runs"])
     return document
 
 
@@ -201,6 +201,18 @@ def markdown_tables(document: dict[str, Any]) -> str:
                         else:
                             row.append("-")
                     lines.append(f"| {scenario} | {_label(subject)} | " + " | ".join(row) + " |")
+    targets = summary.get("targets") or []
+    if targets:
+        lines += ["", "### Targets of the performance issue", ""]
+        lines.append("| broker | scenario | check | ratio | bound | met |")
+        lines.append("|---|---|---|---:|---:|:-:|")
+        for t in targets:
+            relation = ">=" if t["metric"] == "throughput" else "<="
+            lines.append(
+                f"| {t['broker']} | {t['scenario']} | {_label(t['subject'])} / "
+                f"{_label(t['peer'])} {t['metric']} | {t['ratio']:.2f} | {relation} "
+                f"{t['bound']:g} | {'yes' if t['met'] else 'no'} |"
+            )
     failed = [r for r in document.get("runs", []) if not r.get("ok")]
     if failed:
         lines += ["", f"{len(failed)} run(s) failed and were not counted:"]
@@ -219,13 +231,14 @@ def write_charts(document: dict[str, Any], directory: Path = RESULTS) -> list[Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     medians: dict[str, dict[str, dict[str, Any]]] = document["summary"]["medians"]
     written: list[Path] = []
     brokers = list(medians)
     if not brokers:
         return written
-    figure, axes = plt.subplots(len(brokers), 1, figsize=(14, 5 * len(brokers)), squeeze=False)
+    figure, axes = plt.subplots(len(brokers), 1, figsize=(14, 5.5 * len(brokers)), squeeze=False)
     for axis, broker in zip(axes[:, 0], brokers, strict=True):
         scenarios = {s: c for s, c in medians[broker].items() if not _is_latency(c)}
         names = _scenario_order(document, list(scenarios))
@@ -239,10 +252,13 @@ def write_charts(document: dict[str, Any], directory: Path = RESULTS) -> list[Pa
         axis.set_xticks(range(len(names)))
         axis.set_xticklabels(names, rotation=30, ha="right")
         axis.set_yscale("log")
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _fmt_rate(v)))
+        axis.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: _fmt_rate(v)))
         axis.set_ylabel("records/s (median, log scale)")
         axis.set_title(f"Producer throughput, {broker} broker")
         axis.grid(axis="y", which="both", alpha=0.3)
-        axis.legend(fontsize="small", ncol=4)
+        axis.legend(fontsize="small", ncol=len(clients), loc="lower center",
+                    bbox_to_anchor=(0.5, 1.06), frameon=False)
     figure.tight_layout()
     path = directory / "throughput.png"
     figure.savefig(path, dpi=110)

@@ -4,7 +4,8 @@
 
     python -m bench.harness --quick
     python -m bench.harness --rounds 3 --sizes 100,1024 --broker mock
-    python -m bench.harness --broker both --scenarios plain,latency --clients aioproducer_send,aiokafka_send
+    python -m bench.harness --broker both --scenarios plain,latency \
+        --clients aioproducer_send,aiokafka_send
 
 The broker runs in its own process (librdkafka's mock cluster through
 ``tests/support/mock_cluster.py``, or Tansu through :class:`aioproducer.embedded.EmbeddedBroker`).
@@ -28,6 +29,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -151,7 +153,8 @@ def build_scenarios(
         if name == "latency":
             continue
         if name not in VARIANTS:
-            raise SystemExit(f"unknown scenario {name!r}; known: {', '.join([*VARIANTS, 'latency'])}")
+            known = ", ".join([*VARIANTS, "latency"])
+            raise SystemExit(f"unknown scenario {name!r}; known: {known}")
         variant = VARIANTS[name]
         for size in sizes:
             scenarios.append(
@@ -264,7 +267,7 @@ class TansuBroker:
     def pids(self) -> list[int]:
         """See :class:`Broker`."""
         try:
-            import psutil
+            import psutil  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
             return []
         return [
@@ -290,7 +293,7 @@ def start_broker(name: str, mock_brokers: int) -> Broker:
 def broker_cpu_seconds(pids: Sequence[int]) -> float | None:
     """User plus system CPU seconds of the broker processes so far (psutil), or None."""
     try:
-        import psutil
+        import psutil  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     total = 0.0
@@ -304,9 +307,14 @@ def broker_cpu_seconds(pids: Sequence[int]) -> float | None:
 
 
 def records_on_broker(bootstrap_servers: str, topic: str, partitions: int) -> int | None:
-    """Sum of the topic's high watermarks (confluent-kafka as an independent reader)."""
+    """How many records the topic holds, read with confluent-kafka (an independent client).
+
+    The sum of the partitions' end offsets. The high watermark alone is not trusted: Tansu
+    reports the base offset of the last batch plus one, so the tail is read from just below
+    the watermark to find the last offset actually stored.
+    """
     try:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
     except ImportError:
         return None
     consumer = Consumer(
@@ -314,19 +322,44 @@ def records_on_broker(bootstrap_servers: str, topic: str, partitions: int) -> in
             "bootstrap.servers": bootstrap_servers,
             "group.id": f"bench-verify-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
             "log_level": 3,
         }
     )
     try:
-        total = 0
+        ends: dict[int, int] = {}
+        assignment = []
         for partition in range(partitions):
-            _, high = consumer.get_watermark_offsets(
+            watermarks = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=10, cached=False
             )
-            total += high
-        return total
+            if watermarks is None:
+                return None
+            high = int(watermarks[1])
+            ends[partition] = high
+            if high > 0:
+                assignment.append(TopicPartition(topic, partition, high - 1))
+        if assignment:
+            consumer.assign(assignment)
+            waiting = {tp.partition for tp in assignment}
+            deadline = time.monotonic() + 20
+            while waiting and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        waiting.discard(message.partition())
+                    continue
+                got, offset = message.partition(), message.offset()
+                if got is not None and offset is not None:
+                    ends[got] = max(ends[got], offset + 1)
+            if waiting:
+                return None
+        return sum(ends.values())
     except Exception as exc:
-        print(f"  (could not read watermarks of {topic}: {exc})", file=sys.stderr)
+        print(f"  (could not count the records of {topic}: {exc})", file=sys.stderr)
         return None
     finally:
         consumer.close()
@@ -468,6 +501,8 @@ def measure(
     )
     if cpu_before is not None and cpu_after is not None:
         row["broker_cpu_s"] = cpu_after - cpu_before
+    if row.get("peak_rss_bytes") and row.get("rss_before_bytes"):
+        row["rss_growth_bytes"] = row["peak_rss_bytes"] - row["rss_before_bytes"]
     if options.verify and not row.get("fatal"):
         on_broker = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
         row["records_on_broker"] = on_broker
@@ -510,8 +545,18 @@ def plan_records(options: Options, broker: Broker, scenario: Scenario, client: C
 
 # -- summary ---------------------------------------------------------------------------------
 
-_METRICS = ("msgs_per_s", "mb_per_s", "cpu_s_per_million", "peak_rss_bytes", "broker_cpu_s",
-            "seconds")
+_METRICS = ("msgs_per_s", "mb_per_s", "cpu_s_per_million", "peak_rss_bytes", "rss_growth_bytes",
+            "broker_cpu_s", "seconds")
+
+#: The goals of the performance issue, as (subject, peer, metric, bound): throughput ratios
+#: must reach the bound, p99 latency ratios must not exceed it.
+TARGETS: tuple[tuple[str, str, str, float], ...] = (
+    ("aioproducer_send", "aiokafka_send", "throughput", 5.0),
+    ("aioproducer_send", "confluent_producer", "throughput", 0.7),
+    ("aioproducer_send_many", "confluent_producer", "throughput", 1.0),
+    ("aioproducer_send", "aiokafka_send", "p99", 1.0),
+    ("aioproducer_send", "confluent_producer", "p99", 1.0),
+)
 _LATENCY = ("p50", "p95", "p99", "p99_9", "max", "mean")
 
 
@@ -552,7 +597,25 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             }
             cell["achieved_rate"] = statistics.median(float(r["achieved_rate"]) for r in good)
         medians.setdefault(broker, {}).setdefault(scenario, {})[client] = cell
-    return {"medians": medians, "ratios": _ratios(medians, runs)}
+    ratios = _ratios(medians, runs)
+    return {"medians": medians, "ratios": ratios, "targets": _targets(ratios)}
+
+
+def _targets(ratios: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of :data:`TARGETS` in each scenario where both clients ran."""
+    out: list[dict[str, Any]] = []
+    for broker, scenarios in ratios.items():
+        for scenario, subjects in scenarios.items():
+            for subject, peer, metric, bound in TARGETS:
+                value = subjects.get(subject, {}).get(peer, {}).get(metric)
+                if value is None:
+                    continue
+                met = value >= bound if metric == "throughput" else value <= bound
+                out.append({
+                    "broker": broker, "scenario": scenario, "subject": subject, "peer": peer,
+                    "metric": metric, "bound": bound, "ratio": value, "met": met,
+                })
+    return out
 
 
 def _per_round(runs: Sequence[dict[str, Any]], broker: str, scenario: str, subject: str,
@@ -789,9 +852,15 @@ def _short(row: dict[str, Any]) -> str:
     return text
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print a summary; return a process exit status."""
     options = parse_options(argv)
+    # SIGTERM unwinds like Ctrl-C, so the running runner is killed and the broker stopped.
+    signal.signal(signal.SIGTERM, _terminate)
     if any(c.subject for c in options.clients):
         reason = aioproducer_available()
         if reason is not None:

@@ -56,6 +56,8 @@ KEY_COUNT = 10_000
 PAYLOAD_POOL_BYTES = 8 << 20
 #: The shortest idle between paced sends, in seconds (see paced_async).
 MIN_TICK = 0.001
+#: Seconds a latency run waits for its last outcomes before counting the rest as lost.
+FINISH_TIMEOUT = 120.0
 #: Error messages kept in a result (the count is always exact).
 MAX_ERROR_SAMPLES = 5
 
@@ -88,6 +90,7 @@ class RunSpec:
     loop: str = "auto"
     chunk: int = 10_000
     seed: int = 0
+    dump: str = ""
 
     @property
     def acks_int(self) -> int:
@@ -240,11 +243,13 @@ class LatencyRecorder:
         self.sent = array("d", bytes(8 * total))
         self.acked = array("d", bytes(8 * total))
         self.errors = 0
+        self.acknowledged = 0
         self.error_samples: list[str] = []
 
     def ok(self, index: int) -> None:
         """Record ``index`` was acknowledged now."""
         self.acked[index] = time.perf_counter()
+        self.acknowledged += 1
 
     def failed(self, index: int, error: object) -> None:
         """Record ``index`` failed."""
@@ -255,6 +260,11 @@ class LatencyRecorder:
     def acked_count(self) -> int:
         """How many records have an acknowledgement time."""
         return sum(1 for t in self.acked if t > 0.0)
+
+    @property
+    def outcomes(self) -> int:
+        """How many records were acknowledged or failed so far."""
+        return self.acknowledged + self.errors
 
     def percentiles(self) -> dict[str, float]:
         """Latency percentiles in milliseconds over the acknowledged records."""
@@ -303,36 +313,33 @@ def track(recorder: LatencyRecorder, index: int) -> Callable[[Any], None]:
 
 async def paced_async(
     spec: RunSpec,
-    send_range: Callable[[range, LatencyRecorder], Awaitable[Sequence[Awaitable[Any]]]],
+    send_range: Callable[[range, LatencyRecorder], Awaitable[None]],
 ) -> tuple[Meter, LatencyRecorder]:
-    """Drive ``send_range`` at ``spec.rate`` for ``spec.duration``; wait for every ack.
+    """Drive ``send_range`` at ``spec.rate`` for ``spec.duration``; wait for every outcome.
 
     ``send_range(indices, recorder)`` sends those records, sets ``recorder.sent[i]`` just
     before each send and arranges for ``recorder.ok(i)`` / ``recorder.failed(i, error)``
-    (see :func:`track`); it returns what to await at the end.
+    (see :func:`track`). The futures are not kept or awaited here: awaiting thousands of
+    finished futures in a row holds the event loop (tens of milliseconds for some clients),
+    which would delay the acknowledgements still in flight and charge that to the client.
     """
     total = spec.timed_records
     recorder = LatencyRecorder(total)
     pacer = Pacer(spec.rate, total)
-    pending: list[Awaitable[Any]] = []
     meter = Meter()
     meter.start()
     pacer.start()
     while not pacer.done:
         due = pacer.due()
         if due:
-            pending.extend(await send_range(due, recorder))
+            await send_range(due, recorder)
         delay = pacer.delay()
         # Event loops time in whole milliseconds: a shorter sleep spins the CPU.
         await asyncio.sleep(max(delay, MIN_TICK) if delay > 0 else 0)
     meter.mark_sent()
-    await gather_acks(pending)
-    # A future's done-callbacks run on the loop after the future completes (later still
-    # when a client completes it from another thread): let them run before counting.
-    for _ in range(100):
-        if recorder.acked_count() + recorder.errors >= total:
-            break
-        await asyncio.sleep(0.001)
+    deadline = time.perf_counter() + FINISH_TIMEOUT
+    while recorder.outcomes < total and time.perf_counter() < deadline:
+        await asyncio.sleep(MIN_TICK)
     meter.stop()
     return meter, recorder
 
@@ -340,8 +347,8 @@ async def paced_async(
 def paced_sync(
     spec: RunSpec,
     send_range: Callable[[range, LatencyRecorder], None],
-    wait: Callable[[float], None],
-    finish: Callable[[], None],
+    wait: Callable[[float], object],
+    finish: Callable[[], object],
 ) -> tuple[Meter, LatencyRecorder]:
     """:func:`paced_async` for blocking clients: ``wait(seconds)`` idles (or polls) until
     the next record is due, ``finish()`` blocks until every record is acknowledged."""
@@ -366,11 +373,20 @@ def paced_sync(
 def latency_result(
     spec: RunSpec, meter: Meter, recorder: LatencyRecorder, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """:func:`result` for a latency run."""
+    """:func:`result` for a latency run (and the raw latencies to ``spec.dump``, if set:
+    a JSON list of ``[seconds since start, latency ms or null]`` per record)."""
+    if spec.dump:
+        start = meter.wall_start
+        rows = [
+            [sent - start, (ack - sent) * 1000.0 if ack > 0.0 else None]
+            for sent, ack in zip(recorder.sent, recorder.acked, strict=True)
+        ]
+        with open(spec.dump, "w", encoding="utf-8") as out:
+            json.dump(rows, out)
     return result(
         spec,
         meter,
-        acked=recorder.acked_count(),
+        acked=recorder.acknowledged,
         errors=recorder.errors,
         error_samples=recorder.error_samples,
         latency=recorder.percentiles(),
@@ -459,7 +475,9 @@ def parse_spec(client: str, argv: Sequence[str] | None = None) -> RunSpec:
     return spec
 
 
-def run_async(factory: Callable[[], Coroutine[Any, Any, dict[str, Any]]], loop: str) -> dict[str, Any]:
+def run_async(
+    factory: Callable[[], Coroutine[Any, Any, dict[str, Any]]], loop: str
+) -> dict[str, Any]:
     """Run a coroutine on asyncio's loop or uvloop (``auto``: uvloop when installed)."""
     use_uvloop = loop == "uvloop"
     if loop == "auto":

@@ -8,7 +8,6 @@ as a user of this API has to do. Each ``send_batch`` future stands for its batch
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from bench.runners._common import (
@@ -32,7 +31,7 @@ class BatchSender:
     """Fills aiokafka batches and sends them; remembers each future and its record count."""
 
     def __init__(self, producer: Any, topic: str, partitions: list[int], keyed: bool) -> None:
-        from aiokafka.partitioner import DefaultPartitioner
+        from aiokafka.partitioner import DefaultPartitioner  # type: ignore[import-untyped,unused-ignore]
 
         self.producer = producer
         self.topic = topic
@@ -116,9 +115,7 @@ async def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
 
         clock = time.perf_counter
 
-        async def send_range(
-            indices: range, recorder: LatencyRecorder
-        ) -> Sequence[Awaitable[Any]]:
+        async def send_range(indices: range, recorder: LatencyRecorder) -> None:
             # One tick's records go out as one batch per partition, sent at once.
             now = clock()
             sent = recorder.sent
@@ -134,7 +131,8 @@ async def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
             done = _TickDone(recorder, indices, len(futures))
             for future in futures:
                 future.add_done_callback(done)
-            return futures
+            # Only the batches still open matter from here on.
+            del sender.sent[:]
 
         meter, recorder = await paced_async(spec, send_range)
         return latency_result(spec, meter, recorder, versions())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from bench.runners._common import (
@@ -74,17 +73,12 @@ async def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
 
         clock = time.perf_counter
 
-        async def send_range(
-            indices: range, recorder: LatencyRecorder
-        ) -> Sequence[Awaitable[Any]]:
+        async def send_range(indices: range, recorder: LatencyRecorder) -> None:
             sent = recorder.sent
-            futures = []
             for i in indices:
                 sent[i] = clock()
                 future = await send(topic, value(i), key(i))
                 future.add_done_callback(track(recorder, i))
-                futures.append(future)
-            return futures
 
         meter, recorder = await paced_async(spec, send_range)
         return latency_result(spec, meter, recorder, versions())

@@ -8,7 +8,7 @@ tick's due records go out as one ``send_many`` call.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from bench.runners._common import (
@@ -82,9 +82,7 @@ async def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
 
         clock = time.perf_counter
 
-        async def send_range(
-            indices: range, recorder: LatencyRecorder
-        ) -> Sequence[Awaitable[Any]]:
+        async def send_range(indices: range, recorder: LatencyRecorder) -> None:
             now = clock()
             sent = recorder.sent
             for i in indices:
@@ -92,7 +90,6 @@ async def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
             batch = await send_many(topic, items(data, indices.start, indices.stop))
             for i, future in zip(indices, batch.futures, strict=True):
                 future.add_done_callback(track(recorder, i))
-            return list(batch.futures)
 
         meter, recorder = await paced_async(spec, send_range)
         return latency_result(spec, meter, recorder, versions())

@@ -21,8 +21,8 @@ CLIENT = "kafka_python"
 
 
 def _run(spec: RunSpec, data: RunData) -> dict[str, Any]:
-    import kafka
-    from kafka import KafkaProducer
+    import kafka  # type: ignore[import-untyped,unused-ignore]
+    from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
 
     producer = KafkaProducer(
         bootstrap_servers=spec.bootstrap_servers,
