@@ -165,6 +165,12 @@ class Metadata:
         self._last_successful_refresh = float("-inf")
         self._waiters: list[asyncio.Future[None]] = []
         self._update_in_flight = False
+        # Counts requests for a refresh. An answer satisfies only the requests made before
+        # its Metadata request went out (as the Java client's Metadata.requestVersion): one
+        # made while it was in flight, say for a NOT_LEADER_OR_FOLLOWER, may concern a change
+        # that answer predates, so it still calls for another refresh.
+        self._requests = 0
+        self._requests_at_start = 0
         self.version = 0
         self.fatal_topic_errors: dict[str, KafkaError] = {}
 
@@ -178,7 +184,7 @@ class Metadata:
         new = topic not in self._topics
         self._topics[topic] = now
         if new:
-            self._need_update = True
+            self.request_update()
         return new
 
     def touch(self, topic: str, now: float) -> None:
@@ -186,8 +192,13 @@ class Metadata:
         self._topics[topic] = now
 
     def request_update(self) -> None:
-        """Refresh as soon as the backoff allows."""
+        """Refresh as soon as the backoff allows.
+
+        A refresh already in flight does not count: its request may predate whatever made
+        the caller ask, so another one follows it.
+        """
         self._need_update = True
+        self._requests += 1
 
     @property
     def update_requested(self) -> bool:
@@ -207,6 +218,7 @@ class Metadata:
     def update_started(self, now: float) -> None:
         """A Metadata request went out."""
         self._update_in_flight = True
+        self._requests_at_start = self._requests
         self._last_refresh_attempt = now
 
     def update_failed(self, now: float, exc: BaseException) -> None:
@@ -225,9 +237,10 @@ class Metadata:
         controller_id: int = -1,
     ) -> Cluster:
         """Install a new snapshot from a Metadata response and wake the waiters."""
+        # Requests for a refresh made while this answer's request was out still stand.
+        self._need_update = self._update_in_flight and self._requests != self._requests_at_start
         self._update_in_flight = False
         self._last_successful_refresh = now
-        self._need_update = False
         # Idle topics leave the metadata set.
         for name, last_used in list(self._topics.items()):
             if now - last_used > self._max_idle:

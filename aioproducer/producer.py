@@ -332,6 +332,14 @@ class Producer:
             except BaseException:
                 # The sender crashed: _on_sender_done recorded it; closing still completes.
                 if not sender.task.done():
+                    # close() itself was cancelled: stop the sender now, so no record stays
+                    # pending after the connections close, then let the cancellation through.
+                    sender.force_close(
+                        ProducerClosedError(
+                            "close() was cancelled before the record was delivered"
+                        )
+                    )
+                    await asyncio.gather(sender.task, return_exceptions=True)
                     raise
         finally:
             self._pool.close()

@@ -101,6 +101,7 @@ class RecordFuture:
     __slots__ = (
         "_batch",
         "_callbacks",
+        "_cancel_message",
         "_cancelled",
         "key_size",
         "relative_offset",
@@ -123,6 +124,7 @@ class RecordFuture:
         self.value_size = value_size
         self._callbacks: list[tuple[Callable[[Any], object], Context | None]] | None = None
         self._cancelled = False
+        self._cancel_message: Any = None
 
     def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
         # Called when a too-large batch is split: the record now lives in ``batch``.
@@ -148,12 +150,19 @@ class RecordFuture:
         if self.done():
             return False
         self._cancelled = True
+        self._cancel_message = msg
         callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             loop = self.get_loop()
             for callback, context in callbacks:
                 loop.call_soon(callback, self, context=context)
         return True
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        # asyncio.gather() calls this on a cancelled child, as on its own futures.
+        return asyncio.CancelledError(
+            *(() if self._cancel_message is None else (self._cancel_message,))
+        )
 
     def _metadata(self, result: tuple[int, int]) -> RecordMetadata:
         base_offset, log_append_time = result
@@ -178,7 +187,7 @@ class RecordFuture:
         """The metadata; raises the record's error, or InvalidStateError when not done."""
         batch = self._batch
         if self._cancelled:
-            raise asyncio.CancelledError()
+            raise self._make_cancelled_error()
         if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         if batch.error is not None:
@@ -199,7 +208,7 @@ class RecordFuture:
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
         if self._cancelled:
-            raise asyncio.CancelledError()
+            raise self._make_cancelled_error()
         if not self._batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         return self._batch.error

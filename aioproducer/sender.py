@@ -30,6 +30,7 @@ from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, Topic
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import BrokerConnection, ConnectionManager
 from aioproducer.partitioner import BrokerAvailability
+from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -53,6 +54,7 @@ _OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _UNKNOWN_PRODUCER_ID = 59
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL = 1.0
+_MAX_EPOCH = 32767
 # How often adaptive partitioning gets fresh queue sizes.
 _LOAD_UPDATE_INTERVAL = 0.005
 
@@ -125,6 +127,7 @@ class Sender:
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._init_backoff_until = 0.0
+        self._epoch_bump_refused = False
         self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
         self._transaction_flush = False
         self.crashed: BaseException | None = None
@@ -271,6 +274,9 @@ class Sender:
             connection = self._connections.ready(node)
             if connection is None:
                 self._connections.ensure_connecting(node, now)
+                # Look again when the reconnect backoff allows (inf while connecting: the
+                # connection manager wakes us when the attempt ends).
+                delay = min(delay, self._connections.connection_delay(node, now))
                 availability.update(node, now, False)
                 continue
             if connection.can_send():
@@ -279,8 +285,10 @@ class Sender:
         if self._partitioner is not None and now >= self._next_load_update:
             self._update_partition_load(cluster)
             self._next_load_update = now + _LOAD_UPDATE_INTERVAL
+        sent_any = False
         if sendable:
             drained = accumulator.drain(cluster, sendable, self._max_request_size, now)
+            sent_any = bool(drained)
             for node, batches in drained.items():
                 connection = self._connections.ready(node)
                 if connection is not None:
@@ -303,6 +311,10 @@ class Sender:
             delay = min(delay, self._expire_in_flight(now) - now)
             self._connections.check_request_timeouts(now)
             delay = min(delay, self._request_timeout_ms / 1000.0 / 4)
+        if sent_any:
+            # More may be ready behind what just went out (a backlog, up to the in-flight
+            # limit): look again at once rather than after a timeout, as Java's pollTimeout 0.
+            return 0.0
         return max(0.0, delay) if delay != float("inf") else _MAX_POLL
 
     def _update_partition_load(self, cluster: Cluster) -> None:
@@ -334,7 +346,7 @@ class Sender:
         in-flight deadline. Their buffers stay allocated until the request completes, since
         the transport may still be writing them."""
         next_deadline = float("inf")
-        for requests in self._in_flight.values():
+        for node, requests in self._in_flight.items():
             for batches in requests:
                 for batch in batches:
                     if batch.final:
@@ -343,7 +355,7 @@ class Sender:
                         error = DeliveryTimeoutError(
                             f"expiring {batch.record_count} record(s) for {batch.topic}-"
                             f"{batch.partition}: delivery_timeout_ms passed while the batch "
-                            "was in flight"
+                            f"was in flight to broker {node}"
                         )
                         if self._idempotence is not None:
                             self._idempotence.on_final_failure(batch, str(error))
@@ -413,11 +425,20 @@ class Sender:
         if connection is None:
             self._connections.ensure_any_connecting(now)
             return self._backoff_base
+        # KIP-360: bump the epoch of the id we have where the broker takes InitProducerId v3+
+        # with our id; otherwise (or if it refused a bump before) ask for a new id.
+        bump = (
+            idempotence.transactional_id is None
+            and idempotence.producer_id >= 0
+            and 0 <= idempotence.producer_epoch < _MAX_EPOCH
+            and not self._epoch_bump_refused
+            and connection.api_versions.get(ApiKey.INIT_PRODUCER_ID, (0, -1))[1] >= 3
+        )
         request = InitProducerIdRequest(
             transactional_id=idempotence.transactional_id,
             transaction_timeout_ms=self._config.transaction_timeout_ms,
-            producer_id=-1,
-            producer_epoch=-1,
+            producer_id=idempotence.producer_id if bump else -1,
+            producer_epoch=idempotence.producer_epoch if bump else -1,
         )
         try:
             future = connection.send(request)
@@ -426,10 +447,12 @@ class Sender:
             self._init_backoff_until = now + self._backoff_base
             return self._backoff_base
         idempotence.init_in_flight = True
-        future.add_done_callback(self._on_init_producer_id)
+        future.add_done_callback(
+            lambda done: self._on_init_producer_id(done, bumping=bump)
+        )
         return _MAX_POLL
 
-    def _on_init_producer_id(self, future: asyncio.Future[Any]) -> None:
+    def _on_init_producer_id(self, future: asyncio.Future[Any], *, bumping: bool = False) -> None:
         idempotence = self._idempotence
         assert idempotence is not None
         idempotence.init_in_flight = False
@@ -444,11 +467,24 @@ class Sender:
             if response.error_code == 0:
                 idempotence.set_producer_id(response.producer_id, response.producer_epoch)
                 log.info(
-                    "producer id %d, epoch %d", response.producer_id, response.producer_epoch
+                    "producer id %d, epoch %d%s",
+                    response.producer_id,
+                    response.producer_epoch,
+                    " (epoch bumped)" if bumping else "",
                 )
                 self.wakeup()
                 return
             exc = error_for_code(response.error_code, "InitProducerId")
+            if bumping:
+                # Some brokers (Tansu) accept InitProducerId only for a new id: ask for one.
+                log.warning(
+                    "the broker refused to bump the producer epoch (%s); asking for a new "
+                    "producer id instead",
+                    exc,
+                )
+                self._epoch_bump_refused = True
+                self.wakeup()
+                return
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc
@@ -708,17 +744,20 @@ class Sender:
             self._notify(batch, None)
         self._accumulator.deallocate(batch)
 
-    def _fail_batch(self, batch: ProducerBatch, exc: BaseException, now: float) -> None:
+    def _fail_batch(
+        self, batch: ProducerBatch, exc: BaseException, now: float, *, node: int | None = None
+    ) -> None:
         if self._transactions is not None:
             # First, so the transaction's error is this one, not the sequence gap it leaves.
             self._transactions.on_batch_failed(batch, exc)
         if self._idempotence is not None:
             self._idempotence.on_final_failure(batch, str(exc))
         log.warning(
-            "failed to deliver %d record(s) to %s-%d after %d attempt(s): %s",
+            "failed to deliver %d record(s) to %s-%d (broker %s) after %d attempt(s): %s",
             batch.record_count,
             batch.topic,
             batch.partition,
+            "unknown" if node is None else node,
             batch.attempts + 1,
             exc,
         )
@@ -769,7 +808,7 @@ class Sender:
             )
             timeout.__cause__ = exc
             exc = timeout
-        self._fail_batch(batch, exc, now)
+        self._fail_batch(batch, exc, now, node=node)
 
     def _can_retry(self, batch: ProducerBatch, exc: BaseException, now: float) -> bool:
         if not isinstance(exc, KafkaError) or (not self._running and self._force_close):

@@ -38,8 +38,12 @@ def _topic(cluster: Any, partitions: int = 1) -> str:
 async def test_message_too_large_splits_the_batch(mock_cluster: Any) -> None:
     topic = _topic(mock_cluster)
     values = [f"{i:05d}".encode() * 20 for i in range(400)]
+    # Without idempotence, order across a retry holds with one request in flight (as Java).
     async with Producer(
-        bootstrap_servers=mock_cluster.bootstrap_servers, linger_ms=50, enable_idempotence=False
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        linger_ms=50,
+        enable_idempotence=False,
+        max_in_flight_requests_per_connection=1,
     ) as producer:
         mock_cluster.push_request_errors(PRODUCE, [MESSAGE_TOO_LARGE])
         metadata = await (await producer.send_many(topic, values))
@@ -51,8 +55,12 @@ async def test_message_too_large_splits_the_batch(mock_cluster: Any) -> None:
 
 async def test_retriable_errors_are_retried_in_order(mock_cluster: Any) -> None:
     topic = _topic(mock_cluster)
+    # The mock checks no sequences for a producer without a transactional id, so a request
+    # pipelined behind a failed one would land first; Kafka would reject it. One in flight.
     async with Producer(
-        bootstrap_servers=mock_cluster.bootstrap_servers, retry_backoff_ms=10
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        retry_backoff_ms=10,
+        max_in_flight_requests_per_connection=1,
     ) as producer:
         mock_cluster.push_request_errors(PRODUCE, [NOT_LEADER_OR_FOLLOWER, NOT_LEADER_OR_FOLLOWER])
         futures = [await producer.send(topic, f"{i}".encode()) for i in range(50)]

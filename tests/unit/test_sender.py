@@ -11,6 +11,7 @@ only the close and crash tests start the sender task.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,10 @@ class FakeConnections:
 
     def ensure_connecting(self, node_id: int, now: float) -> None:
         self.connect_calls.append(node_id)
+
+    def connection_delay(self, node_id: int, now: float) -> float:
+        # As the real manager while an attempt runs: it calls back when the attempt ends.
+        return math.inf
 
     def ensure_any_connecting(self, now: float) -> None:
         self.any_connecting_calls += 1

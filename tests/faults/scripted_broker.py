@@ -1,0 +1,703 @@
+"""A scripted Kafka cluster in asyncio: correct where the test needs it, hostile on cue.
+
+:class:`ScriptedCluster` runs a few brokers on loopback, in the test's own event loop. Each
+answers ApiVersions, Metadata and InitProducerId correctly, and Produce the way Kafka does:
+it checks idempotent sequence numbers per (partition, producer id) with Kafka's rules (a new
+epoch starts at sequence 0, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, a retry of one of the last
+five batches is answered with its original offset and not appended twice). That makes it an
+exactly-once oracle, which librdkafka's mock is not (the mock keeps every copy of a retried
+batch from a non-transactional idempotent producer).
+
+Then each Produce request (or any request, by API key) can be given an :class:`Action` from a
+per-broker script: answer with an error code, append and then drop the connection, append and
+answer late, stop answering, answer with garbage, a truncated body, a frame cut in the middle,
+or a size prefix that announces gigabytes. Requests are decoded, and responses encoded, with
+kafka-python's schema-driven codec, independent of the client under test; record batches are
+read with kafka-python's record reader.
+
+What it does not do: transactions, acks=0 semantics beyond not answering, compression other
+than what kafka-python can read, quotas, and anything about consumers. Every partition has
+one replica (its leader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import os
+import struct
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# kafka-python ships no type information: its classes are Any here.
+from kafka.protocol.metadata import (  # type: ignore[import-untyped]
+    ApiVersionsResponse as KApiVersionsResponse,
+)
+from kafka.protocol.metadata import MetadataRequest as KMetadataRequest
+from kafka.protocol.metadata import MetadataResponse as KMetadataResponse
+from kafka.protocol.producer import (  # type: ignore[import-untyped]
+    ProduceRequest as KProduceRequest,
+)
+from kafka.protocol.producer import ProduceResponse as KProduceResponse
+from kafka.protocol.producer.transaction import (  # type: ignore[import-untyped]
+    InitProducerIdRequest as KInitProducerIdRequest,
+)
+from kafka.protocol.producer.transaction import (  # type: ignore[import-untyped]
+    InitProducerIdResponse as KInitProducerIdResponse,
+)
+from kafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
+
+__all__ = [
+    "API_VERSIONS",
+    "INIT_PRODUCER_ID",
+    "METADATA",
+    "PRODUCE",
+    "Action",
+    "ActionKind",
+    "ReceivedRequest",
+    "ScriptedBroker",
+    "ScriptedCluster",
+    "StoredRecord",
+]
+
+PRODUCE = 0
+METADATA = 3
+API_VERSIONS = 18
+INIT_PRODUCER_ID = 22
+
+_NONE = 0
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_NOT_LEADER_OR_FOLLOWER = 6
+_UNSUPPORTED_VERSION = 35
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+_DUPLICATE_SEQUENCE_NUMBER = 46
+_INVALID_PRODUCER_EPOCH = 47
+
+_SEQUENCE_MODULO = 1 << 31
+# Kafka keeps the last five batches of each producer per partition to recognise retries
+# (ProducerStateEntry.NUM_BATCHES_TO_RETAIN); that is why max.in.flight is at most 5.
+_RETAINED_BATCHES = 5
+
+#: The versions each broker advertises; the client picks the highest it also implements.
+DEFAULT_API_VERSIONS: Mapping[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    METADATA: (1, 12),
+    API_VERSIONS: (0, 3),
+    INIT_PRODUCER_ID: (0, 4),
+}
+
+
+class ActionKind(enum.Enum):
+    """How a broker treats one request."""
+
+    NORMAL = "normal"
+    """Handle it as Kafka would."""
+    ERROR = "error"
+    """Append nothing; answer every partition with ``Action.error``."""
+    APPEND_THEN_DROP = "append_then_drop"
+    """Append as NORMAL, then close the connection without answering: an outcome the client
+    cannot know."""
+    APPEND_THEN_DELAY = "append_then_delay"
+    """Append as NORMAL at once, answer after ``Action.delay`` seconds (if the connection is
+    still open); later requests are handled meanwhile but their answers wait behind it."""
+    APPEND_THEN_HOLD = "append_then_hold"
+    """Append as NORMAL at once, answer only once ``Action.release`` is set (never, if it
+    never is); later requests are handled meanwhile but their answers wait behind it."""
+    DELAY = "delay"
+    """A slow broker: read nothing more from the connection for ``Action.delay`` seconds,
+    then handle the request as NORMAL. (Any other kind with a ``delay`` waits the same way
+    first, except APPEND_THEN_DELAY, which appends first.)"""
+    HANG = "hang"
+    """Append nothing and never answer this or any later request of the connection."""
+    GARBAGE = "garbage"
+    """Answer with the right size prefix and correlation id, then ``Action.payload`` (random
+    bytes when empty) as the body. Nothing is appended."""
+    TRUNCATED = "truncated"
+    """Append nothing; answer with a well-framed response whose body stops halfway."""
+    CUT_MID_FRAME = "cut_mid_frame"
+    """Append nothing; write half of a response frame, then close the connection."""
+    RAW = "raw"
+    """Append nothing; write ``Action.payload`` as is (any size prefix included) and keep
+    the connection open without answering anything else."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One scripted reaction; see :class:`ActionKind`."""
+
+    kind: ActionKind
+    error: int = 0
+    delay: float = 0.0
+    payload: bytes = b""
+    release: asyncio.Event | None = field(default=None, compare=False)
+
+    @classmethod
+    def error_code(cls, code: int, delay: float = 0.0) -> Action:
+        """Answer with ``code`` for every partition (after ``delay`` seconds, reading nothing
+        more meanwhile), appending nothing."""
+        return cls(ActionKind.ERROR, error=code, delay=delay)
+
+    @classmethod
+    def hold(cls) -> Action:
+        """Append, and answer only once ``action.release.set()`` is called."""
+        return cls(ActionKind.APPEND_THEN_HOLD, release=asyncio.Event())
+
+
+NORMAL = Action(ActionKind.NORMAL)
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record a broker appended, with the idempotence fields of its batch."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """A request a broker read, in arrival order."""
+
+    broker_id: int
+    api_key: int
+    version: int
+    correlation_id: int
+    action: ActionKind
+    at: float
+    """The loop's clock when it arrived."""
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    # (first sequence, last sequence, base offset) of the last batches appended.
+    batches: deque[tuple[int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=_RETAINED_BATCHES)
+    )
+
+
+@dataclass
+class _Partition:
+    records: list[StoredRecord] = field(default_factory=list)
+    producers: dict[int, _ProducerState] = field(default_factory=dict)
+
+
+class ScriptedBroker:
+    """One broker of a :class:`ScriptedCluster`; scripts are set through its attributes.
+
+    Attributes:
+        node_id: the broker id.
+        script: per API key, actions used one per request, in order; when a queue is empty
+            (or absent) ``default`` applies.
+        default: per API key, the action once the script is used up (NORMAL if absent).
+        api_versions: the versions advertised in ApiVersions.
+    """
+
+    def __init__(self, cluster: ScriptedCluster, node_id: int) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.script: dict[int, deque[Action]] = {}
+        self.default: dict[int, Action] = {}
+        self.api_versions: dict[int, tuple[int, int]] = dict(DEFAULT_API_VERSIONS)
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.connections_accepted = 0
+        self.refuse = False
+        """When True, every new connection is accepted and closed at once (a broker that is
+        starting up, or a load balancer with nothing behind it)."""
+        self.connection_times: list[float] = []
+        """The loop's clock at each accepted connection."""
+
+    def push(self, api_key: int, *actions: Action) -> None:
+        """Queue actions for the next requests of ``api_key`` to this broker."""
+        self.script.setdefault(api_key, deque()).extend(actions)
+
+    def _next_action(self, api_key: int) -> Action:
+        queue = self.script.get(api_key)
+        if queue:
+            return queue.popleft()
+        return self.default.get(api_key, NORMAL)
+
+    async def start(self) -> None:
+        """Listen on a free loopback port."""
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening and drop every connection (a broker that died)."""
+        if self._server is not None:
+            self._server.close()
+        self.drop_connections()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            self._server = None
+
+    def drop_connections(self) -> None:
+        """Close every open connection at once."""
+        for writer in list(self._writers):
+            transport = writer.transport
+            transport.abort()
+        self._writers.clear()
+
+    @property
+    def address(self) -> str:
+        """``host:port``."""
+        return f"{self.host}:{self.port}"
+
+    # ---- the connection loop ---------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(writer)
+        self.connections_accepted += 1
+        self.connection_times.append(asyncio.get_running_loop().time())
+        # Kafka handles the requests of one connection one at a time, in order, and answers
+        # in that order: requests are handled here, in the read loop, and an answer held back
+        # (APPEND_THEN_DELAY) holds back every later answer of the connection too.
+        previous: asyncio.Task[None] | None = None
+        hung = False
+        try:
+            while not self.refuse:
+                try:
+                    size_bytes = await reader.readexactly(4)
+                    (size,) = struct.unpack(">i", size_bytes)
+                    frame = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                api_key, version, correlation_id = struct.unpack(">hhi", frame[:8])
+                action = self._next_action(api_key)
+                self.cluster._record(self.node_id, api_key, version, correlation_id, action.kind)
+                if hung:
+                    continue
+                kind = action.kind
+                if kind is ActionKind.HANG:
+                    hung = True
+                    continue
+                if action.delay > 0 and kind is not ActionKind.APPEND_THEN_DELAY:
+                    # A slow broker: it reads nothing more from this connection meanwhile.
+                    await asyncio.sleep(action.delay)
+                response = self.cluster._handle(self, frame, api_key, version, action)
+                if response is None:
+                    continue  # acks=0
+                if kind is ActionKind.APPEND_THEN_DROP:
+                    writer.transport.abort()
+                    return
+                data = _answer_bytes(correlation_id, response, api_key, version, action)
+                close_after = kind is ActionKind.CUT_MID_FRAME
+                hung = close_after or kind is ActionKind.RAW
+                delay = action.delay if kind is ActionKind.APPEND_THEN_DELAY else 0.0
+                release = action.release if kind is ActionKind.APPEND_THEN_HOLD else None
+                if (
+                    delay > 0
+                    or release is not None
+                    or (previous is not None and not previous.done())
+                ):
+                    previous = asyncio.ensure_future(
+                        self._write_later(writer, data, delay, release, previous, close_after)
+                    )
+                    self._tasks.add(previous)
+                    previous.add_done_callback(self._tasks.discard)
+                else:
+                    writer.write(data)
+                    if close_after:
+                        await writer.drain()
+                        writer.transport.abort()
+                        return
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            # A bug of the scripted broker, not of the client: ScriptedCluster.close raises it.
+            self.cluster.failures.append(exc)
+        finally:
+            self._writers.discard(writer)
+            writer.transport.abort()
+            self._tasks.discard(task)
+
+    async def _write_later(
+        self,
+        writer: asyncio.StreamWriter,
+        data: bytes,
+        delay: float,
+        release: asyncio.Event | None,
+        previous: asyncio.Task[None] | None,
+        close_after: bool,
+    ) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if release is not None:
+                await release.wait()
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            if writer.transport.is_closing():
+                return
+            writer.write(data)
+            if close_after:
+                await writer.drain()
+                writer.transport.abort()
+
+
+def _answer_bytes(
+    correlation_id: int, response: Any, api_key: int, version: int, action: Action
+) -> bytes:
+    """The bytes a broker writes for ``response`` under ``action``."""
+    data = _frame(correlation_id, response, api_key, version)
+    kind = action.kind
+    if kind is ActionKind.GARBAGE:
+        body = action.payload or os.urandom(64)
+        return struct.pack(">ii", 4 + len(body), correlation_id) + body
+    if kind is ActionKind.TRUNCATED:
+        # Keep the correlation id (and a flexible header's tag byte) and about half the body,
+        # under a size prefix that matches what is sent: the frame is whole, its body is not.
+        keep = max(5, (len(data) - 4) // 2)
+        return struct.pack(">i", keep) + data[4 : 4 + keep]
+    if kind is ActionKind.CUT_MID_FRAME:
+        return data[: max(5, len(data) // 2)]
+    if kind is ActionKind.RAW:
+        return action.payload
+    return data
+
+
+def _frame(correlation_id: int, response: Any, api_key: int, version: int) -> bytes:
+    response.API_VERSION = version
+    response.with_header(correlation_id=correlation_id)
+    data = response.encode(header=True, framed=True)
+    return bytes(data)
+
+
+class ScriptedCluster:
+    """Brokers 1..N on loopback sharing one log per partition; see the module docstring.
+
+    Args:
+        num_brokers: how many brokers.
+        topics: ``{topic: partition count}``. Partition ``p`` is led by broker
+            ``1 + p % num_brokers`` unless :attr:`leaders` says otherwise.
+        duplicate_answer: how a retry of an appended batch is answered: ``"offset"`` (no
+            error, the original offset: Kafka) or ``"error"`` (DUPLICATE_SEQUENCE_NUMBER,
+            as older brokers and Tansu do).
+
+    Use as ``async with ScriptedCluster(...) as cluster:``.
+    """
+
+    def __init__(
+        self,
+        num_brokers: int = 2,
+        *,
+        topics: Mapping[str, int] | None = None,
+        duplicate_answer: str = "offset",
+    ) -> None:
+        if duplicate_answer not in ("offset", "error"):
+            raise ValueError(
+                f"duplicate_answer must be 'offset' or 'error', not {duplicate_answer!r}"
+            )
+        self.brokers = {node: ScriptedBroker(self, node) for node in range(1, num_brokers + 1)}
+        self.topics: dict[str, int] = dict(topics or {})
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.duplicate_answer = duplicate_answer
+        # Tansu's way: InitProducerId only for a new id (-1/-1); a bump gets an error.
+        self.refuse_epoch_bump = False
+        self.requests: list[ReceivedRequest] = []
+        self.failures: list[BaseException] = []
+        """Exceptions the brokers' own code raised (a broken script, not a client fault)."""
+        self.advertised: set[int] | None = None
+        """Broker ids listed in Metadata answers; None lists every broker."""
+        self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._producer_ids = itertools.count(1000)
+
+    async def __aenter__(self) -> ScriptedCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start every broker."""
+        for broker in self.brokers.values():
+            await broker.start()
+
+    async def close(self) -> None:
+        """Stop every broker.
+
+        Raises:
+            AssertionError: a broker's own code failed while serving (see :attr:`failures`).
+        """
+        for broker in self.brokers.values():
+            await broker.stop()
+        if self.failures:
+            raise AssertionError(f"the scripted broker failed: {self.failures!r}") from (
+                self.failures[0]
+            )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every broker's ``host:port``, comma-separated."""
+        return ",".join(broker.address for broker in self.brokers.values())
+
+    def broker(self, node_id: int) -> ScriptedBroker:
+        """The broker with this id."""
+        return self.brokers[node_id]
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The id of the broker leading ``topic``-``partition``."""
+        return self.leaders.get((topic, partition), 1 + partition % len(self.brokers))
+
+    def records(self, topic: str, partition: int = 0) -> list[StoredRecord]:
+        """What the partition's log holds, in offset order."""
+        return list(self._partition(topic, partition).records)
+
+    def values(self, topic: str, partition: int = 0) -> list[bytes | None]:
+        """The values of the partition's log, in offset order."""
+        return [record.value for record in self._partition(topic, partition).records]
+
+    def requests_of(self, api_key: int, broker_id: int | None = None) -> list[ReceivedRequest]:
+        """The requests of one type received so far (by one broker, if given)."""
+        return [
+            r
+            for r in self.requests
+            if r.api_key == api_key and (broker_id is None or r.broker_id == broker_id)
+        ]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Wait until ``predicate()`` holds, looking every few milliseconds.
+
+        Raises:
+            TimeoutError: not within ``timeout`` seconds.
+        """
+
+        async def poll() -> None:
+            while not predicate():
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(poll(), timeout)
+
+    # ---- request handling -----------------------------------------------------------------
+
+    def _record(
+        self, broker_id: int, api_key: int, version: int, correlation_id: int, kind: ActionKind
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.requests.append(
+            ReceivedRequest(broker_id, api_key, version, correlation_id, kind, loop.time())
+        )
+
+    def _partition(self, topic: str, partition: int) -> _Partition:
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = _Partition()
+        return state
+
+    def _handle(
+        self, broker: ScriptedBroker, frame: bytes, api_key: int, version: int, action: Action
+    ) -> Any:
+        """The response object for a request (None when none is due)."""
+        if api_key == API_VERSIONS:
+            return self._api_versions(broker, version)
+        if api_key == METADATA:
+            return self._metadata(frame, version)
+        if api_key == INIT_PRODUCER_ID:
+            request = KInitProducerIdRequest.decode(frame, version=version, header=True)
+            producer_id = getattr(request, "producer_id", -1)
+            epoch = getattr(request, "producer_epoch", -1)
+            if producer_id is not None and producer_id >= 0 and self.refuse_epoch_bump:
+                return KInitProducerIdResponse(
+                    throttle_time_ms=0, error_code=-1, producer_id=-1, producer_epoch=-1
+                )
+            if producer_id is not None and producer_id >= 0:
+                # KIP-360, as Kafka: the same id under the next epoch.
+                return KInitProducerIdResponse(
+                    throttle_time_ms=0,
+                    error_code=0,
+                    producer_id=producer_id,
+                    producer_epoch=epoch + 1,
+                )
+            return KInitProducerIdResponse(
+                throttle_time_ms=0,
+                error_code=0,
+                producer_id=next(self._producer_ids),
+                producer_epoch=0,
+            )
+        if api_key == PRODUCE:
+            return self._produce(broker, frame, version, action)
+        raise AssertionError(f"the scripted broker does not implement api key {api_key}")
+
+    def _api_versions(self, broker: ScriptedBroker, version: int) -> Any:
+        low, high = broker.api_versions[API_VERSIONS]
+        keys = [
+            KApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+            for key, (lo, hi) in sorted(broker.api_versions.items())
+        ]
+        if not low <= version <= high:
+            return KApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=keys)
+        return KApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+
+    def _metadata(self, frame: bytes, version: int) -> Any:
+        request = KMetadataRequest.decode(frame, version=version, header=True)
+        R = KMetadataResponse
+        T = R.MetadataResponseTopic
+        P = T.MetadataResponsePartition
+        listed = (
+            self.brokers
+            if self.advertised is None
+            else {node: broker for node, broker in self.brokers.items() if node in self.advertised}
+        )
+        brokers = [
+            R.MetadataResponseBroker(node_id=node, host=b.host, port=b.port, rack=None)
+            for node, b in listed.items()
+        ]
+        names: Iterable[str] = (
+            list(self.topics) if request.topics is None else [t.name for t in request.topics]
+        )
+        topics = []
+        for name in names:
+            count = self.topics.get(name)
+            if count is None:
+                topics.append(
+                    T(
+                        error_code=_UNKNOWN_TOPIC_OR_PARTITION,
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        is_internal=False,
+                        partitions=[],
+                        authorized_operations=set(),
+                    )
+                )
+                continue
+            partitions = [
+                P(
+                    error_code=0,
+                    partition_index=p,
+                    leader_id=self.leader_for(name, p),
+                    leader_epoch=0,
+                    replica_nodes=[self.leader_for(name, p)],
+                    isr_nodes=[self.leader_for(name, p)],
+                    offline_replicas=[],
+                )
+                for p in range(count)
+            ]
+            topics.append(
+                T(
+                    error_code=0,
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=partitions,
+                    authorized_operations=set(),
+                )
+            )
+        return R(
+            throttle_time_ms=0,
+            brokers=brokers,
+            cluster_id="scripted",
+            controller_id=min(listed) if listed else -1,
+            topics=topics,
+            authorized_operations=set(),
+        )
+
+    def _produce(self, broker: ScriptedBroker, frame: bytes, version: int, action: Action) -> Any:
+        request = KProduceRequest.decode(frame, version=version, header=True)
+        R = KProduceResponse
+        P = R.TopicProduceResponse.PartitionProduceResponse
+        appends = action.kind in (
+            ActionKind.NORMAL,
+            ActionKind.DELAY,
+            ActionKind.APPEND_THEN_DROP,
+            ActionKind.APPEND_THEN_DELAY,
+            ActionKind.APPEND_THEN_HOLD,
+        )
+        topics = []
+        for topic_data in request.topic_data:
+            partitions = []
+            for data in topic_data.partition_data:
+                name, index = topic_data.name, data.index
+                if not appends:
+                    code, offset = (action.error or -1), -1
+                elif name not in self.topics or index >= self.topics[name]:
+                    code, offset = _UNKNOWN_TOPIC_OR_PARTITION, -1
+                elif self.leader_for(name, index) != broker.node_id:
+                    code, offset = _NOT_LEADER_OR_FOLLOWER, -1
+                else:
+                    code, offset = self._append(name, index, bytes(data.records))
+                partitions.append(
+                    P(
+                        index=index,
+                        error_code=code,
+                        base_offset=offset,
+                        log_append_time_ms=-1,
+                        log_start_offset=0,
+                        record_errors=[],
+                        error_message=None,
+                    )
+                )
+            topics.append(
+                R.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
+            )
+        if request.acks == 0:
+            return None
+        return R(responses=topics, throttle_time_ms=0)
+
+    def _append(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+        """Kafka's idempotent append: (error code, base offset)."""
+        log = self._partition(topic, partition)
+        batches = list(MemoryRecords(data))
+        first_offset = -1
+        for batch in batches:
+            records = list(batch)
+            count = len(records)
+            pid = batch.producer_id
+            epoch = batch.producer_epoch
+            first = batch.base_sequence
+            if pid >= 0:
+                state = log.producers.get(pid)
+                last = (first + count - 1) % _SEQUENCE_MODULO
+                if state is None or epoch > state.epoch:
+                    if first != 0:
+                        return _OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+                    state = log.producers[pid] = _ProducerState(epoch)
+                elif epoch < state.epoch:
+                    return _INVALID_PRODUCER_EPOCH, -1
+                else:
+                    for seen_first, seen_last, seen_offset in state.batches:
+                        if (seen_first, seen_last) == (first, last):
+                            if self.duplicate_answer == "error":
+                                return _DUPLICATE_SEQUENCE_NUMBER, -1
+                            return _NONE, seen_offset
+                    expected = (state.batches[-1][1] + 1) % _SEQUENCE_MODULO if state.batches else 0
+                    if first != expected:
+                        return _OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+                state.batches.append((first, last, len(log.records)))
+            base = len(log.records)
+            if first_offset < 0:
+                first_offset = base
+            for index, record in enumerate(records):
+                log.records.append(
+                    StoredRecord(
+                        offset=base + index,
+                        key=record.key,
+                        value=record.value,
+                        producer_id=pid,
+                        producer_epoch=epoch,
+                        sequence=(first + index) % _SEQUENCE_MODULO if pid >= 0 else -1,
+                    )
+                )
+        return _NONE, first_offset

@@ -1,0 +1,420 @@
+"""Outages: brokers down and up, leaders moving mid-stream, slow brokers, a lost cluster.
+
+Scenarios and what each proves:
+
+- ``test_leaders_move_mid_stream``: while records stream to three partitions, their leaders
+  move between brokers several times. NOT_LEADER_OR_FOLLOWER makes the producer refresh its
+  metadata and resend to the new leader: every record lands once, in order, none fails, and
+  the new leaders do receive Produce requests.
+- ``test_a_down_broker_holds_only_its_partitions``: with one broker down, records for the
+  partitions it leads wait while the others are delivered; once it is back, the waiting
+  records are delivered, once and in order.
+- ``test_all_brokers_down_then_up``: with every broker down, records wait (no failure
+  before delivery_timeout_ms), then go through when the cluster returns.
+- ``test_unreachable_leader_fails_at_delivery_timeout``: a leader that stays down makes its
+  records fail with DeliveryTimeoutError within their bound; the producer then works again
+  for that partition once the broker returns.
+- ``test_rebootstrap_when_every_known_broker_is_gone``: the whole cluster the producer knows
+  disappears; the producer goes back to ``bootstrap_servers``, finds another cluster there
+  and delivers to it.
+- ``test_reconnects_back_off``: a broker that accepts connections and drops them at once is
+  retried no faster than ``reconnect_backoff_ms`` doubling (lower bounds only), and the
+  record waiting for it is delivered once it behaves.
+- ``test_reconnects_as_soon_as_the_backoff_allows``: and no slower than that backoff either:
+  six attempts take about as long as their backoffs add up to.
+- ``test_slow_broker_within_request_timeout``: a round-trip delay below request_timeout_ms
+  slows delivery down but causes no retry and no duplicate.
+- ``test_round_trip_beyond_request_timeout_is_retried``: an answer later than
+  request_timeout_ms closes the connection and the request is retried; no acknowledged
+  record is lost and order is kept.
+
+- ``test_connections_dropped_mid_stream``: the mock drops the connection instead of
+  answering, several times while records stream to three partitions: every in-flight
+  request is retried and every record lands once, in order.
+
+- ``test_a_leader_error_during_a_refresh_is_not_forgotten`` (scripted broker): a leader
+  error that arrives while an older Metadata request is out must still be followed by a
+  fresh refresh; the older answer, which predates the leader move, must not satisfy it.
+
+Mock quirks and how the checks cope:
+
+- Moving a leader, setting a broker down or up, and answering a request are serialised on
+  the mock's thread, so a request is either appended (and answered) or rejected whole.
+  Scenarios flush before taking a broker down, so no request is in flight at that moment
+  and the log stays an exactly-once oracle.
+- ``ErrorCode.TRANSPORT`` makes the mock close the connection *instead of* handling the
+  request, so a request dropped that way was not appended and the log stays an oracle.
+- ``broker_set_down`` does not move leadership: the down broker's partitions have no
+  reachable leader until it is up again, which is what these scenarios want.
+- The mock appends a request before delaying its answer, and does not deduplicate a
+  non-transactional idempotent producer's retry. So in
+  ``test_round_trip_beyond_request_timeout_is_retried`` the retried batch is in the log
+  twice: the check there is "no acknowledged record lost, first copies in order"; the
+  exactly-once version of that scenario runs on the scripted broker
+  (test_idempotence.py::test_request_timeout_closes_and_retries_without_duplicates).
+- The mock reports its own host:port in Metadata, so a proxy cannot stand in for a broker;
+  the rebootstrap scenario uses two mock clusters instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+from aioproducer import Producer
+from aioproducer import errors as e
+from tests.faults.checks import (
+    Ledger,
+    SentRecord,
+    bounded,
+    fast_options,
+    mock_log,
+    mock_options,
+    unique_topic,
+    wait_records,
+)
+from tests.faults.scripted_broker import METADATA, PRODUCE, Action, ScriptedCluster
+from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
+
+pytestmark = pytest.mark.mock_cluster
+
+
+async def _stream(
+    producer: Producer, ledger: Ledger, partitions: list[int], count: int, pause: float
+) -> None:
+    """Send ``count`` records to each partition, pausing between rounds."""
+    for _ in range(count):
+        for partition in partitions:
+            await ledger.send(producer, partition)
+        await asyncio.sleep(pause)
+
+
+async def test_leaders_move_mid_stream(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("leader-move")
+    mock_cluster.create_topic(topic, 3)
+    for partition in range(3):
+        mock_cluster.partition_set_leader(topic, partition, 1 + partition)
+    ledger = Ledger(topic)
+    options = mock_options(mock_cluster.bootstrap_servers, batch_size=512)
+    async with Producer(**options) as producer:
+        await bounded(ledger.send_many(producer, [0, 1, 2], 1))
+        await ledger.wait()
+        mock_cluster.start_request_tracking()
+        stream = asyncio.ensure_future(_stream(producer, ledger, [0, 1, 2], 150, 0.005))
+        for shift in (1, 2, 1):
+            await asyncio.sleep(0.15)
+            for partition in range(3):
+                mock_cluster.partition_set_leader(topic, partition, 1 + (partition + shift) % 3)
+        await bounded(stream)
+        await ledger.wait()
+        requests = mock_cluster.get_requests()
+        assert producer.metrics()["record-error-total"] == 0
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+    produce_brokers = {r.broker_id for r in requests if r.api_key == ApiKey.PRODUCE}
+    assert produce_brokers == {1, 2, 3}
+    assert any(r.api_key == ApiKey.METADATA for r in requests)
+
+
+async def test_a_down_broker_holds_only_its_partitions(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("one-down")
+    mock_cluster.create_topic(topic, 2)
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    mock_cluster.partition_set_leader(topic, 1, 2)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await bounded(ledger.send_many(producer, [0, 1], 3))
+        await ledger.wait()
+        mock_cluster.broker_set_down(1)
+        waiting = [await bounded(ledger.send(producer, 0)) for _ in range(10)]
+        flowing = [await bounded(ledger.send(producer, 1)) for _ in range(10)]
+        await wait_records(flowing)
+        assert not any(r.future.done() for r in waiting)
+        mock_cluster.broker_set_up(1)
+        await ledger.wait()
+        assert producer.metrics()["record-error-total"] == 0
+        # Still works afterwards, on both partitions.
+        await bounded(ledger.send_many(producer, [0, 1], 2))
+        await ledger.wait()
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_all_brokers_down_then_up(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("all-down")
+    mock_cluster.create_topic(topic, 3)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await bounded(ledger.send_many(producer, [0, 1, 2], 2))
+        await ledger.wait()
+        mock_cluster.broker_set_down(-1)
+        await bounded(ledger.send_many(producer, [0, 1, 2], 10))
+        # Long enough for several reconnect attempts to fail.
+        await asyncio.sleep(1.0)
+        assert not any(r.future.done() for r in ledger.records[6:])
+        mock_cluster.broker_set_up(-1)
+        await ledger.wait()
+        assert producer.metrics()["record-error-total"] == 0
+        await bounded(ledger.send_many(producer, [0, 1, 2], 2))
+        await ledger.wait()
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_unreachable_leader_fails_at_delivery_timeout(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("unreachable")
+    mock_cluster.create_topic(topic, 2)
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    mock_cluster.partition_set_leader(topic, 1, 2)
+    ledger = Ledger(topic)
+    delivery_timeout_ms = 2000
+    options = fast_options(
+        mock_cluster.bootstrap_servers,
+        request_timeout_ms=1000,
+        delivery_timeout_ms=delivery_timeout_ms,
+    )
+    async with Producer(**options) as producer:
+        await bounded(ledger.send_many(producer, [0, 1], 2))
+        await ledger.wait()
+        mock_cluster.broker_set_down(1)
+        start = time.monotonic()
+        doomed = [await bounded(ledger.send(producer, 0)) for _ in range(5)]
+        spared = [await bounded(ledger.send(producer, 1)) for _ in range(5)]
+        await ledger.wait()
+        elapsed = time.monotonic() - start
+        assert all(isinstance(r.future.exception(), e.DeliveryTimeoutError) for r in doomed)
+        assert all(r.future.exception() is None for r in spared)
+        assert elapsed >= delivery_timeout_ms / 1000
+        assert elapsed < delivery_timeout_ms / 1000 + 10
+        assert producer.metrics()["record-error-total"] == len(doomed)
+        mock_cluster.broker_set_up(1)
+        await bounded(ledger.send_many(producer, [0, 1], 3))
+        await ledger.wait()
+    ledger.check(
+        await mock_log(mock_cluster.bootstrap_servers, topic),
+        expect_failed=[e.DeliveryTimeoutError],
+    )
+
+
+async def test_rebootstrap_when_every_known_broker_is_gone() -> None:
+    topic = unique_topic("rebootstrap")
+    first = MockCluster(3)
+    with MockCluster(3) as second:
+        try:
+            first.create_topic(topic, 2)
+            second.create_topic(topic, 2)
+            # The second cluster is only in bootstrap_servers: the producer learns the first
+            # cluster's brokers from its Metadata and forgets the rest.
+            bootstrap = f"{first.bootstrap_servers},{second.bootstrap_servers.split(',')[0]}"
+            before = Ledger(topic, tag="before")
+            after = Ledger(topic, tag="after")
+            options = fast_options(bootstrap, delivery_timeout_ms=30000)
+            async with Producer(**options) as producer:
+                await bounded(before.send_many(producer, [0, 1], 5))
+                await before.wait()
+                before.check(await mock_log(first.bootstrap_servers, topic))
+                first.close()
+                await bounded(after.send_many(producer, [0, 1], 5))
+                await after.wait()
+                assert producer.metrics()["record-error-total"] == 0
+            after.check(await mock_log(second.bootstrap_servers, topic))
+        finally:
+            first.close()
+
+
+async def test_reconnects_back_off() -> None:
+    base_ms, max_ms = 40, 160
+    topic = unique_topic("reconnect")
+    async with ScriptedCluster(2, topics={topic: 1}) as cluster:
+        cluster.leaders[(topic, 0)] = 1
+        ledger = Ledger(topic)
+        # Bootstrap through broker 2 only, so that every connection to broker 1 is node 1's.
+        options = fast_options(
+            cluster.broker(2).address,
+            reconnect_backoff_ms=base_ms,
+            reconnect_backoff_max_ms=max_ms,
+            delivery_timeout_ms=30000,
+        )
+        async with Producer(**options) as producer:
+            await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            broker = cluster.broker(1)
+            broker.refuse = True
+            broker.drop_connections()
+            seen = len(broker.connection_times)
+            record = await bounded(ledger.send(producer, 0))
+            await cluster.wait_for(lambda: len(broker.connection_times) >= seen + 6, timeout=20)
+            attempts = broker.connection_times[seen:]
+            broker.refuse = False
+            await ledger.wait()
+            assert record.future.exception() is None
+        ledger.check({0: cluster.values(topic, 0)})
+    gaps_ms = [(b - a) * 1000 for a, b in itertools.pairwise(attempts)]
+    # reconnect_backoff_ms doubling per failure up to the maximum, less the 20% jitter, less
+    # 2 ms for the difference between connecting and the broker's accept.
+    floors = [0.8 * min(max_ms, base_ms * 2**failure) - 2 for failure in range(len(gaps_ms))]
+    assert all(gap >= floor for gap, floor in zip(gaps_ms, floors, strict=True)), (
+        gaps_ms,
+        floors,
+    )
+
+
+async def test_reconnects_as_soon_as_the_backoff_allows() -> None:
+    topic = unique_topic("reconnect-pace")
+    async with ScriptedCluster(2, topics={topic: 1}) as cluster:
+        cluster.leaders[(topic, 0)] = 1
+        ledger = Ledger(topic)
+        options = fast_options(
+            cluster.broker(2).address,
+            reconnect_backoff_ms=40,
+            reconnect_backoff_max_ms=160,
+            delivery_timeout_ms=30000,
+        )
+        async with Producer(**options) as producer:
+            await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            broker = cluster.broker(1)
+            broker.refuse = True
+            broker.drop_connections()
+            seen = len(broker.connection_times)
+            await bounded(ledger.send(producer, 0))
+            try:
+                # Six attempts take 40 + 80 + 160 + 160 + 160 ms (plus or minus 20%) of
+                # backoff: 3 s is five times that, and half of what a 1 s poll takes.
+                await cluster.wait_for(lambda: len(broker.connection_times) >= seen + 6, timeout=3)
+            finally:
+                broker.refuse = False
+                await ledger.wait()
+        ledger.check({0: cluster.values(topic, 0)})
+
+
+async def test_slow_broker_within_request_timeout(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("slow")
+    mock_cluster.create_topic(topic, 2)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await bounded(ledger.send_many(producer, [0, 1], 1))
+        await ledger.wait()
+        mock_cluster.broker_set_rtt(-1, 300)
+        await bounded(_stream(producer, ledger, [0, 1], 20, 0.01))
+        await ledger.wait()
+        metrics = producer.metrics()
+        assert metrics["record-retry-total"] == 0
+        assert metrics["record-error-total"] == 0
+        mock_cluster.broker_set_rtt(-1, 0)
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_round_trip_beyond_request_timeout_is_retried(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("late")
+    mock_cluster.create_topic(topic, 1)
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    ledger = Ledger(topic)
+    options = fast_options(
+        mock_cluster.bootstrap_servers, request_timeout_ms=800, delivery_timeout_ms=10000
+    )
+    async with Producer(**options) as producer:
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        mock_cluster.start_request_tracking()
+        mock_cluster.broker_push_request_error_rtts(1, ApiKey.PRODUCE, [(0, 2000)])
+        late = await bounded(ledger.send_burst(producer, 0, 5))
+        await ledger.wait()
+        produce = [r for r in mock_cluster.get_requests() if r.api_key == ApiKey.PRODUCE]
+        assert all(r.future.exception() is None for r in late)
+        assert producer.metrics()["record-retry-total"] >= len(late)
+        assert len(produce) >= 2
+        await bounded(ledger.send_burst(producer, 0, 3))
+        await ledger.wait()
+    log = await mock_log(mock_cluster.bootstrap_servers, topic)
+    _check_at_least_once_in_order(ledger.acknowledged, log[0])
+
+
+def _check_at_least_once_in_order(acked: list[SentRecord], values: list[bytes | None]) -> None:
+    """No acknowledged record lost; their first copies in send order (duplicates allowed:
+    the mock does not deduplicate, see the module docstring)."""
+    first_copies: list[bytes] = []
+    seen: set[bytes | None] = set()
+    for value in values:
+        if value not in seen and value is not None:
+            seen.add(value)
+            first_copies.append(value)
+    expected = [r.value for r in acked]
+    assert [v for v in first_copies if v in set(expected)] == expected
+
+
+async def test_connections_dropped_mid_stream(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("dropped")
+    mock_cluster.create_topic(topic, 3)
+    ledger = Ledger(topic)
+    options = mock_options(mock_cluster.bootstrap_servers, batch_size=512)
+    async with Producer(**options) as producer:
+        await bounded(ledger.send_many(producer, [0, 1, 2], 1))
+        await ledger.wait()
+        stream = asyncio.ensure_future(_stream(producer, ledger, [0, 1, 2], 100, 0.005))
+        for _ in range(3):
+            await asyncio.sleep(0.1)
+            mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.TRANSPORT] * 2)
+        await bounded(stream)
+        await ledger.wait()
+        assert producer.metrics()["record-retry-total"] > 0
+        assert producer.metrics()["record-error-total"] == 0
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_a_leader_error_during_a_refresh_is_not_forgotten() -> None:
+    topic = unique_topic("refresh-race")
+    other = unique_topic("refresh-race-other")
+    async with ScriptedCluster(2, topics={topic: 2, other: 1}) as cluster:
+        cluster.leaders[(topic, 0)] = 2
+        cluster.leaders[(topic, 1)] = 2
+        cluster.leaders[(other, 0)] = 1
+        broker1, broker2 = cluster.broker(1), cluster.broker(2)
+        ledger = Ledger(topic)
+        # Bootstrap through broker 1 only. A long retry backoff gives a refresh asked for by
+        # the leader error ample time to come back before the retry goes out.
+        options = fast_options(broker1.address, retry_backoff_ms=300, retry_backoff_max_ms=300)
+        async with Producer(**options) as producer:
+            await bounded(ledger.send_many(producer, [0, 1], 1))
+            await ledger.wait()
+            # Keep broker 2's connection busy, so that the next refresh goes to broker 1
+            # (the bootstrap connection), where its answer is held: an answer describing the
+            # cluster before the leader move below. Each broker answers in order, so the
+            # leader error must come from the other broker to overtake it.
+            busy = Action.hold()
+            broker2.push(PRODUCE, busy)
+            produced = len(cluster.requests_of(PRODUCE, broker_id=2))
+            await bounded(ledger.send(producer, 1))
+            await cluster.wait_for(
+                lambda: len(cluster.requests_of(PRODUCE, broker_id=2)) > produced
+            )
+            stale = Action.hold()
+            broker1.push(METADATA, stale)
+            refreshes = len(cluster.requests_of(METADATA, broker_id=1))
+            pending = asyncio.ensure_future(producer.send(other, b"other", partition=0))
+            await cluster.wait_for(
+                lambda: len(cluster.requests_of(METADATA, broker_id=1)) > refreshes
+            )
+            assert busy.release is not None
+            busy.release.set()
+            await ledger.wait()
+            # Refreshes are spaced by retry_backoff_ms from the last attempt: let that pass,
+            # so that only a forgotten request could delay the next one.
+            await asyncio.sleep(0.4)
+            cluster.leaders[(topic, 0)] = 1
+            misdirected_before = len(cluster.requests_of(PRODUCE, broker_id=2))
+            retries = producer.metrics()["record-retry-total"]
+            record = await bounded(ledger.send(producer, 0))
+            # The leader error has been handled while the stale refresh is still out.
+            await cluster.wait_for(lambda: producer.metrics()["record-retry-total"] > retries)
+            assert stale.release is not None
+            stale.release.set()
+            await ledger.wait()
+            await bounded(bounded(pending))
+            assert record.future.result().offset >= 0
+        misdirected = len(cluster.requests_of(PRODUCE, broker_id=2)) - misdirected_before
+        assert misdirected == 1, (
+            f"the batch went to the old leader {misdirected} times: the refresh the leader "
+            "error asked for was dropped when the older answer came back"
+        )
+        ledger.check({p: cluster.values(topic, p) for p in (0, 1)})

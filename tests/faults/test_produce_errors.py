@@ -1,0 +1,408 @@
+"""Produce errors pushed into librdkafka's mock cluster: retriable, metadata, fatal.
+
+Scenarios and what each proves:
+
+- ``test_retriable_error_is_retried_until_delivered``: for each retriable code, the batches
+  the error hit are retried and delivered exactly once, in order, with no record failed;
+  ``record-retry-total`` counts the retries.
+- ``test_metadata_errors_refresh_metadata_and_others_do_not``: the codes of Java's
+  InvalidMetadataException family (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) make
+  the producer ask for Metadata; NOT_ENOUGH_REPLICAS and REQUEST_TIMED_OUT do not (none is
+  sent in 30 times retry_backoff_ms after the failure).
+- ``test_fatal_error_fails_only_its_batch_at_once``: a non-retriable code on one partition
+  fails that partition's batch after one attempt, with the code's own error class, while the
+  other partition's batch in the *same* request is delivered; the producer keeps working
+  for the failed partition afterwards.
+- ``test_retries_option_bounds_the_attempts``: with ``retries=2`` a batch is sent three times
+  and then fails with the broker's error.
+- ``test_backoff_grows_from_retry_backoff_ms``: the gaps between attempts are at least the
+  exponential backoff (minus its 20% jitter) and stop growing at ``retry_backoff_max_ms``'s
+  lower jitter bound. Only lower bounds are asserted: an upper bound on a gap would be a
+  timing threshold on a shared machine.
+- ``test_delivery_timeout_ends_endless_retries``: a broker that answers a retriable error
+  forever makes the record fail with DeliveryTimeoutError no sooner than
+  ``delivery_timeout_ms`` and within a generous bound after it.
+- ``test_retry_decision_is_logged_with_broker_topic_partition`` and
+  ``test_failure_decision_is_logged_with_broker_topic_partition``: the retry decision and
+  the failure decision each name the broker, the topic and the partition.
+- ``test_retry_and_failure_counters_match_the_outcomes``: ``record-retry-total`` grows by one
+  per record per retry and ``record-error-total`` by one per failed record.
+
+- ``test_retriable_error_on_one_partition_resends_only_that_partition``: a retriable error
+  for one partition of a request resends that partition's batch only.
+- ``test_message_too_large_splits_an_idempotent_batch``: MESSAGE_TOO_LARGE for a batch of
+  many records splits it (with idempotence on, under fresh sequences) and delivers every
+  record once, in order, failing none.
+- ``test_acks_zero_with_a_broker_that_answers_anyway``: the mock answers Produce even with
+  acks=0, which Kafka never does; the unexpected answers are ignored, every record is
+  reported sent (offset -1, as for acks=0) and nothing is lost.
+
+Mock quirks and how the checks cope:
+
+- An error pushed with ``push_request_errors`` applies to the next Produce *requests* on any
+  broker, and the mock appends nothing for them. So the log is an exactly-once oracle here:
+  a retried batch was never written before, and a failed record must be absent.
+- ``partition_push_request_errors`` (librdkafka 2.15+) fails one partition of a request,
+  which is how "only the batches it concerns" is checked.
+- The mock answers acks=0 Produce requests; real Kafka does not. The acks=0 scenario uses
+  that quirk on purpose: the client must tolerate answers it did not ask for.
+- The mock does not deduplicate a non-transactional idempotent producer's retries, so no
+  scenario here lets a request time out after the append (see test_idempotence.py and the
+  scripted broker for those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+
+import pytest
+
+from aioproducer import Producer
+from aioproducer import errors as e
+from tests.faults.checks import Ledger, bounded, fast_options, mock_log, mock_options, unique_topic
+from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
+
+pytestmark = pytest.mark.mock_cluster
+
+RETRIABLE = [
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.CORRUPT_MESSAGE,
+]
+
+METADATA_INVALIDATING = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.FENCED_LEADER_EPOCH,
+}
+
+FATAL = [
+    (ErrorCode.TOPIC_AUTHORIZATION_FAILED, e.TopicAuthorizationFailedError),
+    (ErrorCode.INVALID_RECORD, e.InvalidRecordError),
+    (ErrorCode.RECORD_LIST_TOO_LARGE, e.RecordListTooLargeError),
+    (ErrorCode.INVALID_TOPIC_EXCEPTION, e.InvalidTopicError),
+    (ErrorCode.MESSAGE_TOO_LARGE, e.RecordTooLargeError),
+]
+
+
+async def _warm_up(producer: Producer, topic: str, partitions: int, ledger: Ledger) -> None:
+    for partition in range(partitions):
+        await bounded(ledger.send(producer, partition))
+    await ledger.wait()
+
+
+@pytest.mark.parametrize("code", RETRIABLE, ids=lambda c: c.name)
+async def test_retriable_error_is_retried_until_delivered(
+    mock_cluster: MockCluster, code: ErrorCode
+) -> None:
+    topic = unique_topic("retriable")
+    mock_cluster.create_topic(topic, 2)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers, batch_size=512)) as producer:
+        await _warm_up(producer, topic, 2, ledger)
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [code] * 3)
+        await ledger.send_many(producer, [0, 1], 40)
+        await ledger.wait()
+        metrics = producer.metrics()
+        assert metrics["record-retry-total"] >= 1
+        assert metrics["record-error-total"] == 0
+        # The producer still works afterwards.
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ],
+    ids=lambda c: c.name,
+)
+async def test_metadata_errors_refresh_metadata_and_others_do_not(
+    mock_cluster: MockCluster, code: ErrorCode
+) -> None:
+    topic = unique_topic("metadata")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        mock_cluster.start_request_tracking()
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [code])
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        # The retry and the refresh each wait retry_backoff_ms, so either may go first (as
+        # in the Java client): look for a refresh after the failed request, for a while.
+        deadline = time.monotonic() + (5.0 if code in METADATA_INVALIDATING else 0.3)
+        while True:
+            requests = [r.api_key for r in mock_cluster.get_requests()]
+            refreshed = ApiKey.METADATA in requests[requests.index(ApiKey.PRODUCE) :]
+            if refreshed or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+    assert requests.count(ApiKey.PRODUCE) == 2, requests
+    assert refreshed == (code in METADATA_INVALIDATING), requests
+
+
+@pytest.mark.parametrize(("code", "error_class"), FATAL, ids=lambda v: getattr(v, "name", ""))
+async def test_fatal_error_fails_only_its_batch_at_once(
+    mock_cluster: MockCluster, code: ErrorCode, error_class: type[e.KafkaError]
+) -> None:
+    topic = unique_topic("fatal")
+    mock_cluster.create_topic(topic, 2)
+    # One leader for both partitions: both batches travel in the same Produce request.
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    mock_cluster.partition_set_leader(topic, 1, 1)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers, linger_ms=50)) as producer:
+        await _warm_up(producer, topic, 2, ledger)
+        mock_cluster.start_request_tracking()
+        mock_cluster.partition_push_request_errors(topic, 0, ApiKey.PRODUCE, [code])
+        # One record per partition, so MESSAGE_TOO_LARGE cannot be answered by a split.
+        doomed = await bounded(ledger.send(producer, 0))
+        spared = await bounded(ledger.send(producer, 1))
+        await ledger.wait()
+        produce_requests = [r for r in mock_cluster.get_requests() if r.api_key == ApiKey.PRODUCE]
+        assert isinstance(doomed.future.exception(), error_class)
+        assert spared.future.exception() is None
+        assert len(produce_requests) == 1, "the fatal error must not be retried"
+        metrics = producer.metrics()
+        assert metrics["record-retry-total"] == 0
+        assert metrics["record-error-total"] == 1
+        # The partition works again for later records.
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic), expect_failed=[error_class])
+
+
+async def test_retries_option_bounds_the_attempts(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("retries")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers, retries=2)) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        mock_cluster.start_request_tracking()
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS] * 10)
+        record = await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        attempts = [r for r in mock_cluster.get_requests() if r.api_key == ApiKey.PRODUCE]
+        assert isinstance(record.future.exception(), e.NotEnoughReplicasError)
+        assert len(attempts) == 3
+        assert producer.metrics()["record-retry-total"] == 2
+        mock_cluster.clear_request_errors(ApiKey.PRODUCE)
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+    ledger.check(
+        await mock_log(mock_cluster.bootstrap_servers, topic),
+        expect_failed=[e.NotEnoughReplicasError],
+    )
+
+
+async def test_backoff_grows_from_retry_backoff_ms(mock_cluster: MockCluster) -> None:
+    base_ms, max_ms, errors = 40, 160, 6
+    topic = unique_topic("backoff")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    options = fast_options(
+        mock_cluster.bootstrap_servers, retry_backoff_ms=base_ms, retry_backoff_max_ms=max_ms
+    )
+    async with Producer(**options) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        mock_cluster.start_request_tracking()
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS] * errors)
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        attempts = [r for r in mock_cluster.get_requests() if r.api_key == ApiKey.PRODUCE]
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+    assert len(attempts) == errors + 1
+    gaps_ms = [
+        (later.timestamp_us - earlier.timestamp_us) / 1000
+        for earlier, later in itertools.pairwise(attempts)
+    ]
+    # A 2 ms allowance covers the difference between sending and the mock's arrival stamp.
+    floors = [0.8 * min(max_ms, base_ms * 2**attempt) - 2 for attempt in range(errors)]
+    assert all(gap >= floor for gap, floor in zip(gaps_ms, floors, strict=True)), (
+        gaps_ms,
+        floors,
+    )
+
+
+async def test_delivery_timeout_ends_endless_retries(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("delivery-timeout")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    delivery_timeout_ms = 1500
+    options = fast_options(
+        mock_cluster.bootstrap_servers,
+        request_timeout_ms=1000,
+        delivery_timeout_ms=delivery_timeout_ms,
+        retry_backoff_max_ms=50,
+    )
+    async with Producer(**options) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS] * 5000)
+        start = time.monotonic()
+        record = await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        elapsed = time.monotonic() - start
+        error = record.future.exception()
+        assert isinstance(error, e.DeliveryTimeoutError)
+        # When the deadline passes during an attempt, the broker's error is the cause.
+        assert error.__cause__ is None or isinstance(error.__cause__, e.NotEnoughReplicasError)
+        assert elapsed >= delivery_timeout_ms / 1000
+        # The bound, with an order of magnitude of slack for a loaded machine.
+        assert elapsed < delivery_timeout_ms / 1000 + 10
+        assert producer.metrics()["record-error-total"] == 1
+        mock_cluster.clear_request_errors(ApiKey.PRODUCE)
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+    ledger.check(
+        await mock_log(mock_cluster.bootstrap_servers, topic),
+        expect_failed=[e.DeliveryTimeoutError],
+    )
+
+
+async def _retry_then_fail(
+    mock_cluster: MockCluster, caplog: pytest.LogCaptureFixture
+) -> tuple[str, list[logging.LogRecord]]:
+    """One batch to broker 2: a retriable error, then a fatal one. Returns the topic and
+    what aioproducer logged."""
+    topic = unique_topic("logged")
+    mock_cluster.create_topic(topic, 1)
+    mock_cluster.partition_set_leader(topic, 0, 2)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        caplog.set_level(logging.INFO, logger="aioproducer")
+        mock_cluster.push_request_errors(
+            ApiKey.PRODUCE,
+            [ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.TOPIC_AUTHORIZATION_FAILED],
+        )
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+    [failed] = ledger.failed
+    assert isinstance(failed.future.exception(), e.TopicAuthorizationFailedError)
+    return topic, [r for r in caplog.records if r.name.startswith("aioproducer")]
+
+
+async def test_retry_decision_is_logged_with_broker_topic_partition(
+    mock_cluster: MockCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, records = await _retry_then_fail(mock_cluster, caplog)
+    retries = [r.getMessage() for r in records if "NOT_ENOUGH_REPLICAS" in r.getMessage()]
+    assert retries, "the retry decision was not logged"
+    assert f"{topic}-0" in retries[0]
+    assert "broker 2" in retries[0]
+
+
+async def test_failure_decision_is_logged_with_broker_topic_partition(
+    mock_cluster: MockCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, records = await _retry_then_fail(mock_cluster, caplog)
+    failures = [
+        r.getMessage()
+        for r in records
+        if r.levelno >= logging.WARNING
+        and "TOPIC_AUTHORIZATION_FAILED" in r.getMessage()
+        and f"{topic}-0" in r.getMessage()
+    ]
+    assert failures, "the failure decision was not logged"
+    assert any("broker 2" in message for message in failures), failures
+
+
+async def test_retry_and_failure_counters_match_the_outcomes(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("counters")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers, retries=1)) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        before = producer.metrics()
+        # First batch: one retriable error then success. Second: two errors, so it fails.
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS])
+        first = await bounded(ledger.send_burst(producer, 0, 3))
+        await ledger.wait()
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS] * 2)
+        second = await bounded(ledger.send_burst(producer, 0, 4))
+        await ledger.wait()
+        after = producer.metrics()
+    assert all(r.future.exception() is None for r in first)
+    assert all(isinstance(r.future.exception(), e.NotEnoughReplicasError) for r in second)
+    assert after["record-retry-total"] - before["record-retry-total"] == len(first) + len(second)
+    assert after["record-error-total"] - before["record-error-total"] == len(second)
+    ledger.check(
+        await mock_log(mock_cluster.bootstrap_servers, topic),
+        expect_failed=[e.NotEnoughReplicasError],
+    )
+
+
+async def test_retriable_error_on_one_partition_resends_only_that_partition(
+    mock_cluster: MockCluster,
+) -> None:
+    topic = unique_topic("partial")
+    mock_cluster.create_topic(topic, 2)
+    mock_cluster.partition_set_leader(topic, 0, 1)
+    mock_cluster.partition_set_leader(topic, 1, 1)
+    ledger = Ledger(topic)
+    options = mock_options(mock_cluster.bootstrap_servers, linger_ms=50)
+    async with Producer(**options) as producer:
+        await _warm_up(producer, topic, 2, ledger)
+        mock_cluster.partition_push_request_errors(
+            topic, 0, ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS] * 2
+        )
+        await bounded(ledger.send_burst(producer, 0, 5))
+        await bounded(ledger.send_burst(producer, 1, 5))
+        await ledger.wait()
+        # Two retries of partition 0's five records; partition 1's were not resent.
+        assert producer.metrics()["record-retry-total"] == 10
+        assert producer.metrics()["record-error-total"] == 0
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_message_too_large_splits_an_idempotent_batch(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("split")
+    mock_cluster.create_topic(topic, 1)
+    ledger = Ledger(topic)
+    options = mock_options(mock_cluster.bootstrap_servers, batch_size=4096, linger_ms=20)
+    async with Producer(**options) as producer:
+        await _warm_up(producer, topic, 1, ledger)
+        mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.MESSAGE_TOO_LARGE])
+        await bounded(ledger.send_burst(producer, 0, 200))
+        await ledger.wait()
+        assert producer.metrics()["record-error-total"] == 0
+        await bounded(ledger.send_burst(producer, 0, 5))
+        await ledger.wait()
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
+
+
+async def test_acks_zero_with_a_broker_that_answers_anyway(mock_cluster: MockCluster) -> None:
+    topic = unique_topic("acks0")
+    mock_cluster.create_topic(topic, 2)
+    ledger = Ledger(topic)
+    options = fast_options(
+        mock_cluster.bootstrap_servers, acks=0, enable_idempotence=False, batch_size=512
+    )
+    async with Producer(**options) as producer:
+        await bounded(ledger.send_many(producer, [0, 1], 100))
+        await ledger.wait()
+        assert all(r.future.result().offset == -1 for r in ledger.records)
+        await bounded(producer.flush())
+    # Nothing was lost even though every answer was unexpected.
+    ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
