@@ -21,6 +21,7 @@ from aioproducer.errors import (
     RecordTooLargeError,
     SerializationError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from tests.support.readback import read_back
 
@@ -318,3 +319,38 @@ def test_round_trip_under_uvloop(tansu: Any) -> None:
     assert [m.offset for m in metadata] == list(range(500))
     consumed = read_back(tansu.bootstrap_servers, topic, expected=500)
     assert [r.value for r in consumed] == [f"{i}".encode() for i in range(500)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+async def test_every_codec_reads_back_with_librdkafka(target: Target, codec: str) -> None:
+    topic = target.make_topic(2)
+    # Compressible and incompressible values, and batches of several 32 KiB snappy blocks.
+    values = [f"record {i} ".encode() * (1 + i % 50) for i in range(3000)]
+    values += [bytes(range(256)) * 40 for _ in range(20)]
+    async with Producer(
+        bootstrap_servers=target.bootstrap, compression_type=codec, batch_size=128 * 1024
+    ) as producer:
+        futures = [
+            await producer.send(topic, value, key=f"k{i % 10}".encode())
+            for i, value in enumerate(values)
+        ]
+        await asyncio.gather(*futures)
+        ratio = producer.metrics()["compression-rate-avg"]
+    assert 0 < ratio < 1  # the real compressed/uncompressed ratio
+    consumed = read_back(target.bootstrap, topic, expected=len(values))
+    assert sorted(r.value for r in consumed) == sorted(values)
+
+
+async def test_a_broker_without_idempotence_fails_start_clearly(mock_cluster: Any) -> None:
+    mock_cluster.set_apiversion(22, -1, -1)  # InitProducerId unsupported
+    producer = Producer(bootstrap_servers=mock_cluster.bootstrap_servers, max_block_ms=5000)
+    with pytest.raises(UnsupportedVersionError, match="enable_idempotence=False"):
+        await producer.start()
+    await producer.close()
+    # With idempotence off the same broker takes records.
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, enable_idempotence=False
+    ) as producer:
+        topic = f"noidem-{next(_counter)}"
+        mock_cluster.create_topic(topic, partitions=1)
+        await producer.send_and_wait(topic, b"x")
