@@ -37,6 +37,7 @@ partitioner without the hooks simply does not get them):
 
 from __future__ import annotations
 
+import abc
 import operator
 import random
 import struct
@@ -147,7 +148,7 @@ class Partitioner(Protocol):
         ...
 
 
-class BasePartitioner:
+class BasePartitioner(abc.ABC):
     """A convenient base for partitioners: every hook the pipeline may call, doing nothing.
 
     Attributes:
@@ -158,6 +159,7 @@ class BasePartitioner:
 
     wants_partition_load: bool = False
 
+    @abc.abstractmethod
     def partition(
         self,
         topic: str,
@@ -166,17 +168,18 @@ class BasePartitioner:
         available: Sequence[int],
     ) -> int:
         """Pick the partition for one record; see :meth:`Partitioner.partition`."""
-        raise NotImplementedError
 
-    def on_new_batch(self, topic: str, partition_count: int, prev_partition: int) -> None:
+    def on_new_batch(  # noqa: B027 - an optional hook: doing nothing is the default
+        self, topic: str, partition_count: int, prev_partition: int
+    ) -> None:
         """A record for ``prev_partition`` needed a new batch; ignored by default."""
 
-    def record_appended(
+    def record_appended(  # noqa: B027 - an optional hook: doing nothing is the default
         self, topic: str, partition: int, size_bytes: int, *, switch_allowed: bool = True
     ) -> None:
         """``size_bytes`` were appended to a batch of ``partition``; ignored by default."""
 
-    def update_partition_load(
+    def update_partition_load(  # noqa: B027 - an optional hook: doing nothing is the default
         self,
         topic: str,
         queue_sizes: Sequence[int],

@@ -8,6 +8,7 @@ else a response needs to be read back in a version-neutral shape.
 
 from __future__ import annotations
 
+import abc
 from enum import IntEnum
 from typing import ClassVar, Generic, TypeVar
 
@@ -83,7 +84,7 @@ class Response:
 ResponseT = TypeVar("ResponseT", bound=Response, covariant=True)
 
 
-class Request(Generic[ResponseT]):
+class Request(abc.ABC, Generic[ResponseT]):
     """The base of every request: version-neutral fields, encoded for a negotiated version.
 
     Attributes:
@@ -115,14 +116,14 @@ class Request(Generic[ResponseT]):
                 f"(v{cls.MIN_VERSION}-v{cls.MAX_VERSION} are)"
             )
 
+    @abc.abstractmethod
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body (no size prefix, no header) for ``version``, as buffers to write."""
-        raise NotImplementedError
 
     def expects_response(self) -> bool:
         """False when the broker sends no response (Produce with ``acks=0``)."""
         return True
 
+    @abc.abstractmethod
     def decode_response(self, data: memoryview, version: int) -> ResponseT:
         """Decode the response body (after the response header) sent for ``version``."""
-        raise NotImplementedError
