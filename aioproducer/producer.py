@@ -107,10 +107,18 @@ def _check_headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
     return checked
 
 
-def _headers_size(headers: list[tuple[str, bytes | None]] | None) -> int:
-    if not headers:
-        return 0
-    return sum(len(name.encode()) + len(value or b"") + 10 for name, value in headers)
+def _record_size(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> int:
+    """The upper bound of the record's bytes in a batch (Kafka's estimate)."""
+    headers_size = (
+        sum(len(name.encode()) + len(data or b"") + 10 for name, data in headers)
+        if headers
+        else 0
+    )
+    return estimate_record_size(
+        -1 if key is None else len(key), -1 if value is None else len(value), headers_size
+    )
 
 
 class Producer:
@@ -824,18 +832,9 @@ class Producer:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is not None:
             if sticky:
-                # KIP-794 byte counting, inlined from _note_sticky_append for speed.
-                size = len(value) + 10 if value is not None else 10
-                assert self._record_appended is not None
-                self._record_appended(
-                    topic, partition, size, switch_allowed=future._batch.builder.remaining < size
-                )
+                self._note_sticky_append(topic, partition, key, value, future)
             return future
-        size = estimate_record_size(
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            _headers_size(headers),
-        )
+        size = _record_size(key, value, headers)
         self._check_record_size(size)
         buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
         if buffer is None:
@@ -898,11 +897,7 @@ class Producer:
     ) -> RecordFuture:
         start = time.monotonic()
         deadline = start + self._max_block
-        size = estimate_record_size(
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            _headers_size(headers),
-        )
+        size = _record_size(key, value, headers)
         self._check_record_size(size)
         info = await self._wait_on_metadata(topic, partition, deadline)
         count = info.partition_count
