@@ -36,7 +36,9 @@ class ProducerBatch:
         "base_sequence",
         "buffer_size",
         "builder",
+        "compressing",
         "created",
+        "deallocate_pending",
         "delivery_deadline",
         "drained",
         "error",
@@ -45,6 +47,7 @@ class ProducerBatch:
         "future",
         "in_retry",
         "last_attempt",
+        "offloaded",
         "outcome",
         "partition",
         "producer_epoch",
@@ -80,6 +83,10 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_backoff = 0.0
         self.full = False
+        # True while a worker thread compresses the records (see RecordAccumulator.offload).
+        self.compressing = False
+        self.offloaded = False
+        self.deallocate_pending = False
         self.in_retry = False
         self.future = future
         self.records: list[RecordFuture] = []
@@ -204,6 +211,10 @@ class RecordAccumulator:
         # Set by the transaction manager: whether the head batch of a partition may be drained.
         self.drain_filter: Callable[[ProducerBatch], bool] | None = None
         self.prepare_batch: Callable[[ProducerBatch], None] | None = None
+        # Set by the sender: batches whose records reach offload_threshold bytes are handed
+        # to offload() to be compressed off the event loop before they are drained.
+        self.offload: Callable[[ProducerBatch], None] | None = None
+        self.offload_threshold: int | None = None
 
     # ---- appending ------------------------------------------------------------------------
 
@@ -401,15 +412,20 @@ class RecordAccumulator:
         get = self._batches.get
         drain_filter = self.drain_filter
         prepare = self.prepare_batch
+        offload_threshold = self.offload_threshold if self.offload is not None else None
         for i in range(count):
             tp = partitions[(start + i) % count]
             batches = get(tp)
             if not batches or tp in self._muted:
                 continue
             first = batches[0]
+            if first.compressing:
+                continue
             if first.in_retry and first.last_attempt + first.retry_backoff > now:
                 continue
             if drain_filter is not None and not drain_filter(first):
+                continue
+            if offload_threshold is not None and self._offload_head(batches, offload_threshold):
                 continue
             batch_size = first.size_in_bytes
             if ready and size + batch_size > max_request_size:
@@ -425,6 +441,50 @@ class RecordAccumulator:
             size += batch_size
         self._drain_index[node] = (start + 1) % count
         return ready
+
+    def _offload_head(self, batches: deque[ProducerBatch], threshold: int) -> bool:
+        """Start compressing big batches of a partition off the loop; True if the head waits.
+
+        The head batch stops taking records and goes to ``offload``; so do the full batches
+        behind it, so that a backlog compresses while the head is in flight. A batch that
+        is compressing stays in its deque, so the partition's order cannot change.
+        """
+        offload = self.offload
+        assert offload is not None
+        head_waits = False
+        for index, batch in enumerate(batches):
+            builder = batch.builder
+            if builder.closed or batch.offloaded:
+                if index == 0:
+                    return False
+                continue
+            if index and not batch.full:
+                break
+            if builder.records_size < threshold:
+                if index == 0:
+                    return False
+                continue
+            batch.full = True
+            batch.compressing = batch.offloaded = True
+            offload(batch)
+            if index == 0:
+                # offload() may have finished at once (a synchronous one in tests).
+                head_waits = batch.compressing
+        return head_waits
+
+    def offload_done(self, batch: ProducerBatch, block: bytes | None) -> None:
+        """A batch's records came back from the worker thread compressed into ``block``.
+
+        ``None`` (the codec raised in the thread) leaves the batch to be compressed on the
+        loop when it is drained, where the error surfaces as it would without a thread.
+        """
+        batch.compressing = False
+        if batch.deallocate_pending:
+            # Failed or aborted while the thread read its buffer: return the buffer now.
+            self.deallocate(batch)
+            return
+        if block is not None and not batch.final:
+            batch.builder.use_compressed(block)
 
     def mute(self, tp: TopicPartition) -> None:
         """Stop draining ``tp`` (one batch in flight at a time, to keep order)."""
@@ -472,6 +532,11 @@ class RecordAccumulator:
     def deallocate(self, batch: ProducerBatch) -> None:
         """Return the batch's buffer to the pool once it is done."""
         self._incomplete.discard(batch)
+        if batch.compressing:
+            # A worker thread still reads the buffer: offload_done() returns it.
+            batch.deallocate_pending = True
+            return
+        batch.deallocate_pending = False
         builder = batch.builder
         builder.release_view()
         self._pool.deallocate(builder.buffer, batch.buffer_size)

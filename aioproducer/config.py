@@ -551,6 +551,18 @@ class ProducerConfig:
             check=_optional_int,
         ),
     )
+    compression_offload_bytes: int | None = field(
+        default=None,
+        metadata=_meta(
+            java=None,
+            aliases=("compression.offload.bytes",),
+            doc="Uncompressed record bytes from which a batch is compressed in a worker thread "
+            "instead of on the event loop. None picks a measured default per codec (gzip 8 KiB, "
+            "zstd 64 KiB, lz4 and snappy 128 KiB); 0 sends every compressed batch to the "
+            "thread; -1 never does.",
+            check=_optional_int,
+        ),
+    )
     max_request_size: int = field(
         default=1048576,
         metadata=_meta(

@@ -80,6 +80,7 @@ class ProducerMetrics:
         self.record_retry_total = 0
         self.request_total = 0
         self.byte_total = 0
+        self.compression_offload_total = 0
         self._record_send = _Windowed(window_s, now)
         self._record_errors = _Windowed(window_s, now)
         self._record_retries = _Windowed(window_s, now)
@@ -116,6 +117,10 @@ class ProducerMetrics:
         self._queue_time.record(queue_time * 1000.0, now)
         self._record_size.record_many(uncompressed, records, uncompressed / max(records, 1), now)
 
+    def batch_offloaded(self) -> None:
+        """A batch was handed to a worker thread to be compressed."""
+        self.compression_offload_total += 1
+
     def request_sent(self, records: int, size: int, now: float) -> None:
         """A produce request went out."""
         self.request_total += 1
@@ -148,6 +153,7 @@ class ProducerMetrics:
             "batch-size-max": self._batch_size.max(now),
             "records-per-request-avg": self._records_per_request.avg(now),
             "compression-rate-avg": self._compression_rate.avg(now),
+            "compression-offload-total": float(self.compression_offload_total),
             "request-latency-avg": self._request_latency.avg(now),
             "request-latency-max": self._request_latency.max(now),
             "record-queue-time-avg": self._queue_time.avg(now),

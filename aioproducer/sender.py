@@ -9,7 +9,10 @@ retry with exponential backoff and jitter, split a batch the broker found too la
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import BrokerConnection, ConnectionManager
 from aioproducer.partitioner import BrokerAvailability
 from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -57,6 +61,9 @@ _MAX_POLL = 1.0
 _MAX_EPOCH = 32767
 # How often adaptive partitioning gets fresh queue sizes.
 _LOAD_UPDATE_INTERVAL = 0.005
+# Worker threads for compressing big batches (bench/micro/compression.py: every codec releases
+# the GIL, so each thread is a core's worth of compression beside the event loop).
+_OFFLOAD_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:
@@ -88,7 +95,11 @@ def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], li
 
 
 class Sender:
-    """Moves batches from the accumulator to the brokers; one asyncio task, no threads."""
+    """Moves batches from the accumulator to the brokers; one asyncio task.
+
+    The only threads are the workers that compress big batches (``compression_offload_bytes``);
+    they read a batch's buffer and hand back bytes, and touch no other state.
+    """
 
     def __init__(
         self,
@@ -137,6 +148,13 @@ class Sender:
             accumulator.prepare_batch = idempotence.prepare
         else:
             accumulator.prepare_batch = self._close_batch
+        self._offload_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        threshold = offload_threshold(
+            CompressionType[config.compression_type.upper()], config.compression_offload_bytes
+        )
+        if threshold is not None:
+            accumulator.offload = self._offload
+            accumulator.offload_threshold = threshold
         self._partitioner = (
             partitioner if getattr(partitioner, "wants_partition_load", False) else None
         )
@@ -215,6 +233,11 @@ class Sender:
             error.__cause__ = exc
             self._abort_all(error)
             raise
+        finally:
+            if self._offload_pool is not None:
+                # A job still running finishes on its own; its buffer is returned then.
+                self._offload_pool.shutdown(wait=False)
+                self._offload_pool = None
 
     def _has_pending_work(self) -> bool:
         if self._transactions is not None and self._transactions.has_pending_work():
@@ -588,6 +611,44 @@ class Sender:
             transactions.handle_find_coordinator(item, response, exc, now)
         else:
             transactions.handle_response(item, response, exc, now)
+        self.wakeup()
+
+    # ---- compression off the loop -----------------------------------------------------------
+
+    def _offload(self, batch: ProducerBatch) -> None:
+        """Compress ``batch`` in a worker thread; the accumulator holds it back meanwhile."""
+        pool = self._offload_pool
+        if pool is None:
+            pool = self._offload_pool = concurrent.futures.ThreadPoolExecutor(
+                _OFFLOAD_THREADS, thread_name_prefix="aioproducer-compress"
+            )
+        loop = asyncio.get_running_loop()
+        job = pool.submit(batch.builder.compress_records)
+        self._metrics.batch_offloaded()
+
+        def done(job: concurrent.futures.Future[bytes]) -> None:  # in the worker thread
+            # A closed loop raises RuntimeError: nobody waits for the batch any more then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._offload_finished, batch, job)
+
+        job.add_done_callback(done)
+
+    def _offload_finished(
+        self, batch: ProducerBatch, job: concurrent.futures.Future[bytes]
+    ) -> None:
+        block: bytes | None
+        try:
+            block = job.result()
+        except Exception:
+            log.warning(
+                "compressing a batch for %s-%d in a worker thread failed; compressing it on "
+                "the event loop instead",
+                batch.topic,
+                batch.partition,
+                exc_info=True,
+            )
+            block = None
+        self._accumulator.offload_done(batch, block)
         self.wakeup()
 
     # ---- produce ----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ __all__ = [
     "compress",
     "decompress",
     "default_level",
+    "offload_threshold",
     "validate_level",
 ]
 
@@ -74,6 +75,35 @@ def default_level(codec: CompressionType) -> int | None:
     """The Java client's default level for ``codec``, or None when it has no levels."""
     levels = _LEVELS[CompressionType(codec)]
     return None if levels is None else levels[2]
+
+
+# Uncompressed record bytes from which a batch is compressed in a worker thread rather than
+# on the event loop, per codec at its default level. Measured by bench/micro/compression.py
+# (JSON-like records, 2-core machine): every codec here releases the GIL while it works, and a
+# round trip through run_in_executor costs about 60 us of loop time, so a thread pays off once
+# compressing takes about four times that, 250 us: gzip ~27 ns/B (16 KiB: 440 us), zstd ~5 ns/B
+# (64 KiB: 330 us), lz4 and snappy ~2.5 ns/B (128 KiB: ~320 us). Below these the batch is
+# compressed inline, which costs the loop less than the hand-off would.
+_OFFLOAD_THRESHOLDS: dict[CompressionType, int] = {
+    CompressionType.GZIP: 8 * 1024,
+    CompressionType.ZSTD: 64 * 1024,
+    CompressionType.LZ4: 128 * 1024,
+    CompressionType.SNAPPY: 128 * 1024,
+}
+
+
+def offload_threshold(codec: CompressionType, configured: int | None = None) -> int | None:
+    """Record bytes from which ``codec`` runs in a worker thread; None for never.
+
+    ``configured`` is ``compression_offload_bytes``: None picks the measured default for the
+    codec, a negative number turns offloading off, 0 or more is the threshold itself.
+    """
+    codec = CompressionType(codec)
+    if codec is CompressionType.NONE:
+        return None
+    if configured is None:
+        return _OFFLOAD_THRESHOLDS[codec]
+    return None if configured < 0 else configured
 
 
 def validate_level(codec: CompressionType, level: int | None) -> int | None:

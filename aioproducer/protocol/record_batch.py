@@ -104,6 +104,7 @@ class RecordBatchBuilder:
         "_compression",
         "_compression_level",
         "_position",
+        "_precompressed",
         "base_timestamp",
         "max_timestamp",
         "record_count",
@@ -122,6 +123,7 @@ class RecordBatchBuilder:
         self._compression = compression
         self._compression_level = compression_level
         self._closed_view: memoryview | None = None
+        self._precompressed: bytes | None = None
         self.record_count = 0
         self.base_timestamp = 0
         self.max_timestamp = -1
@@ -293,6 +295,38 @@ class RecordBatchBuilder:
                 self.max_timestamp = timestamp
         return index
 
+    @property
+    def compression(self) -> CompressionType:
+        """The batch's codec."""
+        return self._compression
+
+    @property
+    def records_size(self) -> int:
+        """Bytes of the records so far (what the codec would compress)."""
+        return self._position - RECORD_BATCH_OVERHEAD
+
+    def compress_records(self) -> bytes:
+        """Compress the records as they are now and return the block; change nothing.
+
+        Safe to call from a worker thread while the event loop goes on, provided nothing
+        appends to the batch meanwhile (the accumulator marks it full first): it only reads
+        the buffer. Hand the result to :meth:`use_compressed` before :meth:`close`.
+        """
+        return compress(
+            self._compression,
+            memoryview(self._buffer)[RECORD_BATCH_OVERHEAD : self._position],
+            self._compression_level,
+        )
+
+    def use_compressed(self, block: bytes) -> None:
+        """Have :meth:`close` use ``block`` (from :meth:`compress_records`), not compress."""
+        self._precompressed = block
+
+    @property
+    def precompressed(self) -> bool:
+        """True when a block from :meth:`compress_records` waits for :meth:`close`."""
+        return self._precompressed is not None
+
     def close(
         self,
         producer_id: int = -1,
@@ -313,11 +347,14 @@ class RecordBatchBuilder:
         end = self._position
         self.uncompressed_size = end
         if self._compression is not CompressionType.NONE:
-            compressed = compress(
-                self._compression,
-                memoryview(buffer)[RECORD_BATCH_OVERHEAD:end],
-                self._compression_level,
-            )
+            compressed = self._precompressed
+            if compressed is None:
+                compressed = compress(
+                    self._compression,
+                    memoryview(buffer)[RECORD_BATCH_OVERHEAD:end],
+                    self._compression_level,
+                )
+            self._precompressed = None
             end = RECORD_BATCH_OVERHEAD + len(compressed)
             if end > self._capacity:
                 # Incompressible data can grow a little; the header goes into a new buffer then.

@@ -341,6 +341,35 @@ async def test_every_codec_reads_back_with_librdkafka(target: Target, codec: str
     assert sorted(r.value for r in consumed) == sorted(values)
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+async def test_batches_compressed_in_worker_threads_read_back_in_order(
+    target: Target, codec: str
+) -> None:
+    topic = target.make_topic(3)
+    values = [f"{i:06d} ".encode() + b"event payload " * (1 + i % 40) for i in range(4000)]
+    async with Producer(
+        bootstrap_servers=target.bootstrap,
+        compression_type=codec,
+        compression_offload_bytes=0,  # every batch goes to a worker thread
+        batch_size=32 * 1024,
+        linger_ms=20,
+    ) as producer:
+        futures = [
+            await producer.send(topic, value, key=f"k{i % 7}".encode())
+            for i, value in enumerate(values)
+        ]
+        metadata = await asyncio.gather(*futures)
+        offloaded = producer.metrics()["compression-offload-total"]
+    assert offloaded > 0
+    assert len(metadata) == len(values)
+    consumed = read_back(target.bootstrap, topic, expected=len(values))
+    assert sorted(r.value for r in consumed) == sorted(values)
+    # Per key (so per partition) the records arrive in the order they were sent.
+    for key in {f"k{i}".encode() for i in range(7)}:
+        got = [r.value for r in consumed if r.key == key]
+        assert got == [v for i, v in enumerate(values) if f"k{i % 7}".encode() == key]
+
+
 async def test_a_broker_without_idempotence_fails_start_clearly(mock_cluster: Any) -> None:
     mock_cluster.set_apiversion(22, -1, -1)  # InitProducerId unsupported
     producer = Producer(bootstrap_servers=mock_cluster.bootstrap_servers, max_block_ms=5000)

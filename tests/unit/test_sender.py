@@ -1159,3 +1159,173 @@ async def test_a_crash_in_send_fails_the_records_being_sent() -> None:
     exc = being_sent.exception()
     assert isinstance(exc, SenderCrashedError)
     assert exc.__cause__ is boom
+
+
+# ---- compression off the event loop -----------------------------------------------------------
+
+
+class HeldOffload:
+    """Stands in for the worker thread: keeps each batch until the test finishes it."""
+
+    def __init__(self, accumulator: RecordAccumulator) -> None:
+        self.accumulator = accumulator
+        self.batches: list[ProducerBatch] = []
+        accumulator.offload = self.batches.append
+
+    def finish(self, batch: ProducerBatch) -> None:
+        self.accumulator.offload_done(batch, batch.builder.compress_records())
+
+
+def _big_values(count: int, size: int = 300) -> list[bytes]:
+    return [(b"%05d:" % i) + b"payload " * (size // 8) for i in range(count)]
+
+
+async def test_a_big_compressed_batch_is_drained_only_after_the_thread_compressed_it() -> None:
+    h = Harness(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
+    held = HeldOffload(h.accumulator)
+    values = _big_values(10)
+    futures = [h.append(0, v) for v in values]
+    h.step()
+    assert h.produce_requests() == [], "a batch left before its records were compressed"
+    (batch,) = held.batches
+    assert batch.compressing and batch.full
+    # The batch takes no more records while the thread reads it: a new one starts.
+    late = h.append(0, b"late")
+    assert late._batch is not batch
+    assert batch.record_count == 10
+    h.step()
+    assert h.produce_requests() == []
+    held.finish(batch)
+    h.step()
+    sent = h.last_produce(1)
+    assert sent.values(0) == values, "the thread's block is not the batch's records"
+    assert sent.batch(0).compression == CompressionType.ZSTD
+    await h.respond(sent, ok(0, 0))
+    assert offsets(futures) == list(range(10))
+
+
+async def test_small_batches_are_compressed_on_the_loop() -> None:
+    # zstd's measured threshold is 64 KiB: a 16 KiB batch never goes to the thread.
+    h = Harness(compression_type="zstd", linger_ms=0)
+    held = HeldOffload(h.accumulator)
+    h.append(0, b"x" * 2000)
+    h.step()
+    assert held.batches == []
+    assert h.last_produce(1).values(0) == [b"x" * 2000]
+
+
+async def test_offloading_can_be_turned_off() -> None:
+    h = Harness(compression_type="gzip", compression_offload_bytes=-1, linger_ms=0)
+    assert h.accumulator.offload is None
+    h.append(0, b"y" * 12_000)
+    h.step()
+    assert h.last_produce(1).values(0) == [b"y" * 12_000]
+
+
+async def test_offloaded_batches_keep_their_order_whichever_thread_finishes_first() -> None:
+    h = Harness(
+        idempotent=True,
+        compression_type="lz4",
+        compression_offload_bytes=1024,
+        batch_size=4096,
+        linger_ms=60_000,
+    )
+    await h.init_producer_id(7)
+    held = HeldOffload(h.accumulator)
+    values = _big_values(50)
+    futures = [h.append(0, v) for v in values]
+    assert len(h.accumulator.deque_for((TOPIC, 0))) >= 3
+    h.step()
+    # The head and the full batches behind it compress together; the open tail lingers on.
+    first, second, *rest = held.batches
+    assert rest and all(b.full for b in held.batches)
+    held.finish(second)
+    h.step()
+    assert h.produce_requests() == [], "a later batch overtook the head of its partition"
+    for batch in (first, *rest):
+        held.finish(batch)
+    for _ in range(len(held.batches)):
+        h.step()
+    requests = h.produce_requests(1)
+    sequences = [r.batch(0).base_sequence for r in requests]
+    assert sequences == sorted(sequences) and sequences[0] == 0
+    sent_values = [v for r in requests for v in r.values(0)]
+    assert sent_values == values[: len(sent_values)]
+    offset = 0
+    for sent in requests:
+        await h.respond(sent, ok(0, offset))
+        offset += len(sent.batch(0).records)
+    assert offsets(futures[:offset]) == list(range(offset))
+
+
+async def test_a_batch_failed_while_compressing_returns_its_buffer_once_the_thread_is_done() -> (
+    None
+):
+    h = Harness(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
+    held = HeldOffload(h.accumulator)
+    future = h.append(0, _big_values(1, 4000)[0])
+    h.step()
+    (batch,) = held.batches
+    closing = ProducerClosedError("closed by the test")
+    h.sender._abort_all(closing)
+    assert future.exception() is closing
+    # The thread still reads the buffer: it must not go back to the pool yet.
+    assert not h.memory_is_back()
+    held.finish(batch)
+    assert h.memory_is_back()
+    h.step()
+    assert h.produce_requests() == []
+
+
+async def test_the_worker_thread_compresses_and_the_batch_goes_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from aioproducer.protocol.record_batch import RecordBatchBuilder
+
+    threads: list[int] = []
+    real = RecordBatchBuilder.compress_records
+
+    def spying(builder: RecordBatchBuilder) -> bytes:
+        threads.append(threading.get_ident())
+        return real(builder)
+
+    monkeypatch.setattr(RecordBatchBuilder, "compress_records", spying)
+    h = Harness(compression_type="gzip", compression_offload_bytes=0, linger_ms=0)
+    values = _big_values(5)
+    futures = [h.append(0, v) for v in values]
+    h.step()
+    assert h.produce_requests() == []
+    deadline = asyncio.get_running_loop().time() + 10
+    while not h.produce_requests() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.005)
+        h.step()
+    assert threads and threading.get_ident() not in threads, "compressed on the loop's thread"
+    sent = h.last_produce(1)
+    assert sent.values(0) == values
+    assert h.metrics.snapshot(0, 0, 0.0, 0)["compression-offload-total"] == 1.0
+    await h.respond(sent, ok(0, 0))
+    assert offsets(futures) == list(range(5))
+
+
+async def test_a_codec_error_in_the_thread_falls_back_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aioproducer.protocol.record_batch import RecordBatchBuilder
+
+    def broken(builder: RecordBatchBuilder) -> bytes:
+        raise MemoryError("no memory in the worker")
+
+    monkeypatch.setattr(RecordBatchBuilder, "compress_records", broken)
+    h = Harness(compression_type="zstd", compression_offload_bytes=0, linger_ms=0)
+    future = h.append(0, b"z" * 500)
+    h.step()
+    deadline = asyncio.get_running_loop().time() + 10
+    while not h.produce_requests() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.005)
+        h.step()
+    assert h.last_produce(1).values(0) == [b"z" * 500]
+    assert "compressing it on the event loop instead" in caplog.text
+    await h.respond(h.last_produce(1), ok(0, 3))
+    assert future.result().offset == 3
