@@ -466,6 +466,7 @@ class RecordAccumulator:
                 continue
             batch.full = True
             batch.compressing = batch.offloaded = True
+            builder.write_pending()
             offload(batch)
             if index == 0:
                 # offload() may have finished at once (a synchronous one in tests).

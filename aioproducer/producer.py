@@ -582,7 +582,16 @@ class Producer:
             ProducerClosedError: the producer is closing or closed.
             IllegalStateError: a transactional producer with no open transaction.
         """
-        self._check_sendable()
+        # _check_sendable(), with its common case inlined: running, no transaction, no error.
+        sender = self._sender
+        if (
+            self._state is not ProducerState.RUNNING
+            or self._fatal is not None
+            or self._transactions is not None
+            or sender is None
+            or sender.fatal_error is not None
+        ):
+            self._check_sendable()
         if self._interceptors:
             record = self._intercept(
                 ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
@@ -832,7 +841,15 @@ class Producer:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is not None:
             if sticky:
-                self._note_sticky_append(topic, partition, key, value, future)
+                # _note_sticky_append, inlined: this runs for every null-key record.
+                size = 10 if value is None else len(value) + 10
+                batch = future._batch
+                self._record_appended(  # type: ignore[misc]
+                    topic,
+                    partition,
+                    size,
+                    switch_allowed=batch.full or batch.builder.remaining < size,
+                )
             return future
         size = _record_size(key, value, headers)
         self._check_record_size(size)

@@ -61,6 +61,8 @@ def _encode_varint_slow(value: int) -> bytes:
 _TABLE_LOW = -1
 _TABLE_HIGH = 1 << 16
 _VARINTS: list[bytes] = [_encode_varint_slow(i) for i in range(_TABLE_LOW, _TABLE_HIGH)]
+# Their lengths, by the same index: a list lookup is cheaper than len() on the hot path.
+_VARINT_SIZES: list[int] = [len(encoded) for encoded in _VARINTS]
 
 
 def encode_varint(value: int) -> bytes:
@@ -103,8 +105,11 @@ class RecordBatchBuilder:
         "_closed_view",
         "_compression",
         "_compression_level",
+        "_extend",
+        "_parts",
         "_position",
         "_precompressed",
+        "_written",
         "base_timestamp",
         "max_timestamp",
         "record_count",
@@ -120,6 +125,12 @@ class RecordBatchBuilder:
         self._buffer = buffer
         self._capacity = len(buffer)
         self._position = RECORD_BATCH_OVERHEAD
+        # Records are encoded into parts (the caller's key and value bytes among them) and
+        # copied into the buffer in one go when the batch is full or closed: one join and one
+        # copy per batch instead of per record. _written is where the buffer's copy ends.
+        self._parts: list[bytes] = []
+        self._extend = self._parts.extend
+        self._written = RECORD_BATCH_OVERHEAD
         self._compression = compression
         self._compression_level = compression_level
         self._closed_view: memoryview | None = None
@@ -162,54 +173,66 @@ class RecordBatchBuilder:
         else:
             timestamp_delta = timestamp - self.base_timestamp
         varints = _VARINTS
+        sizes = _VARINT_SIZES
         if -1 <= timestamp_delta < 65535:
             ts_bytes = varints[timestamp_delta + 1]
+            body_length = 1 + sizes[timestamp_delta + 1]  # attributes, timestamp delta
         else:
             ts_bytes = _encode_varint_slow(timestamp_delta)
-        offset_bytes = varints[count + 1] if count < 65535 else _encode_varint_slow(count)
+            body_length = 1 + len(ts_bytes)
+        if count < 65535:
+            offset_bytes = varints[count + 1]
+            body_length += sizes[count + 1]
+        else:
+            offset_bytes = _encode_varint_slow(count)
+            body_length += len(offset_bytes)
         if key is None:
             key = b""
             key_prefix = b"\x01"
+            body_length += 1
         else:
             key_length = len(key)
-            key_prefix = varints[key_length + 1] if key_length < 65535 else _encode_varint_slow(
-                key_length
-            )
+            if key_length < 65535:
+                key_prefix = varints[key_length + 1]
+                body_length += sizes[key_length + 1] + key_length
+            else:
+                key_prefix = _encode_varint_slow(key_length)
+                body_length += len(key_prefix) + key_length
         if value is None:
             value = b""
             value_prefix = b"\x01"
+            body_length += 1
         else:
             value_length = len(value)
-            value_prefix = (
-                varints[value_length + 1] if value_length < 65535 else _encode_varint_slow(
-                    value_length
-                )
-            )
-        header_bytes = _header_bytes(headers) if headers else b"\x00"
-        # The body length is known from the parts, so the record is joined once, with its
-        # length prefix, and copied into the buffer with one slice assignment.
-        body_length = (
-            1
-            + len(ts_bytes)
-            + len(offset_bytes)
-            + len(key_prefix)
-            + len(key)
-            + len(value_prefix)
-            + len(value)
-            + len(header_bytes)
-        )
-        length_prefix = (
-            varints[body_length + 1] if body_length < 65535 else _encode_varint_slow(body_length)
-        )
-        start = self._position
-        end = start + len(length_prefix) + body_length
+            if value_length < 65535:
+                value_prefix = varints[value_length + 1]
+                body_length += sizes[value_length + 1] + value_length
+            else:
+                value_prefix = _encode_varint_slow(value_length)
+                body_length += len(value_prefix) + value_length
+        if headers:
+            header_bytes = _header_bytes(headers)
+            body_length += len(header_bytes)
+        else:
+            header_bytes = b"\x00"
+            body_length += 1
+        # The body length is known from the parts, so no temporary encoding is needed.
+        if body_length < 65535:
+            length_prefix = varints[body_length + 1]
+            end = self._position + sizes[body_length + 1] + body_length
+        else:
+            length_prefix = _encode_varint_slow(body_length)
+            end = self._position + len(length_prefix) + body_length
         if end > self._capacity:
             if count != 0:
+                # Full: nothing more will fit, so the records go into the buffer now and
+                # the caller's bytes are no longer referenced.
+                self.write_pending()
                 return -1
             raise ValueError(
                 f"the buffer ({self._capacity} bytes) cannot hold the first record ({end} bytes)"
             )
-        self._buffer[start:end] = b"".join(
+        self._extend(
             (
                 length_prefix,
                 b"\x00",
@@ -256,8 +279,7 @@ class RecordBatchBuilder:
         fixed = len(head) + 1 + 1  # + key length (-1) + header count (0)
         position = self._position
         capacity = self._capacity
-        parts: list[bytes] = []
-        extend = parts.extend
+        extend = self._extend
         index = start
         limit = 65534
         while index < stop:
@@ -287,13 +309,28 @@ class RecordBatchBuilder:
             position = end
             count += 1
             index += 1
+        if index < stop:
+            self.write_pending()
         if index > start:
-            self._buffer[self._position : position] = b"".join(parts)
             self._position = position
             self.record_count = count
             if timestamp > self.max_timestamp:
                 self.max_timestamp = timestamp
         return index
+
+    def write_pending(self) -> None:
+        """Copy the records appended since the last call into the buffer.
+
+        ``close`` and ``compress_records`` need it done; call it on the event loop before
+        handing the batch to a worker thread.
+        """
+        parts = self._parts
+        if parts:
+            written = self._written
+            position = self._position
+            self._buffer[written:position] = b"".join(parts)
+            parts.clear()
+            self._written = position
 
     @property
     def compression(self) -> CompressionType:
@@ -309,9 +346,12 @@ class RecordBatchBuilder:
         """Compress the records as they are now and return the block; change nothing.
 
         Safe to call from a worker thread while the event loop goes on, provided nothing
-        appends to the batch meanwhile (the accumulator marks it full first): it only reads
-        the buffer. Hand the result to :meth:`use_compressed` before :meth:`close`.
+        appends to the batch meanwhile (the accumulator marks it full first) and
+        :meth:`write_pending` ran before: it only reads the buffer. Hand the result to
+        :meth:`use_compressed` before :meth:`close`.
         """
+        if self._parts:
+            raise RuntimeError("write_pending() must run before compress_records()")
         return compress(
             self._compression,
             memoryview(self._buffer)[RECORD_BATCH_OVERHEAD : self._position],
@@ -343,6 +383,7 @@ class RecordBatchBuilder:
             raise RuntimeError("the batch is closed already")
         if self.record_count == 0:
             raise RuntimeError("an empty batch cannot be closed")
+        self.write_pending()
         buffer = self._buffer
         end = self._position
         self.uncompressed_size = end

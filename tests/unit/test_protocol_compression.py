@@ -303,6 +303,9 @@ def test_compress_records_then_close_writes_the_same_batch_as_close_alone() -> N
         for i in range(200):
             assert builder.try_append(1_700_000_000_000 + i, b"k", b"value %d" % i, None) >= 0
         if offloaded:
+            with pytest.raises(RuntimeError, match="write_pending"):
+                builder.compress_records()
+            builder.write_pending()
             builder.use_compressed(builder.compress_records())
             assert builder.precompressed
         return bytes(builder.close(7, 1, 0, False))
