@@ -20,7 +20,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aioproducer.accumulator import ProducerBatch
 from aioproducer.errors import (
@@ -74,6 +74,13 @@ TopicPartition = tuple[str, int]
 
 _SEQUENCE_MODULO = 1 << 31
 
+# The last versions of a transactions v1 producer (Java's LAST_STABLE_VERSION_BEFORE_
+# TRANSACTION_V2 of ProduceRequest, EndTxnRequest and TxnOffsetCommitRequest): a higher
+# version tells the broker the client follows transactions v2.
+_PRODUCE_V1_MAX_VERSION: Final = 11
+_END_TXN_V1_MAX_VERSION: Final = 4
+_TXN_OFFSET_COMMIT_V1_MAX_VERSION: Final = 4
+
 
 @dataclass(slots=True)
 class PartitionSequenceState:
@@ -101,6 +108,11 @@ class IdempotenceManager:
     def has_producer_id(self) -> bool:
         """True once InitProducerId succeeded and no reset is pending."""
         return self.producer_id >= 0 and not self.needs_producer_id
+
+    @property
+    def produce_version_cap(self) -> int | None:
+        """The highest Produce version to send, None for no limit below the client's own."""
+        return None
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """Install a new producer id and epoch; every partition starts again at sequence 0."""
@@ -567,6 +579,12 @@ class TransactionManager(IdempotenceManager):
         return self._txn_state in (_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION)
 
     @property
+    def produce_version_cap(self) -> int | None:
+        """Produce v11 at most for transactions v1: v12 would ask the leader to add the
+        partition to the transaction itself."""
+        return _PRODUCE_V1_MAX_VERSION
+
+    @property
     def partitions_in_transaction(self) -> frozenset[TopicPartition]:
         """The partitions the coordinator has added to the current transaction."""
         return frozenset(self._partitions_in_transaction)
@@ -1017,8 +1035,11 @@ class TransactionManager(IdempotenceManager):
                 generation_id=group.generation_id,
                 member_id=group.member_id,
                 group_instance_id=group.group_instance_id,
+                version_cap=_TXN_OFFSET_COMMIT_V1_MAX_VERSION,
             )
-        return EndTxnRequest(tid, pid, epoch, item.committed)
+        return EndTxnRequest(
+            tid, pid, epoch, item.committed, version_cap=_END_TXN_V1_MAX_VERSION
+        )
 
     def request_sent(self, item: TransactionalRequest, *, finding_coordinator: bool) -> None:
         """``item`` (or the FindCoordinator for it) is in flight now."""

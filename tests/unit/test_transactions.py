@@ -355,7 +355,7 @@ async def test_commit_waits_for_incomplete_batches_then_sends_end_txn(open_txn: 
     assert open_txn.next(incomplete=True) is None
     assert txn.has_pending_work()
     item, request = open_txn.expect(Kind.END_TXN, incomplete=False)
-    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, True)
+    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, True, version_cap=4)
     # Calling commit again while it runs waits for the same result.
     assert txn.begin_commit() is result
     open_txn.answer(item, EndTxnResponse(0, 0))
@@ -383,7 +383,7 @@ async def test_abort_sends_end_txn_abort_and_drops_what_was_not_added(open_txn: 
     error = txn.undrained_batch_error()
     assert isinstance(error, TransactionAbortedError)
     item, request = open_txn.expect(Kind.END_TXN)
-    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, False)
+    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, False, version_cap=4)
     open_txn.answer(item, EndTxnResponse(0, 0))
     assert result.done() and result.exception() is None
     assert txn.state is State.READY
