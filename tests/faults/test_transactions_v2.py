@@ -22,6 +22,11 @@ Scenarios and what each proves:
   ``async with producer.transaction()`` sends EndTxn v5 with committed=false; the records
   already written are aborted (not visible as committed), and the next transaction commits
   under the epoch the abort returned.
+- ``test_transaction_abortable_on_produce_v12_aborts_and_the_producer_goes_on``:
+  TRANSACTION_ABORTABLE on a Produce v12 fails that record, makes the commit raise
+  TransactionAbortableError and the transaction block abort it (EndTxn v5, committed=false,
+  the record written before it aborted); the next transaction commits under the epoch the
+  abort returned, with no second InitProducerId (no client-side bump under v2, as in Java).
 - ``test_producer_fenced_on_produce_v12_is_fatal_and_close_still_works``: PRODUCER_FENCED on
   a Produce v12 fails the record and the commit with ProducerFencedError, sends no EndTxn,
   leaves every later operation raising it, and close() still completes.
@@ -32,7 +37,7 @@ from __future__ import annotations
 import pytest
 
 from aioproducer import ConsumerGroupMetadata, Producer
-from aioproducer.errors import ProducerFencedError
+from aioproducer.errors import ProducerFencedError, TransactionAbortableError
 from aioproducer.transactions import TransactionState
 from tests.faults.checks import bounded, fast_options, unique_topic
 from tests.faults.scripted_broker import (
@@ -48,6 +53,7 @@ from tests.faults.scripted_broker import (
 )
 
 PRODUCER_FENCED = 90
+TRANSACTION_ABORTABLE = 120
 
 
 def _cluster(topic: str, transaction_version: int | None) -> ScriptedCluster:
@@ -181,6 +187,33 @@ async def test_an_exception_in_the_transaction_block_aborts_it() -> None:
         assert [r.producer_epoch for r in cluster.records(topic, 0)] == [0, 1]
         assert [t.outcome for t in cluster.transactions] == ["aborted", "committed"]
         assert cluster.requests_of(ADD_PARTITIONS_TO_TXN) == []
+
+
+async def test_transaction_abortable_on_produce_v12_aborts_and_the_producer_goes_on() -> None:
+    topic = unique_topic("txn-v2-abortable")
+    async with _cluster(topic, 2) as cluster:
+        cluster.broker(1).push(PRODUCE, Action.error_code(TRANSACTION_ABORTABLE))
+        async with Producer(**_options(cluster, "tx-abortable")) as producer:
+            with pytest.raises(TransactionAbortableError):
+                async with producer.transaction():
+                    written = await producer.send(topic, b"written", partition=1)
+                    await bounded(written)
+                    refused = await producer.send(topic, b"refused", partition=0)
+                    with pytest.raises(TransactionAbortableError):
+                        await bounded(refused)
+            assert producer.transaction_state is TransactionState.READY
+            async with producer.transaction():
+                await producer.send(topic, b"next", partition=0)
+        end_txns = cluster.decoded_of(END_TXN)
+        assert [(v, r.committed, r.producer_epoch) for v, r in end_txns] == [
+            (5, False, 0),
+            (5, True, 1),
+        ]
+        assert len(cluster.requests_of(INIT_PRODUCER_ID)) == 1
+        assert cluster.values(topic, 1) == [b"written"]
+        assert cluster.committed_values(topic, 1) == []
+        assert cluster.committed_values(topic, 0) == [b"next"]
+        assert [(r.producer_epoch, r.sequence) for r in cluster.records(topic, 0)] == [(1, 0)]
 
 
 async def test_producer_fenced_on_produce_v12_is_fatal_and_close_still_works() -> None:
