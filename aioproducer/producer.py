@@ -379,6 +379,8 @@ class Producer:
             retry_backoff_max=cfg.retry_backoff_max_ms / 1000.0,
             request_timeout=cfg.request_timeout_ms / 1000.0,
             create_future=loop.create_future,
+            # KIP-890: transactions v2 where the cluster finalized transaction.version 2.
+            finalized_features=lambda: self._connections.finalized_features,
         )
 
     async def _initialize_transactions(self) -> None:

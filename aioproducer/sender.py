@@ -685,11 +685,14 @@ class Sender:
                 )
             if self._guarantee_order:
                 self._accumulator.mute(batch.tp)
+        idempotence = self._idempotence
         request = ProduceRequest(
-            transactional_id=self._idempotence.transactional_id if self._idempotence else None,
+            transactional_id=idempotence.transactional_id if idempotence else None,
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
             topics=[ProduceTopicData(name, parts) for name, parts in by_topic.items()],
+            # Transactions v1 stops at Produce v11 (v12 means KIP-890 implicit adding).
+            version_cap=idempotence.produce_version_cap if idempotence else None,
         )
         metrics.request_sent(records, size, now)
         try:

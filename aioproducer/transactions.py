@@ -9,6 +9,12 @@ With a ``transactional_id``, :class:`TransactionManager` adds the transaction st
 the Java client's ``TransactionManager``: it decides which coordinator request goes next
 (FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit,
 EndTxn), builds it, and turns each answer into a state change. The sender does the I/O.
+
+Where the cluster has finalized ``transaction.version`` 2 (KIP-890 part 2, "transactions
+v2"), the manager skips AddPartitionsToTxn and AddOffsetsToTxn: partition leaders add a
+partition to the transaction when they get its first transactional Produce v12, and the
+group coordinator adds the offsets partition on TxnOffsetCommit v5. EndTxn v5 then bumps the
+producer epoch after every transaction and returns it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aioproducer.accumulator import ProducerBatch
 from aioproducer.errors import (
@@ -34,7 +40,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.protocol.api import Request
+from aioproducer.protocol.api import ApiKey, Request
 from aioproducer.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -53,6 +59,9 @@ from aioproducer.protocol.messages import (
     TxnOffsetCommitResponse,
 )
 
+if TYPE_CHECKING:
+    from aioproducer.net.connection import FinalizedFeatures
+
 __all__ = [
     "ConsumerGroupMetadata",
     "CoordinatorType",
@@ -66,6 +75,7 @@ __all__ = [
     "consumer_group_metadata",
     "copy_error",
     "normalize_offsets",
+    "transaction_v2_usable",
 ]
 
 log = logging.getLogger("aioproducer.transactions")
@@ -73,6 +83,34 @@ log = logging.getLogger("aioproducer.transactions")
 TopicPartition = tuple[str, int]
 
 _SEQUENCE_MODULO = 1 << 31
+
+#: The finalized feature whose level says which transaction protocol the cluster runs.
+TRANSACTION_VERSION_FEATURE: Final = "transaction.version"
+# The last versions of a transactions v1 producer (Java's LAST_STABLE_VERSION_BEFORE_
+# TRANSACTION_V2 of ProduceRequest, EndTxnRequest and TxnOffsetCommitRequest): a higher
+# version tells the broker the client follows transactions v2.
+_PRODUCE_V1_MAX_VERSION: Final = 11
+_END_TXN_V1_MAX_VERSION: Final = 4
+_TXN_OFFSET_COMMIT_V1_MAX_VERSION: Final = 4
+_PRODUCE_V2_MIN_VERSION: Final = 12
+_END_TXN_V2_MIN_VERSION: Final = 5
+
+
+def transaction_v2_usable(features: FinalizedFeatures) -> bool:
+    """Whether a transactional producer may use transactions v2 (KIP-890 part 2).
+
+    As the Java client (``TransactionManager.maybeUpdateTransactionV2Enabled``): the cluster
+    has finalized ``transaction.version`` at level 2 or more. Unlike Java, the broker that
+    reported the feature must also offer Produce v12 and EndTxn v5: v2 without them would
+    send Produce v11 without AddPartitionsToTxn, and EndTxn v4 would not return the bumped
+    epoch. (A cluster that finalized level 2 has both, so with Kafka this changes nothing.)
+    """
+    if features.level(TRANSACTION_VERSION_FEATURE) < 2:
+        return False
+    versions = features.api_versions
+    produce = versions.get(ApiKey.PRODUCE, (0, -1))[1]
+    end_txn = versions.get(ApiKey.END_TXN, (0, -1))[1]
+    return produce >= _PRODUCE_V2_MIN_VERSION and end_txn >= _END_TXN_V2_MIN_VERSION
 
 
 @dataclass(slots=True)
@@ -101,6 +139,11 @@ class IdempotenceManager:
     def has_producer_id(self) -> bool:
         """True once InitProducerId succeeded and no reset is pending."""
         return self.producer_id >= 0 and not self.needs_producer_id
+
+    @property
+    def produce_version_cap(self) -> int | None:
+        """The highest Produce version to send, None for no limit below the client's own."""
+        return None
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """Install a new producer id and epoch; every partition starts again at sequence 0."""
@@ -283,7 +326,10 @@ _TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
     _State.IN_TRANSACTION: frozenset(
         {_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}
     ),
-    _State.COMMITTING_TRANSACTION: frozenset({_State.READY, _State.ABORTABLE_ERROR}),
+    # To INITIALIZING: the epoch bump before the first transactions v2 transaction.
+    _State.COMMITTING_TRANSACTION: frozenset(
+        {_State.READY, _State.ABORTABLE_ERROR, _State.INITIALIZING}
+    ),
     _State.ABORTING_TRANSACTION: frozenset({_State.READY, _State.INITIALIZING}),
     _State.ABORTABLE_ERROR: frozenset({_State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}),
     _State.FATAL_ERROR: frozenset(),
@@ -442,6 +488,8 @@ class TransactionalRequest:
     group: ConsumerGroupMetadata | None = None
     attempts: int = 0
     finding_coordinator: bool = False
+    transaction_v2: bool = False
+    """Built for a transactions v2 transaction (EndTxn v5, TxnOffsetCommit v5 allowed)."""
 
     @property
     def priority(self) -> int:
@@ -503,8 +551,15 @@ class TransactionManager(IdempotenceManager):
     methods with what came back. Partitions are added to the transaction (AddPartitionsToTxn)
     before any of their batches may be drained: :meth:`may_drain` holds them back until then.
 
-    This is transactions v1 (AddPartitionsToTxn, Produce up to v11). KIP-890's transactions
-    v2 (implicit partition adding with Produce v12, EndTxn v5 epoch bumps) is not used.
+    Transactions v2 (KIP-890 part 2) is used where the cluster finalized
+    ``transaction.version`` 2 (:func:`transaction_v2_usable`, read from ``finalized_features``):
+    then no AddPartitionsToTxn or AddOffsetsToTxn is sent, batches go out at once as Produce
+    v12, offsets as TxnOffsetCommit v5, and EndTxn v5 returns the producer id and bumped epoch
+    the next transaction uses. As in Java, the choice is made when InitProducerId succeeds and
+    again when a transaction begins to complete; a new choice applies from the next
+    transaction on, and turning v2 on then first bumps the epoch (InitProducerId), so a
+    transaction never mixes the two protocols. Otherwise this is transactions v1: Produce up to
+    v11, EndTxn and TxnOffsetCommit up to v4, partitions and offsets added explicitly.
     """
 
     def __init__(
@@ -516,6 +571,7 @@ class TransactionManager(IdempotenceManager):
         retry_backoff_max: float,
         request_timeout: float,
         create_future: Callable[[], asyncio.Future[None]],
+        finalized_features: Callable[[], FinalizedFeatures] | None = None,
     ) -> None:
         super().__init__(transactional_id)
         self.transactional_id: str = transactional_id
@@ -538,6 +594,13 @@ class TransactionManager(IdempotenceManager):
         self._completion: TransactionalRequest | None = None
         self._completion_result: asyncio.Future[None] | None = None
         self._close_deadline: float | None = None
+        self._finalized_features = finalized_features
+        self._features_epoch = -1
+        # Transactions v2 for the current transaction, and for the next one.
+        self._transaction_v2 = False
+        self._next_transaction_v2 = False
+        # Turning v2 on between transactions bumps the epoch first (Java's KAFKA-18227).
+        self._epoch_bump_required = False
 
     # ---- state --------------------------------------------------------------------------------
 
@@ -565,6 +628,55 @@ class TransactionManager(IdempotenceManager):
     def is_completing(self) -> bool:
         """True while a commit or abort is underway."""
         return self._txn_state in (_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION)
+
+    @property
+    def transaction_v2(self) -> bool:
+        """True when the current (or next) transaction uses transactions v2 (KIP-890)."""
+        return self._transaction_v2
+
+    @property
+    def produce_version_cap(self) -> int | None:
+        """Produce v11 at most for transactions v1: v12 would ask the leader to add the
+        partition to the transaction itself."""
+        return None if self._transaction_v2 else _PRODUCE_V1_MAX_VERSION
+
+    def _read_transaction_v2(self) -> bool | None:
+        """Transactions v2 per the latest finalized features, None when nothing newer than
+        what was read last time (Java reads only a newer finalized-features epoch)."""
+        source = self._finalized_features
+        if source is None:
+            return None
+        features = source()
+        if features.epoch <= self._features_epoch:
+            return None
+        self._features_epoch = features.epoch
+        usable = transaction_v2_usable(features)
+        log.debug(
+            "transactional id %r: transaction.version %d (finalized features epoch %d): "
+            "transactions v%d",
+            self.transactional_id,
+            features.level(TRANSACTION_VERSION_FEATURE),
+            features.epoch,
+            2 if usable else 1,
+        )
+        return usable
+
+    def _update_transaction_v2_on_initialization(self) -> None:
+        # A fresh epoch was just obtained: the new protocol applies at once, with no bump.
+        usable = self._read_transaction_v2()
+        if usable is not None:
+            self._transaction_v2 = self._next_transaction_v2 = usable
+        self._epoch_bump_required = False
+
+    def _update_transaction_v2_for_next_transaction(self) -> None:
+        usable = self._read_transaction_v2()
+        if usable is None:
+            return
+        if usable and not self._transaction_v2:
+            # As Java: without a new epoch, a late v1 request could land in the first v2
+            # transaction (KAFKA-18227).
+            self._epoch_bump_required = True
+        self._next_transaction_v2 = usable
 
     @property
     def partitions_in_transaction(self) -> frozenset[TopicPartition]:
@@ -686,7 +798,17 @@ class TransactionManager(IdempotenceManager):
         )
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
-        """A record for ``tp`` was buffered: add the partition to the transaction if needed."""
+        """A record for ``tp`` was buffered: add the partition to the transaction if needed.
+
+        With transactions v2 the partition leader adds it when the batch arrives (Produce
+        v12): it counts as added at once, and the transaction as started (Java's
+        ``maybeAddPartition``).
+        """
+        if self._transaction_v2:
+            if self._txn_state is _State.IN_TRANSACTION:
+                self._partitions_in_transaction.add(tp)
+                self._transaction_started = True
+            return
         if (
             tp not in self._partitions_in_transaction
             and tp not in self._pending_partitions
@@ -744,6 +866,9 @@ class TransactionManager(IdempotenceManager):
         item = self._request(_Kind.END_TXN, result, committed=committed)
         self._completion = item
         self._enqueue(item)
+        # As Java's beginCompletingTransaction: after the EndTxn was built (it ends this
+        # transaction with the protocol it began with), learn which protocol the next uses.
+        self._update_transaction_v2_for_next_transaction()
         return result
 
     def send_offsets(
@@ -752,7 +877,8 @@ class TransactionManager(IdempotenceManager):
         group: ConsumerGroupMetadata,
     ) -> asyncio.Future[None]:
         """Commit consumer offsets as part of the transaction (AddOffsetsToTxn, then
-        TxnOffsetCommit to the group coordinator)."""
+        TxnOffsetCommit to the group coordinator; with transactions v2 TxnOffsetCommit v5
+        only, which adds the offsets to the transaction itself)."""
         self._raise_if_failed("send offsets to the transaction")
         if self._txn_state is not _State.IN_TRANSACTION:
             raise IllegalStateError(
@@ -760,6 +886,11 @@ class TransactionManager(IdempotenceManager):
                 "begin_transaction() first"
             )
         result = self._create_future()
+        if self._transaction_v2:
+            self._transaction_started = True
+            commit = self._request(_Kind.TXN_OFFSET_COMMIT, result, offsets=offsets, group=group)
+            self._enqueue(commit)
+            return result
         self._enqueue(self._request(_Kind.ADD_OFFSETS, result, offsets=offsets, group=group))
         return result
 
@@ -795,6 +926,12 @@ class TransactionManager(IdempotenceManager):
     def may_drain(self, batch: ProducerBatch) -> bool:
         """Like :meth:`IdempotenceManager.may_drain`, and only once the partition was added."""
         tp = batch.tp
+        if tp not in self._partitions_in_transaction and self._transaction_v2:
+            # Transactions v2: Produce v12 adds the partition; nothing to wait for.
+            if self._txn_state not in (_State.IN_TRANSACTION, _State.COMMITTING_TRANSACTION):
+                return False
+            self._partitions_in_transaction.add(tp)
+            self._transaction_started = True
         if tp not in self._partitions_in_transaction:
             # A batch nobody registered (the producer registers partitions as it appends):
             # add its partition now rather than hold it forever.
@@ -827,7 +964,10 @@ class TransactionManager(IdempotenceManager):
     def on_batch_failed(self, batch: ProducerBatch, exc: BaseException) -> None:
         """A batch of the transaction failed for good: the transaction cannot commit."""
         error = exc if isinstance(exc, KafkaError) else KafkaError(repr(exc))
-        if isinstance(error, _FATAL_BATCH_ERRORS):
+        if isinstance(error, _FATAL_BATCH_ERRORS) or (
+            # Java 4.0 also treats a lost producer id mapping as fatal (transactions v2).
+            self._transaction_v2 and error.error_code == _INVALID_PRODUCER_ID_MAPPING
+        ):
             self.transition_to_fatal(self._fenced(error) if self._is_fenced(error) else error)
             return
         if self.in_transaction:
@@ -888,6 +1028,7 @@ class TransactionManager(IdempotenceManager):
         result: asyncio.Future[None] | None,
         **fields: Any,
     ) -> TransactionalRequest:
+        fields.setdefault("transaction_v2", self._transaction_v2)
         if kind is _Kind.TXN_OFFSET_COMMIT:
             group = fields["group"]
             return TransactionalRequest(
@@ -1017,8 +1158,15 @@ class TransactionManager(IdempotenceManager):
                 generation_id=group.generation_id,
                 member_id=group.member_id,
                 group_instance_id=group.group_instance_id,
+                version_cap=None if item.transaction_v2 else _TXN_OFFSET_COMMIT_V1_MAX_VERSION,
             )
-        return EndTxnRequest(tid, pid, epoch, item.committed)
+        return EndTxnRequest(
+            tid,
+            pid,
+            epoch,
+            item.committed,
+            version_cap=None if item.transaction_v2 else _END_TXN_V1_MAX_VERSION,
+        )
 
     def request_sent(self, item: TransactionalRequest, *, finding_coordinator: bool) -> None:
         """``item`` (or the FindCoordinator for it) is in flight now."""
@@ -1212,6 +1360,8 @@ class TransactionManager(IdempotenceManager):
                 response.producer_id,
                 response.producer_epoch,
             )
+            # Java's initTransactions then maybeUpdateTransactionV2Enabled(true).
+            self._update_transaction_v2_on_initialization()
             self._transition(_State.READY)
             self._last_error = None
             self._partitions_in_transaction.clear()
@@ -1342,13 +1492,29 @@ class TransactionManager(IdempotenceManager):
     ) -> None:
         code = response.error_code
         if code == 0:
+            if response.producer_id >= 0:
+                # EndTxn v5 (transactions v2): the coordinator bumped the epoch (or, when it
+                # ran out, gave a new producer id at epoch 0); the next transaction uses it,
+                # every partition starting again at sequence 0.
+                log.debug(
+                    "transactional id %r: EndTxn returned producer id %d, epoch %d",
+                    self.transactional_id,
+                    response.producer_id,
+                    response.producer_epoch,
+                )
+                self.set_producer_id(response.producer_id, response.producer_epoch)
             self._complete_transaction(item)
             return
         if self._common_error(item, code, now):
             return
         error = self._error(code, item.describe())
+        if item.transaction_v2 and code == _INVALID_PRODUCER_ID_MAPPING:
+            # Java 4.0's EndTxnHandler: fatal.
+            self._request_failed(item, error, fatal=True)
+            return
         if code in _NEEDS_EPOCH_BUMP or code == _TRANSACTION_ABORTABLE:
-            if code in _NEEDS_EPOCH_BUMP:
+            if code in _NEEDS_EPOCH_BUMP and not item.transaction_v2:
+                # Transactions v2 needs no bump from the client: EndTxn v5 returns one.
                 self.needs_producer_id = True
             if item.committed:
                 self._request_failed(item, error, fatal=False)
@@ -1366,9 +1532,12 @@ class TransactionManager(IdempotenceManager):
         self._new_partitions.clear()
         self._transaction_started = False
         self._completion = None
-        if not item.committed and self.needs_producer_id:
-            # Sequences were lost in the aborted transaction: start over under a new epoch
-            # before the next transaction; the abort completes with it.
+        self._transaction_v2 = self._next_transaction_v2
+        if self._epoch_bump_required or (not item.committed and self.needs_producer_id):
+            # Sequences were lost in the aborted transaction, or the next transaction is the
+            # first with transactions v2: start over under a new epoch before the next
+            # transaction; the commit or abort completes with it.
+            self.needs_producer_id = True
             self._transition(_State.INITIALIZING)
             self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, item.result), front=True)
             return

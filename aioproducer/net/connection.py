@@ -42,7 +42,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
 
 from aioproducer.errors import (
@@ -78,6 +78,7 @@ __all__ = [
     "ConnectionManager",
     "ConnectionState",
     "ExponentialBackoff",
+    "FinalizedFeatures",
 ]
 
 log = logging.getLogger("aioproducer.net")
@@ -119,6 +120,33 @@ _R = TypeVar("_R", bound=Response)
 
 OnClose = Callable[["BrokerConnection", Union[BaseException, None]], None]  # noqa: UP007
 OnCapacity = Callable[["BrokerConnection"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizedFeatures:
+    """The cluster's finalized feature levels, as the latest ApiVersions answer told them.
+
+    Brokers return the finalized features (``transaction.version``, ``metadata.version``,
+    ...) with an epoch that grows whenever the controller changes them (KIP-584, ApiVersions
+    v3+ tagged fields). As in the Java client's ``ApiVersions``, the answer with the highest
+    epoch wins, whichever broker gave it.
+
+    Attributes:
+        epoch: the finalized-features epoch, -1 when no broker has reported any.
+        levels: ``{feature name: finalized max version level}``.
+        api_versions: ``{api_key: (min_version, max_version)}`` of the broker that reported
+            these features.
+        node_id: that broker's node id (negative for a bootstrap server).
+    """
+
+    epoch: int = -1
+    levels: Mapping[str, int] = field(default_factory=dict)
+    api_versions: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    node_id: int | None = None
+
+    def level(self, feature: str) -> int:
+        """The finalized max version level of ``feature``, 0 when it is not finalized."""
+        return self.levels.get(feature, 0)
 
 
 class ConnectionState(enum.Enum):
@@ -253,6 +281,9 @@ class BrokerConnection(asyncio.Protocol):
         port: the broker's port.
         api_versions: ``{api_key: (min_version, max_version)}`` the broker supports, filled
             by the ApiVersions handshake.
+        finalized_features: ``{feature name: finalized max version level}`` from the same
+            answer (ApiVersions v3+; empty before v3 or from brokers without features).
+        finalized_features_epoch: the epoch of those features, -1 when none were sent.
     """
 
     def __init__(
@@ -270,6 +301,8 @@ class BrokerConnection(asyncio.Protocol):
         self.host = host
         self.port = port
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.finalized_features: dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self._config = config
         self._on_close = on_close
         self._on_capacity = on_capacity
@@ -592,6 +625,10 @@ class BrokerConnection(asyncio.Protocol):
             self.api_versions = {
                 k.api_key: (k.min_version, k.max_version) for k in response.api_keys
             }
+            self.finalized_features = {
+                f.name: f.max_version_level for f in response.finalized_features
+            }
+            self.finalized_features_epoch = response.finalized_features_epoch
             self._versions_cache.clear()
             return
 
@@ -609,16 +646,32 @@ class BrokerConnection(asyncio.Protocol):
 
     # ---- versions --------------------------------------------------------------------------
 
-    def negotiate(self, request_type: type[Request[Any]]) -> int:
+    def negotiate(self, request_type: type[Request[Any]], highest: int | None = None) -> int:
         """The highest version of ``request_type`` both this client and the broker support.
+
+        Args:
+            request_type: the request class.
+            highest: a lower limit than the class's ``MAX_VERSION`` for this request (see
+                :meth:`~aioproducer.protocol.api.Request.highest_version`).
 
         Raises:
             UnsupportedVersionError: the broker does not know the API, or the ranges do not
                 overlap (the message gives both ranges).
         """
         cached = self._versions_cache.get(request_type)
-        if cached is not None:
+        if cached is None:
+            cached = self._negotiate(request_type)
+        if highest is None or highest >= cached:
             return cached
+        broker_min = self.api_versions[request_type.API_KEY][0]
+        if highest < max(request_type.MIN_VERSION, broker_min):
+            raise UnsupportedVersionError(
+                f"{self.description} supports {request_type.__name__} v{broker_min} and up; "
+                f"this request may be sent only up to v{highest}"
+            )
+        return highest
+
+    def _negotiate(self, request_type: type[Request[Any]]) -> int:
         name = request_type.__name__
         broker_range = self.api_versions.get(request_type.API_KEY)
         if broker_range is None:
@@ -668,7 +721,7 @@ class BrokerConnection(asyncio.Protocol):
                 "(max_in_flight_requests_per_connection); check can_send() first"
             )
         if version is None:
-            version = self.negotiate(type(request))
+            version = self.negotiate(type(request), request.highest_version())
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & _CORRELATION_ID_MASK
         parts = encode_request(request, version, correlation_id, self._client_id)
@@ -1128,12 +1181,35 @@ class ConnectionManager:
             self._bootstrap_nodes.append(node)
         self._closed = False
         self._closing_done: asyncio.Future[None] | None = None
+        self._finalized_features = FinalizedFeatures()
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
         return f"<ConnectionManager nodes={sorted(self._nodes)} ready={ready}>"
 
     # ---- queries ---------------------------------------------------------------------------
+
+    @property
+    def finalized_features(self) -> FinalizedFeatures:
+        """The finalized features with the highest epoch any connection's ApiVersions answer
+        reported so far (kept after that connection closes, as the Java client does)."""
+        return self._finalized_features
+
+    def _record_features(self, connection: BrokerConnection) -> None:
+        epoch = connection.finalized_features_epoch
+        if epoch > self._finalized_features.epoch:
+            self._finalized_features = FinalizedFeatures(
+                epoch,
+                dict(connection.finalized_features),
+                dict(connection.api_versions),
+                connection.node_id,
+            )
+            log.debug(
+                "finalized features (epoch %d, from %s): %s",
+                epoch,
+                connection.description,
+                connection.finalized_features,
+            )
 
     @staticmethod
     def _is_ready(node: _Node) -> bool:
@@ -1285,6 +1361,7 @@ class ConnectionManager:
         node.failed_attempts = 0
         node.next_attempt_at = 0.0
         node.last_error = None
+        self._record_features(connection)
         self._notify()
         return connection
 

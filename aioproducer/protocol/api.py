@@ -116,6 +116,13 @@ class Request(abc.ABC, Generic[ResponseT]):
                 f"(v{cls.MIN_VERSION}-v{cls.MAX_VERSION} are)"
             )
 
+    def highest_version(self) -> int:
+        """The highest version this request may be sent with: :attr:`MAX_VERSION`, unless the
+        request carries a lower ``version_cap`` (as the Java client's request builders cap
+        Produce, EndTxn and TxnOffsetCommit below their KIP-890 versions for transactions v1).
+        """
+        return self.MAX_VERSION
+
     @abc.abstractmethod
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body (no size prefix, no header) for ``version``, as buffers to write."""

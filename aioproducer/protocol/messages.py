@@ -681,30 +681,41 @@ def _decode_produce(r: _BodyReader, version: int) -> ProduceResponse:
 
 @dataclass(slots=True)
 class ProduceRequest(Request[ProduceResponse]):
-    """Write record batches to partition leaders (v3-11).
+    """Write record batches to partition leaders (v3-12).
 
     ``acks=0`` gets no response at all (:meth:`expects_response` is False). The body is a
     list of buffers: the framing around each large record batch is one small ``bytes``, and
     the batch itself is passed through as given.
+
+    v12 has the same body as v11. Its meaning differs (KIP-890 part 2): a transactional
+    Produce v12 asks the partition leader to add the partition to the transaction itself, so
+    a producer using transactions v1 (AddPartitionsToTxn) must send at most v11: it sets
+    ``version_cap=11``.
     """
 
     API_KEY: ClassVar[int] = ApiKey.PRODUCE
     MIN_VERSION: ClassVar[int] = 3
-    MAX_VERSION: ClassVar[int] = 11
+    MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_FROM: ClassVar[int] = 9
 
     transactional_id: str | None
     acks: int
     timeout_ms: int
     topics: list[ProduceTopicData]
+    version_cap: int | None = None
 
     def expects_response(self) -> bool:
         """False for ``acks=0``: the broker does not answer."""
         return self.acks != 0
 
+    def highest_version(self) -> int:
+        """:attr:`MAX_VERSION`, or ``version_cap`` when that is lower."""
+        cap = self.version_cap
+        return self.MAX_VERSION if cap is None or cap > self.MAX_VERSION else cap
+
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``: framing bytes around uncopied record batches."""
-        if not 3 <= version <= 11:
+        if not 3 <= version <= 12:
             self.check_version(version)
         flexible = version >= 9
         int32 = INT32.pack
@@ -1098,7 +1109,13 @@ class EndTxnResponse(Response):
 
 @dataclass(slots=True)
 class EndTxnRequest(Request[EndTxnResponse]):
-    """Commit (``committed=True``) or abort a transaction (v0-5)."""
+    """Commit (``committed=True``) or abort a transaction (v0-5).
+
+    v5 (KIP-890 part 2, transactions v2) has the same request body; the coordinator then
+    bumps the producer epoch after every transaction and returns the new producer id and
+    epoch in the response. A producer using transactions v1 sends at most v4
+    (``version_cap=4``), as the Java client's ``EndTxnRequest.Builder`` does.
+    """
 
     API_KEY: ClassVar[int] = ApiKey.END_TXN
     MIN_VERSION: ClassVar[int] = 0
@@ -1109,6 +1126,12 @@ class EndTxnRequest(Request[EndTxnResponse]):
     producer_id: int
     producer_epoch: int
     committed: bool
+    version_cap: int | None = None
+
+    def highest_version(self) -> int:
+        """:attr:`MAX_VERSION`, or ``version_cap`` when that is lower."""
+        cap = self.version_cap
+        return self.MAX_VERSION if cap is None or cap > self.MAX_VERSION else cap
 
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``."""
@@ -1178,15 +1201,19 @@ class TxnOffsetCommitResponse(Response):
 
 @dataclass(slots=True)
 class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
-    """Commit consumer offsets inside a transaction (v0-4).
+    """Commit consumer offsets inside a transaction (v0-5).
 
     The consumer group metadata (``generation_id``, ``member_id``, ``group_instance_id``)
     needs v3+ (KIP-447); ``committed_leader_epoch`` is sent from v2 (dropped before).
+
+    v5 has the same body as v4. Its meaning differs (KIP-890 part 2): the group coordinator
+    adds the group's offsets partition to the transaction itself, so no AddOffsetsToTxn goes
+    first. A producer using transactions v1 sends at most v4 (``version_cap=4``).
     """
 
     API_KEY: ClassVar[int] = ApiKey.TXN_OFFSET_COMMIT
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_FROM: ClassVar[int] = 3
 
     transactional_id: str
@@ -1197,6 +1224,12 @@ class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+    version_cap: int | None = None
+
+    def highest_version(self) -> int:
+        """:attr:`MAX_VERSION`, or ``version_cap`` when that is lower."""
+        cap = self.version_cap
+        return self.MAX_VERSION if cap is None or cap > self.MAX_VERSION else cap
 
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``."""

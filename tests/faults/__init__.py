@@ -11,7 +11,8 @@ Two fault injectors, each used where it can be an oracle:
   down and up, leaders moved, round-trip delays, dropped connections. Every scenario reads
   the log back with confluent-kafka's consumer.
 - **A scripted cluster** (:mod:`tests.faults.scripted_broker`), asyncio brokers that check
-  idempotent sequences the way Kafka does and then misbehave on cue: append and drop the
+  idempotent sequences the way Kafka does (and act as transaction coordinator) and then
+  misbehave on cue: append and drop the
   connection, append and never answer, answer garbage, truncated bodies, frames cut in two,
   size prefixes announcing gigabytes. Its log is an exactly-once oracle even when the client
   cannot know whether a request was written.
@@ -31,6 +32,9 @@ Modules:
   timeouts, close while sending.
 - ``test_hostile_broker``: hostile answers fail only their request, with a clear error, and
   cost no unbounded memory; the sender survives all of them.
+- ``test_transactions_v2``: KIP-890 transactions v2 on the scripted cluster as coordinator
+  and leaders, with and without ``transaction.version`` 2 finalized: which requests and
+  versions go out, the epoch EndTxn v5 returns, aborts, and fencing on Produce v12.
 
 Quirks that limit a check, and how the suite copes:
 

@@ -15,9 +15,21 @@ or a size prefix that announces gigabytes. Requests are decoded, and responses e
 kafka-python's schema-driven codec, independent of the client under test; record batches are
 read with kafka-python's record reader.
 
-What it does not do: transactions, acks=0 semantics beyond not answering, compression other
-than what kafka-python can read, quotas, and anything about consumers. Every partition has
-one replica (its leader).
+It is also a transaction coordinator and group coordinator (FindCoordinator names
+:attr:`ScriptedCluster.coordinator` for every key): InitProducerId for a transactional id
+fences the previous epoch and aborts its open transaction; AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn check the producer id and epoch as Kafka does;
+transactional batches are refused (INVALID_TXN_STATE) for a partition not added to the
+transaction, and records and offsets take effect only when EndTxn commits. With
+:attr:`ScriptedCluster.transaction_version` at 2 or more it advertises that finalized feature
+in ApiVersions v3+ and follows KIP-890 transactions v2: Produce v12 adds the partition to the
+transaction, TxnOffsetCommit v5 the group's offsets, and EndTxn v5 bumps the epoch and returns
+it. Use :data:`TRANSACTION_API_VERSIONS` as the brokers' ``api_versions`` for that.
+
+What it does not do: transaction timeouts, transaction markers in the log, acks=0 semantics
+beyond not answering, compression other than what kafka-python can read, quotas, and
+consumer groups beyond storing committed offsets. Every partition has one replica (its
+leader).
 """
 
 from __future__ import annotations
@@ -38,6 +50,12 @@ from typing import Any
 from kafka.protocol.metadata import (  # type: ignore[import-untyped]
     ApiVersionsResponse as KApiVersionsResponse,
 )
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest as KFindCoordinatorRequest,
+)
+from kafka.protocol.metadata import (
+    FindCoordinatorResponse as KFindCoordinatorResponse,
+)
 from kafka.protocol.metadata import MetadataRequest as KMetadataRequest
 from kafka.protocol.metadata import MetadataResponse as KMetadataResponse
 from kafka.protocol.producer import (  # type: ignore[import-untyped]
@@ -45,18 +63,44 @@ from kafka.protocol.producer import (  # type: ignore[import-untyped]
 )
 from kafka.protocol.producer import ProduceResponse as KProduceResponse
 from kafka.protocol.producer.transaction import (  # type: ignore[import-untyped]
+    AddOffsetsToTxnRequest as KAddOffsetsToTxnRequest,
+)
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse as KAddOffsetsToTxnResponse,
+)
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnRequest as KAddPartitionsToTxnRequest,
+)
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnResponse as KAddPartitionsToTxnResponse,
+)
+from kafka.protocol.producer.transaction import EndTxnRequest as KEndTxnRequest
+from kafka.protocol.producer.transaction import EndTxnResponse as KEndTxnResponse
+from kafka.protocol.producer.transaction import (
     InitProducerIdRequest as KInitProducerIdRequest,
 )
-from kafka.protocol.producer.transaction import (  # type: ignore[import-untyped]
+from kafka.protocol.producer.transaction import (
     InitProducerIdResponse as KInitProducerIdResponse,
+)
+from kafka.protocol.producer.transaction import (
+    TxnOffsetCommitRequest as KTxnOffsetCommitRequest,
+)
+from kafka.protocol.producer.transaction import (
+    TxnOffsetCommitResponse as KTxnOffsetCommitResponse,
 )
 from kafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
 
 __all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
     "API_VERSIONS",
+    "END_TXN",
+    "FIND_COORDINATOR",
     "INIT_PRODUCER_ID",
     "METADATA",
     "PRODUCE",
+    "TRANSACTION_API_VERSIONS",
+    "TXN_OFFSET_COMMIT",
     "Action",
     "ActionKind",
     "ReceivedRequest",
@@ -67,8 +111,13 @@ __all__ = [
 
 PRODUCE = 0
 METADATA = 3
+FIND_COORDINATOR = 10
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
 
 _NONE = 0
 _UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -77,6 +126,9 @@ _UNSUPPORTED_VERSION = 35
 _OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _DUPLICATE_SEQUENCE_NUMBER = 46
 _INVALID_PRODUCER_EPOCH = 47
+_INVALID_TXN_STATE = 48
+_INVALID_PRODUCER_ID_MAPPING = 49
+_PRODUCER_FENCED = 90
 
 _SEQUENCE_MODULO = 1 << 31
 # Kafka keeps the last five batches of each producer per partition to recognise retries
@@ -89,6 +141,20 @@ DEFAULT_API_VERSIONS: Mapping[int, tuple[int, int]] = {
     METADATA: (1, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
+}
+
+#: What a Kafka 4.0 broker advertises for a transactional producer (KIP-890 part 2 versions
+#: included: Produce v12, EndTxn v5, TxnOffsetCommit v5).
+TRANSACTION_API_VERSIONS: Mapping[int, tuple[int, int]] = {
+    PRODUCE: (3, 12),
+    METADATA: (1, 12),
+    FIND_COORDINATOR: (0, 4),
+    API_VERSIONS: (0, 3),
+    INIT_PRODUCER_ID: (0, 5),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 5),
+    TXN_OFFSET_COMMIT: (0, 5),
 }
 
 
@@ -161,6 +227,33 @@ class StoredRecord:
     producer_id: int
     producer_epoch: int
     sequence: int
+    transactional: bool = False
+
+
+@dataclass
+class Transaction:
+    """One transaction of a transactional id, as its coordinator sees it.
+
+    ``outcome`` is "ongoing", then "committed" or "aborted". ``version`` is 2 when it was
+    begun with transactions v2 (an implicit add by Produce v12 or TxnOffsetCommit v5).
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    records: list[tuple[str, int, int]] = field(default_factory=list)
+    outcome: str = "ongoing"
+    version: int = 1
+
+
+@dataclass
+class _TransactionalId:
+    producer_id: int
+    producer_epoch: int
+    ongoing: Transaction | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +282,8 @@ class _ProducerState:
 class _Partition:
     records: list[StoredRecord] = field(default_factory=list)
     producers: dict[int, _ProducerState] = field(default_factory=dict)
+    # offset -> the transaction the record belongs to
+    transaction_of: dict[int, Transaction] = field(default_factory=dict)
 
 
 class ScriptedBroker:
@@ -356,6 +451,16 @@ class ScriptedBroker:
                 writer.transport.abort()
 
 
+_TRANSACTIONAL_APIS: Mapping[int, Any] = {
+    FIND_COORDINATOR: KFindCoordinatorRequest,
+    INIT_PRODUCER_ID: KInitProducerIdRequest,
+    ADD_PARTITIONS_TO_TXN: KAddPartitionsToTxnRequest,
+    ADD_OFFSETS_TO_TXN: KAddOffsetsToTxnRequest,
+    END_TXN: KEndTxnRequest,
+    TXN_OFFSET_COMMIT: KTxnOffsetCommitRequest,
+}
+
+
 def _answer_bytes(
     correlation_id: int, response: Any, api_key: int, version: int, action: Action
 ) -> bytes:
@@ -422,6 +527,22 @@ class ScriptedCluster:
         """Broker ids listed in Metadata answers; None lists every broker."""
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._producer_ids = itertools.count(1000)
+        self.transaction_version: int | None = None
+        """The finalized ``transaction.version`` advertised in ApiVersions v3+ (None: the
+        feature is not finalized, as before Kafka 4.0)."""
+        self.features_epoch = 1
+        """The finalized-features epoch sent with it."""
+        self.coordinator = 1
+        """The broker FindCoordinator names, for transactional ids and groups alike."""
+        self.transactions: list[Transaction] = []
+        """Every transaction, in the order they began."""
+        self.committed_offsets: dict[str, dict[tuple[str, int], int]] = {}
+        """Consumer offsets committed by transactions: ``{group: {(topic, partition): offset}}``."""
+        self.decoded: list[tuple[int, int, Any]] = []
+        """(api key, version, request decoded by kafka-python) of every transactional request
+        (FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+        TxnOffsetCommit, EndTxn)."""
+        self._transactional_ids: dict[str, _TransactionalId] = {}
 
     async def __aenter__(self) -> ScriptedCluster:
         await self.start()
@@ -469,6 +590,21 @@ class ScriptedCluster:
         """The values of the partition's log, in offset order."""
         return [record.value for record in self._partition(topic, partition).records]
 
+    def committed_values(self, topic: str, partition: int = 0) -> list[bytes | None]:
+        """What a consumer reading committed data sees: the values of records written
+        outside transactions or by committed ones, in offset order."""
+        state = self._partition(topic, partition)
+        return [
+            record.value
+            for record in state.records
+            if record.offset not in state.transaction_of
+            or state.transaction_of[record.offset].outcome == "committed"
+        ]
+
+    def decoded_of(self, api_key: int) -> list[tuple[int, Any]]:
+        """(version, decoded request) of the transactional requests of one type."""
+        return [(version, request) for key, version, request in self.decoded if key == api_key]
+
     def requests_of(self, api_key: int, broker_id: int | None = None) -> list[ReceivedRequest]:
         """The requests of one type received so far (by one broker, if given)."""
         return [
@@ -515,6 +651,21 @@ class ScriptedCluster:
             return self._api_versions(broker, version)
         if api_key == METADATA:
             return self._metadata(frame, version)
+        if api_key in _TRANSACTIONAL_APIS:
+            request = _TRANSACTIONAL_APIS[api_key].decode(frame, version=version, header=True)
+            self.decoded.append((api_key, version, request))
+            if api_key == FIND_COORDINATOR:
+                return self._find_coordinator(request, version)
+            if api_key == INIT_PRODUCER_ID and request.transactional_id is not None:
+                return self._init_transactional_id(request)
+            if api_key == ADD_PARTITIONS_TO_TXN:
+                return self._add_partitions(request, version)
+            if api_key == ADD_OFFSETS_TO_TXN:
+                return self._add_offsets(request, version)
+            if api_key == TXN_OFFSET_COMMIT:
+                return self._txn_offset_commit(request, version)
+            if api_key == END_TXN:
+                return self._end_txn(request, version)
         if api_key == INIT_PRODUCER_ID:
             request = KInitProducerIdRequest.decode(frame, version=version, header=True)
             producer_id = getattr(request, "producer_id", -1)
@@ -543,13 +694,29 @@ class ScriptedCluster:
 
     def _api_versions(self, broker: ScriptedBroker, version: int) -> Any:
         low, high = broker.api_versions[API_VERSIONS]
+        R = KApiVersionsResponse
         keys = [
-            KApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+            R.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, (lo, hi) in sorted(broker.api_versions.items())
         ]
         if not low <= version <= high:
-            return KApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=keys)
-        return KApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+            return R(error_code=_UNSUPPORTED_VERSION, api_keys=keys)
+        if self.transaction_version is None or version < 3:
+            return R(error_code=0, api_keys=keys, throttle_time_ms=0)
+        # KIP-584 finalized features (tagged fields of v3+): what KIP-890 clients look at.
+        return R(
+            error_code=0,
+            api_keys=keys,
+            throttle_time_ms=0,
+            finalized_features_epoch=self.features_epoch,
+            finalized_features=[
+                R.FinalizedFeatureKey(
+                    name="transaction.version",
+                    max_version_level=self.transaction_version,
+                    min_version_level=0,
+                )
+            ],
+        )
 
     def _metadata(self, frame: bytes, version: int) -> Any:
         request = KMetadataRequest.decode(frame, version=version, header=True)
@@ -636,6 +803,10 @@ class ScriptedCluster:
                     code, offset = _UNKNOWN_TOPIC_OR_PARTITION, -1
                 elif self.leader_for(name, index) != broker.node_id:
                     code, offset = _NOT_LEADER_OR_FOLLOWER, -1
+                elif request.transactional_id is not None:
+                    code, offset = self._append_transactional(
+                        request.transactional_id, name, index, bytes(data.records), version
+                    )
                 else:
                     code, offset = self._append(name, index, bytes(data.records))
                 partitions.append(
@@ -656,7 +827,199 @@ class ScriptedCluster:
             return None
         return R(responses=topics, throttle_time_ms=0)
 
-    def _append(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+    # ---- transactions ---------------------------------------------------------------------
+
+    def _find_coordinator(self, request: Any, version: int) -> Any:
+        R = KFindCoordinatorResponse
+        node = self.brokers[self.coordinator]
+        if version >= 4:
+            return R(
+                throttle_time_ms=0,
+                coordinators=[
+                    R.Coordinator(
+                        key=key,
+                        node_id=node.node_id,
+                        host=node.host,
+                        port=node.port,
+                        error_code=0,
+                        error_message=None,
+                    )
+                    for key in request.coordinator_keys
+                ],
+            )
+        return R(
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            node_id=node.node_id,
+            host=node.host,
+            port=node.port,
+        )
+
+    def _init_transactional_id(self, request: Any) -> Any:
+        """Kafka's InitProducerId for a transactional id: the same producer id under the next
+        epoch, which fences the old one and aborts its open transaction."""
+        tid = request.transactional_id
+        state = self._transactional_ids.get(tid)
+        if state is None:
+            state = self._transactional_ids[tid] = _TransactionalId(next(self._producer_ids), 0)
+        else:
+            if state.ongoing is not None:
+                self._finish(state, committed=False)
+            state.producer_epoch += 1
+        return KInitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+        )
+
+    def _check_producer(self, tid: str, producer_id: int, epoch: int) -> int:
+        """The error for a request of an unknown or fenced producer, or 0."""
+        state = self._transactional_ids.get(tid)
+        if state is None or state.producer_id != producer_id:
+            return _INVALID_PRODUCER_ID_MAPPING
+        if epoch != state.producer_epoch:
+            return _PRODUCER_FENCED
+        return _NONE
+
+    def _ongoing(self, tid: str, version: int = 1) -> Transaction:
+        state = self._transactional_ids[tid]
+        if state.ongoing is None:
+            state.ongoing = Transaction(
+                tid, state.producer_id, state.producer_epoch, version=version
+            )
+            self.transactions.append(state.ongoing)
+        return state.ongoing
+
+    @property
+    def _v2(self) -> bool:
+        return self.transaction_version is not None and self.transaction_version >= 2
+
+    def _add_partitions(self, request: Any, version: int) -> Any:
+        R = KAddPartitionsToTxnResponse
+        T = R.AddPartitionsToTxnTopicResult
+        tid = request.v3_and_below_transactional_id
+        code = self._check_producer(
+            tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch
+        )
+        results = []
+        for topic in request.v3_and_below_topics:
+            if code == _NONE:
+                self._ongoing(tid).partitions.update((topic.name, p) for p in topic.partitions)
+            results.append(
+                T(
+                    name=topic.name,
+                    results_by_partition=[
+                        T.AddPartitionsToTxnPartitionResult(
+                            partition_index=p, partition_error_code=code
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+            )
+        return R(throttle_time_ms=0, results_by_topic_v3_and_below=results)
+
+    def _add_offsets(self, request: Any, version: int) -> Any:
+        tid = request.transactional_id
+        code = self._check_producer(tid, request.producer_id, request.producer_epoch)
+        if code == _NONE:
+            self._ongoing(tid).groups.add(request.group_id)
+        return KAddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
+
+    def _txn_offset_commit(self, request: Any, version: int) -> Any:
+        R = KTxnOffsetCommitResponse
+        tid = request.transactional_id
+        code = self._check_producer(tid, request.producer_id, request.producer_epoch)
+        if code == _NONE:
+            state = self._transactional_ids[tid]
+            implicit = version >= 5 and self._v2
+            if implicit:
+                # KIP-890 part 2: TxnOffsetCommit v5 adds the group's offsets itself.
+                self._ongoing(tid, version=2).groups.add(request.group_id)
+            elif state.ongoing is None or request.group_id not in state.ongoing.groups:
+                code = _INVALID_TXN_STATE
+        if code == _NONE:
+            pending = self._ongoing(tid).offsets.setdefault(request.group_id, {})
+            for topic in request.topics:
+                for p in topic.partitions:
+                    pending[(topic.name, p.partition_index)] = p.committed_offset
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                R.TxnOffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ],
+        )
+
+    def _end_txn(self, request: Any, version: int) -> Any:
+        tid = request.transactional_id
+        code = self._check_producer(tid, request.producer_id, request.producer_epoch)
+        state = self._transactional_ids.get(tid)
+        if code == _NONE and (state is None or state.ongoing is None):
+            code = _INVALID_TXN_STATE
+        if code != _NONE or state is None:
+            return KEndTxnResponse(
+                throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1
+            )
+        self._finish(state, committed=request.committed)
+        if version >= 5:
+            # KIP-890 part 2: every transaction ends with an epoch bump, returned to the
+            # client for its next transaction.
+            state.producer_epoch += 1
+        return KEndTxnResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+        )
+
+    def _finish(self, state: _TransactionalId, *, committed: bool) -> None:
+        transaction = state.ongoing
+        assert transaction is not None
+        transaction.outcome = "committed" if committed else "aborted"
+        if committed:
+            for group, offsets in transaction.offsets.items():
+                self.committed_offsets.setdefault(group, {}).update(offsets)
+        state.ongoing = None
+
+    def _append_transactional(
+        self, tid: str, topic: str, partition: int, data: bytes, version: int
+    ) -> tuple[int, int]:
+        batches = list(MemoryRecords(data))
+        if not batches or not all(batch.is_transactional for batch in batches):
+            return _INVALID_TXN_STATE, -1
+        code = self._check_producer(tid, batches[0].producer_id, batches[0].producer_epoch)
+        if code != _NONE:
+            return code, -1
+        state = self._transactional_ids[tid]
+        if version >= 12 and self._v2:
+            # KIP-890 part 2: Produce v12 adds the partition to the transaction itself.
+            self._ongoing(tid, version=2).partitions.add((topic, partition))
+        elif state.ongoing is None or (topic, partition) not in state.ongoing.partitions:
+            # What Kafka's verification (KIP-890 part 1) answers for a partition the
+            # transaction never added.
+            return _INVALID_TXN_STATE, -1
+        transaction = self._ongoing(tid)
+        log = self._partition(topic, partition)
+        before = len(log.records)
+        code, offset = self._append(topic, partition, data, transactional=True)
+        for position in range(before, len(log.records)):
+            log.transaction_of[position] = transaction
+            transaction.records.append((topic, partition, position))
+        return code, offset
+
+    def _append(
+        self, topic: str, partition: int, data: bytes, *, transactional: bool = False
+    ) -> tuple[int, int]:
         """Kafka's idempotent append: (error code, base offset)."""
         log = self._partition(topic, partition)
         batches = list(MemoryRecords(data))
@@ -698,6 +1061,7 @@ class ScriptedCluster:
                         producer_id=pid,
                         producer_epoch=epoch,
                         sequence=(first + index) % _SEQUENCE_MODULO if pid >= 0 else -1,
+                        transactional=transactional,
                     )
                 )
         return _NONE, first_offset

@@ -135,14 +135,30 @@ def frame(correlation_id: int, body: bytes) -> bytes:
     return struct.pack(">ii", 4 + len(body), correlation_id) + body
 
 
-def api_versions_body(version: int, error_code: int, ranges: dict[int, tuple[int, int]]) -> bytes:
+def api_versions_body(
+    version: int,
+    error_code: int,
+    ranges: dict[int, tuple[int, int]],
+    features: tuple[int, dict[str, int]] | None = None,
+) -> bytes:
     entries = sorted(ranges.items())
     if version >= 3:
         assert len(entries) < 127
         out = struct.pack(">hB", error_code, len(entries) + 1)
         for key, (low, high) in entries:
             out += struct.pack(">hhhB", key, low, high, 0)
-        return out + struct.pack(">iB", 0, 0)
+        out += struct.pack(">i", 0)  # throttle_time_ms
+        if features is None:
+            return out + b"\x00"  # no tagged fields
+        epoch, levels = features
+        # Tag 1: FinalizedFeaturesEpoch (int64); tag 2: FinalizedFeatures, a compact array
+        # of (compact name, max level int16, min level int16, empty tags).
+        array = bytes([len(levels) + 1])
+        for name, level in levels.items():
+            array += bytes([len(name) + 1]) + name.encode() + struct.pack(">hhB", level, 0, 0)
+        assert len(array) < 128
+        epoch_tag = b"\x01\x08" + struct.pack(">q", epoch)
+        return out + b"\x02" + epoch_tag + bytes([2, len(array)]) + array
     out = struct.pack(">hi", error_code, len(entries))
     for key, (low, high) in entries:
         out += struct.pack(">hhh", key, low, high)
@@ -165,8 +181,10 @@ class FakeBroker:
         api_versions_max: int = 3,
         list_api_versions: bool = True,
         unsupported_body: bytes | None = None,
+        features: tuple[int, dict[str, int]] | None = None,
     ) -> None:
         self.ranges = dict(DEFAULT_RANGES if ranges is None else ranges)
+        self.features = features
         self.api_versions_max = api_versions_max
         self.list_api_versions = list_api_versions
         self.unsupported_body = unsupported_body
@@ -232,7 +250,7 @@ class FakeBroker:
                 0, 35, listed if self.list_api_versions else {}
             )
         else:
-            body = api_versions_body(request.version, 0, self.ranges)
+            body = api_versions_body(request.version, 0, self.ranges, self.features)
         self.reply(request, body)
 
 
@@ -312,10 +330,80 @@ def test_api_versions_handshake_and_negotiation(run: Runner[None]) -> None:
             assert connection.negotiate(ApiVersionsRequest) == 3
             with pytest.raises(UnsupportedVersionError, match="InitProducerIdRequest"):
                 connection.negotiate(InitProducerIdRequest)  # not advertised at all
-            with pytest.raises(UnsupportedVersionError, match=r"v0-v2.*v3-v11"):
+            with pytest.raises(UnsupportedVersionError, match=r"v0-v2.*v3-v12"):
                 connection.negotiate(ProduceRequest)  # no overlap
             connection.close()
             await connection.wait_closed()
+
+    run(scenario())
+
+
+def test_a_request_may_cap_its_version_below_the_negotiated_one(run: Runner[None]) -> None:
+    # Transactions v1 caps Produce at v11 even where the broker speaks v12 (KIP-890).
+    async def scenario() -> None:
+        ranges = {ApiKey.API_VERSIONS: (0, 3), ApiKey.PRODUCE: (3, 12)}
+        async with FakeBroker(ranges) as broker:
+            connection, _, _ = await connected(broker)
+            assert connection.negotiate(ProduceRequest) == 12
+            assert connection.negotiate(ProduceRequest, 11) == 11
+            assert connection.negotiate(ProduceRequest, 13) == 12
+            with pytest.raises(UnsupportedVersionError, match=r"v3 and up.*up to v2"):
+                connection.negotiate(ProduceRequest, 2)
+            # acks=0: no answer, so the broker only records what it read.
+            await connection.send(ProduceRequest("tx", 0, 1, [], version_cap=11))
+            await connection.send(ProduceRequest("tx", 0, 1, []))
+            produced = [r for r in broker.received if r.api_key == ApiKey.PRODUCE]
+            while len(produced) < 2:
+                await broker.next_request()
+                produced = [r for r in broker.received if r.api_key == ApiKey.PRODUCE]
+            assert [r.version for r in produced] == [11, 12]
+            connection.close()
+            await connection.wait_closed()
+
+    run(scenario())
+
+
+def test_finalized_features_are_kept_and_the_newest_epoch_wins(run: Runner[None]) -> None:
+    # As the Java client's ApiVersions: whichever broker reported the highest
+    # finalized-features epoch is believed (transaction.version decides KIP-890 part 2).
+    async def scenario() -> None:
+        changes = Recorder()
+        old = (5, {"transaction.version": 1})
+        new = (9, {"transaction.version": 2, "metadata.version": 25})
+        older = (7, {"transaction.version": 0})
+        ranges = {ApiKey.API_VERSIONS: (0, 3), ApiKey.PRODUCE: (3, 12)}
+        async with (
+            FakeBroker(features=old) as one,
+            FakeBroker(ranges, features=new) as two,
+            FakeBroker(features=older) as three,
+            FakeBroker() as plain,
+        ):
+            manager = ConnectionManager(make_config(one.port), changes)
+            assert manager.finalized_features.epoch == -1
+            assert manager.finalized_features.level("transaction.version") == 0
+            ports = {1: one.port, 2: two.port, 3: three.port, 4: plain.port}
+            manager.set_brokers({node: (HOST, port) for node, port in ports.items()})
+            for node in (1, 2, 3, 4):
+                manager.ensure_connecting(node, 0.0)
+                await changes.wait_until(lambda n=node: manager.ready(n) is not None)
+                if node == 1:
+                    assert manager.finalized_features.level("transaction.version") == 1
+            first = manager.ready(1)
+            assert first is not None
+            assert (first.finalized_features_epoch, first.finalized_features) == (
+                5,
+                {"transaction.version": 1},
+            )
+            fourth = manager.ready(4)
+            assert fourth is not None and fourth.finalized_features_epoch == -1
+            features = manager.finalized_features
+            assert (features.epoch, features.node_id) == (9, 2)
+            assert features.levels == {"transaction.version": 2, "metadata.version": 25}
+            assert features.level("transaction.version") == 2
+            assert features.api_versions == ranges
+            await manager.close()
+            # Kept once the connection that reported it is gone.
+            assert manager.finalized_features is features
 
     run(scenario())
 

@@ -32,6 +32,7 @@ from aioproducer.protocol.messages import (
     DescribeClusterResponse,
     EndTxnRequest,
     EndTxnResponse,
+    FinalizedFeatureKey,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     InitProducerIdRequest,
@@ -89,7 +90,10 @@ PRODUCE_V3_TO_V8 = (
     "| 00000001 | 0001 74"  # one topic, name "t"
     "| 00000001 | 00000001 | 00000002 aabb"  # one partition: index 1, records (int32 size)
 )
-PRODUCE_V9_TO_V11 = (
+# v12 (KIP-890 part 2) has the body of v11, field by field from ProduceRequest.json: only
+# the version in the request header differs (it tells the leader to add the partition to the
+# transaction itself).
+PRODUCE_V9_TO_V12 = (
     f"{TX_C} | ffff | 00007530"
     "| 02 | 02 74"  # compact array of 1, compact "t"
     "| 02 | 00000001 | 03 aabb | 00"  # partition: index, compact records, tags
@@ -137,7 +141,7 @@ DESCRIBE_CLUSTER = DescribeClusterRequest()
 
 GOLDEN: list[tuple[str, Request, list[int], str]] = [
     ("produce", PRODUCE, [3, 4, 5, 6, 7, 8], PRODUCE_V3_TO_V8),
-    ("produce", PRODUCE, [9, 10, 11], PRODUCE_V9_TO_V11),
+    ("produce", PRODUCE, [9, 10, 11, 12], PRODUCE_V9_TO_V12),
     (
         "produce-idempotent",
         ProduceRequest(None, 1, 5, [ProduceTopicData("t", [])]),
@@ -147,7 +151,8 @@ GOLDEN: list[tuple[str, Request, list[int], str]] = [
     (
         "produce-idempotent",
         ProduceRequest(None, 1, 5, [ProduceTopicData("t", [])]),
-        [9, 11],
+        [9, 11, 12],
+        # null compact transactional id, acks 1, timeout 5 | one topic "t", no partitions
         "00 0001 00000005 | 02 02 74 01 00 | 00",
     ),
     ("metadata", METADATA, [1, 2, 3], "00000001 0001 74"),
@@ -195,6 +200,8 @@ GOLDEN: list[tuple[str, Request, list[int], str]] = [
     ("add-offsets", ADD_OFFSETS, [0, 1, 2], f"{TX} {PID} {EPOCH} 0001 67"),
     ("add-offsets", ADD_OFFSETS, [3, 4], f"{TX_C} {PID} {EPOCH} 02 67 00"),
     ("end-txn", END_TXN, [0, 1, 2], f"{TX} {PID} {EPOCH} 01"),
+    # v5 (KIP-890 part 2) keeps the request body of v3-4: compact transactional id "tx",
+    # producer id 5, epoch 2, committed true, empty tagged fields.
     ("end-txn", END_TXN, [3, 4, 5], f"{TX_C} {PID} {EPOCH} 01 00"),
     (
         "txn-offsets",
@@ -213,14 +220,16 @@ GOLDEN: list[tuple[str, Request, list[int], str]] = [
     (
         "txn-offsets",
         TXN_OFFSETS,
-        [3, 4],  # + generation -1, member "", instance null; flexible
+        # + generation -1, member "", instance null; flexible. v5 (KIP-890 part 2) is the
+        # same body as v4 (TxnOffsetCommitRequest.json, Kafka 4.0).
+        [3, 4, 5],
         f"{TX_C} 02 67 {PID} {EPOCH} ffffffff 01 00 | 02 02 74 02 "
         "00000000 0000000000000064 00000007 02 6d 00 | 00 | 00",
     ),
     (
         "txn-offsets-group",
         TXN_OFFSETS_GROUP,
-        [3],
+        [3, 5],
         f"{TX_C} 02 67 {PID} {EPOCH} 00000003 03 6d31 02 69 | 02 02 74 02 "
         "00000000 0000000000000064 00000007 02 6d 00 | 00 | 00",
     ),
@@ -277,7 +286,7 @@ def test_produce_passes_large_records_through_and_inlines_small_ones() -> None:
     ("request_", "version"),
     [
         (ProduceRequest(None, 1, 1, []), 2),  # below the implemented range
-        (ProduceRequest(None, 1, 1, []), 12),
+        (ProduceRequest(None, 1, 1, []), 13),
         (MetadataRequest(None), 0),
         (MetadataRequest(None), 13),
         (MetadataRequest(["t"], allow_auto_topic_creation=False), 3),
@@ -290,6 +299,8 @@ def test_produce_passes_large_records_through_and_inlines_small_ones() -> None:
         (AddPartitionsToTxnRequest([]), 3),
         (AddPartitionsToTxnRequest([]), 6),
         (TXN_OFFSETS_GROUP, 2),  # group metadata needs v3
+        (TXN_OFFSETS, 6),
+        (END_TXN, 6),
         (DescribeClusterRequest(endpoint_type=2), 0),
         (SaslHandshakeRequest("PLAIN"), 2),
     ],
@@ -353,6 +364,45 @@ def test_api_versions_response_v3_tagged_fields_and_unknown_tags() -> None:
     )
     assert isinstance(response, ApiVersionsResponse)
     assert response.supported_versions() == {0: (3, 11), 18: (0, 4)}
+
+
+def test_api_versions_response_v3_finalized_features() -> None:
+    # Written field by field from ApiVersionsResponse.json: what a Kafka 4.0 broker with
+    # transaction.version 2 finalized sends (KIP-584 finalized features, KIP-890 part 2).
+    transaction_version = b"transaction.version".hex()  # 19 bytes
+    response = decode(
+        API_VERSIONS,
+        3,
+        "0000"  # error_code 0
+        "| 03"  # api_keys: compact array of 2
+        "| 0000 0003 000c 00"  # Produce v3-v12, no tags
+        "| 001a 0000 0005 00"  # EndTxn (26) v0-v5, no tags
+        "| 00000000"  # throttle_time_ms 0
+        "| 02"  # two tagged fields
+        "| 01 08 000000000000002a"  # tag 1, 8 bytes: finalized_features_epoch 42
+        "| 02 1a"  # tag 2, 26 bytes: finalized_features
+        f"| 02 | 14 {transaction_version} | 0002 | 0001 | 00",  # [name, max 2, min 1, no tags]
+    )
+    assert response == ApiVersionsResponse(
+        0,
+        [ApiVersion(0, 3, 12), ApiVersion(26, 0, 5)],
+        throttle_time_ms=0,
+        finalized_features_epoch=42,
+        finalized_features=[FinalizedFeatureKey("transaction.version", 2, 1)],
+    )
+
+
+def test_transactions_v1_caps_the_kip_890_versions() -> None:
+    # Java's LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2: Produce 11, EndTxn 4, TxnOffsetCommit 4.
+    assert PRODUCE.highest_version() == ProduceRequest.MAX_VERSION == 12
+    assert ProduceRequest("tx", -1, 1, [], version_cap=11).highest_version() == 11
+    assert ProduceRequest("tx", -1, 1, [], version_cap=99).highest_version() == 12
+    assert END_TXN.highest_version() == EndTxnRequest.MAX_VERSION == 5
+    assert EndTxnRequest("tx", 5, 2, True, version_cap=4).highest_version() == 4
+    assert TXN_OFFSETS.highest_version() == TxnOffsetCommitRequest.MAX_VERSION == 5
+    capped = TxnOffsetCommitRequest("tx", "g", 5, 2, _OFFSETS, version_cap=4)
+    assert capped.highest_version() == 4
+    assert METADATA.highest_version() == MetadataRequest.MAX_VERSION
 
 
 def test_api_versions_unsupported_version_answer_is_read_as_v0() -> None:

@@ -475,7 +475,11 @@ def _api_versions_response() -> Any:
         finalized_features=[
             R.FinalizedFeatureKey(
                 name="metadata.version", max_version_level=20, min_version_level=20
-            )
+            ),
+            # KIP-890 part 2: what makes a producer use transactions v2.
+            R.FinalizedFeatureKey(
+                name="transaction.version", max_version_level=2, min_version_level=0
+            ),
         ],
         zk_migration_ready=True,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from aioproducer.errors import (
     ConcurrentTransactionsError,
     DeliveryTimeoutError,
     IllegalStateError,
+    InvalidProducerIdMappingError,
     KafkaConnectionError,
     KafkaError,
     ProducerFencedError,
@@ -22,7 +23,10 @@ from aioproducer.errors import (
     TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
     UnknownMemberIdError,
+    error_for_code,
 )
+from aioproducer.net.connection import FinalizedFeatures
+from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -76,6 +80,7 @@ INVALID_TXN_STATE = 48
 CONCURRENT_TRANSACTIONS = 51
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 OPERATION_NOT_ATTEMPTED = 55
+UNKNOWN_PRODUCER_ID = 59
 PRODUCER_FENCED = 90
 TRANSACTION_ABORTABLE = 120
 
@@ -355,7 +360,7 @@ async def test_commit_waits_for_incomplete_batches_then_sends_end_txn(open_txn: 
     assert open_txn.next(incomplete=True) is None
     assert txn.has_pending_work()
     item, request = open_txn.expect(Kind.END_TXN, incomplete=False)
-    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, True)
+    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, True, version_cap=4)
     # Calling commit again while it runs waits for the same result.
     assert txn.begin_commit() is result
     open_txn.answer(item, EndTxnResponse(0, 0))
@@ -383,7 +388,7 @@ async def test_abort_sends_end_txn_abort_and_drops_what_was_not_added(open_txn: 
     error = txn.undrained_batch_error()
     assert isinstance(error, TransactionAbortedError)
     item, request = open_txn.expect(Kind.END_TXN)
-    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, False)
+    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, False, version_cap=4)
     open_txn.answer(item, EndTxnResponse(0, 0))
     assert result.done() and result.exception() is None
     assert txn.state is State.READY
@@ -804,3 +809,310 @@ async def test_a_commit_includes_offsets_still_being_sent(open_txn: Harness) -> 
     assert request.committed is True
     open_txn.answer(item, EndTxnResponse(0, 0))
     assert commit.done() and commit.exception() is None
+
+
+# ---- transactions v2 (KIP-890 part 2) ----------------------------------------------------------
+
+INVALID_PRODUCER_ID_MAPPING = 49
+TV2_VERSIONS = {ApiKey.PRODUCE: (3, 12), ApiKey.END_TXN: (0, 5)}
+
+
+@dataclass
+class Features:
+    """What the connections learned from ApiVersions, changed by the test between steps."""
+
+    current: FinalizedFeatures = field(default_factory=FinalizedFeatures)
+
+    def set(
+        self,
+        epoch: int,
+        level: int | None,
+        versions: dict[int, tuple[int, int]] | None = None,
+    ) -> None:
+        levels = {} if level is None else {"transaction.version": level}
+        self.current = FinalizedFeatures(
+            epoch, levels, TV2_VERSIONS if versions is None else versions, 1
+        )
+
+
+def v2_harness(features: Features) -> Harness:
+    loop = asyncio.get_running_loop()
+    manager = TransactionManager(
+        TID,
+        transaction_timeout_ms=60_000,
+        retry_backoff=BACKOFF,
+        retry_backoff_max=1.0,
+        request_timeout=30.0,
+        create_future=loop.create_future,
+        finalized_features=lambda: features.current,
+    )
+    return Harness(manager)
+
+
+@pytest.fixture
+def features() -> Features:
+    feats = Features()
+    feats.set(1, 2)
+    return feats
+
+
+@pytest.fixture
+async def open_v2(features: Features) -> Harness:
+    """Initialized against a cluster with transaction.version 2, with a transaction open."""
+    harness = v2_harness(features)
+    harness.initialize()
+    assert harness.txn.transaction_v2
+    harness.txn.begin_transaction()
+    return harness
+
+
+@pytest.mark.parametrize(
+    ("level", "versions", "expected"),
+    [
+        (2, TV2_VERSIONS, True),
+        (3, TV2_VERSIONS, True),
+        (1, TV2_VERSIONS, False),
+        (None, TV2_VERSIONS, False),  # the feature is not finalized at all
+        # Unlike Java, also the request versions v2 needs: Produce v12 and EndTxn v5.
+        (2, {ApiKey.PRODUCE: (3, 11), ApiKey.END_TXN: (0, 5)}, False),
+        (2, {ApiKey.PRODUCE: (3, 12), ApiKey.END_TXN: (0, 4)}, False),
+    ],
+)
+async def test_transactions_v2_is_chosen_at_initialization_from_finalized_features(
+    features: Features, level: int | None, versions: dict[int, tuple[int, int]], expected: bool
+) -> None:
+    features.set(3, level, versions)
+    harness = v2_harness(features)
+    assert not harness.txn.transaction_v2  # nothing is known before InitProducerId
+    harness.initialize()
+    assert harness.txn.transaction_v2 is expected
+    assert harness.txn.produce_version_cap == (None if expected else 11)
+
+
+async def test_without_a_feature_source_transactions_stay_v1(harness: Harness) -> None:
+    harness.initialize()
+    assert not harness.txn.transaction_v2
+    assert harness.txn.produce_version_cap == 11
+
+
+async def test_v2_adds_no_partitions_and_drains_at_once(open_v2: Harness) -> None:
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    assert open_v2.next() is None, "no AddPartitionsToTxn with transactions v2"
+    assert txn.partitions_in_transaction == {("t", 0)}
+    batch = make_batch("t", 0)
+    assert txn.may_drain(batch)
+    txn.prepare(batch)
+    assert batch.transactional
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
+        PRODUCER_ID,
+        EPOCH,
+        0,
+    )
+    # A batch nobody registered drains too (its leader adds the partition).
+    assert txn.may_drain(make_batch("t", 1))
+    assert txn.produce_version_cap is None
+
+
+async def test_v2_commit_takes_the_bumped_epoch_from_end_txn(open_v2: Harness) -> None:
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    batch = make_batch("t", 0)
+    txn.prepare(batch)
+    txn.on_success(batch)
+    result = txn.begin_commit()
+    assert open_v2.next(incomplete=True) is None
+    item, request = open_v2.expect(Kind.END_TXN)
+    assert request == EndTxnRequest(TID, PRODUCER_ID, EPOCH, True, version_cap=None)
+    assert request.highest_version() == 5
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert result.done() and result.exception() is None
+    assert txn.state is State.READY
+    assert (txn.producer_id, txn.producer_epoch) == (PRODUCER_ID, EPOCH + 1)
+    assert open_v2.next() is None, "no InitProducerId: the coordinator bumped the epoch"
+    # The next transaction's batches carry the new epoch and start again at sequence 0.
+    txn.begin_transaction()
+    txn.maybe_add_partition(("t", 0))
+    fresh = make_batch("t", 0)
+    assert txn.may_drain(fresh)
+    txn.prepare(fresh)
+    assert (fresh.producer_epoch, fresh.base_sequence) == (EPOCH + 1, 0)
+
+
+async def test_v2_epoch_overflow_gives_a_new_producer_id(open_v2: Harness) -> None:
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    txn.begin_abort()
+    item, request = open_v2.expect(Kind.END_TXN)
+    assert request.committed is False
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID + 1, 0))
+    assert (txn.producer_id, txn.producer_epoch) == (PRODUCER_ID + 1, 0)
+
+
+async def test_v2_offsets_go_straight_to_the_group_coordinator(open_v2: Harness) -> None:
+    txn = open_v2.txn
+    group = ConsumerGroupMetadata("g", generation_id=5, member_id="m-1")
+    result = txn.send_offsets({("in", 0): (42, None)}, group)
+    open_v2.find(Kind.TXN_OFFSET_COMMIT, node=5)
+    item, request = open_v2.expect(Kind.TXN_OFFSET_COMMIT)
+    assert isinstance(request, TxnOffsetCommitRequest)
+    assert request.version_cap is None and request.highest_version() == 5
+    assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
+    open_v2.answer(
+        item,
+        TxnOffsetCommitResponse(
+            0, [TxnOffsetCommitResponseTopic("in", [TxnOffsetCommitResponsePartition(0, 0)])]
+        ),
+    )
+    assert result.done() and result.exception() is None
+    # Offsets alone start the transaction: the commit needs an EndTxn.
+    txn.begin_commit()
+    item, _ = open_v2.expect(Kind.END_TXN)
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert txn.state is State.READY
+
+
+async def test_v1_offsets_cap_txn_offset_commit_at_v4(open_txn: Harness) -> None:
+    open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    item, _ = open_txn.expect(Kind.ADD_OFFSETS)
+    open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
+    open_txn.find(Kind.TXN_OFFSET_COMMIT, node=5)
+    _, request = open_txn.expect(Kind.TXN_OFFSET_COMMIT)
+    assert request.highest_version() == 4
+
+
+async def test_v2_abort_after_a_lost_sequence_needs_no_init_producer_id(
+    open_v2: Harness,
+) -> None:
+    # Java: with transactions v2 the client never bumps the epoch itself (the coordinator
+    # does, in EndTxn), so the abort completes as soon as EndTxn answers.
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    batch = make_batch("t", 0)
+    txn.prepare(batch)
+    error = error_for_code(UNKNOWN_PRODUCER_ID)
+    txn.on_batch_failed(batch, error)
+    txn.on_final_failure(batch, str(error))
+    assert txn.state is State.ABORTABLE_ERROR
+    assert txn.needs_producer_id
+    abort = txn.begin_abort()
+    item, request = open_v2.expect(Kind.END_TXN)
+    assert request.committed is False and request.version_cap is None
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert abort.done() and abort.exception() is None
+    assert txn.state is State.READY
+    assert not txn.needs_producer_id
+    assert open_v2.next() is None
+    assert txn.producer_epoch == EPOCH + 1
+
+
+@pytest.mark.parametrize(
+    ("code", "fatal"),
+    [
+        (TRANSACTION_ABORTABLE, False),
+        (INVALID_TXN_STATE, False),  # Java: only the listed exceptions are fatal on Produce
+        (INVALID_PRODUCER_EPOCH, False),
+        (PRODUCER_FENCED, True),
+        (INVALID_PRODUCER_ID_MAPPING, True),  # Java 4.0's maybeTransitionToErrorState
+    ],
+)
+async def test_v2_produce_errors(open_v2: Harness, code: int, fatal: bool) -> None:
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    txn.on_batch_failed(make_batch("t", 0), error_for_code(code))
+    if not fatal:
+        assert txn.state is State.ABORTABLE_ERROR
+        txn.begin_abort()
+        item, _ = open_v2.expect(Kind.END_TXN)
+        open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+        assert txn.state is State.READY
+        return
+    assert txn.state is State.FATAL_ERROR
+    expected = ProducerFencedError if code == PRODUCER_FENCED else InvalidProducerIdMappingError
+    assert isinstance(txn.last_error, expected)
+    with pytest.raises(expected):
+        txn.begin_transaction()
+
+
+async def test_v1_keeps_a_lost_producer_id_mapping_on_produce_abortable(
+    open_txn: Harness,
+) -> None:
+    open_txn.add(("t", 0))
+    open_txn.txn.on_batch_failed(make_batch("t", 0), error_for_code(INVALID_PRODUCER_ID_MAPPING))
+    assert open_txn.txn.state is State.ABORTABLE_ERROR
+
+
+async def test_v2_end_txn_with_a_lost_producer_id_mapping_is_fatal(open_v2: Harness) -> None:
+    open_v2.txn.maybe_add_partition(("t", 0))
+    result = open_v2.txn.begin_commit()
+    item, _ = open_v2.expect(Kind.END_TXN)
+    open_v2.answer(item, EndTxnResponse(0, INVALID_PRODUCER_ID_MAPPING))
+    assert open_v2.txn.state is State.FATAL_ERROR
+    assert isinstance(result.exception(), InvalidProducerIdMappingError)
+
+
+async def test_turning_v2_on_between_transactions_bumps_the_epoch_first(
+    features: Features,
+) -> None:
+    features.set(1, 1)
+    harness = v2_harness(features)
+    harness.initialize()
+    txn = harness.txn
+    assert not txn.transaction_v2
+    txn.begin_transaction()
+    harness.add(("t", 0))
+    # The cluster finalizes transaction.version 2 during the transaction.
+    features.set(2, 2)
+    result = txn.begin_commit()
+    item, request = harness.expect(Kind.END_TXN)
+    assert request.version_cap == 4, "the transaction ends with the protocol it began with"
+    assert not txn.transaction_v2
+    harness.answer(item, EndTxnResponse(0, 0))
+    # As Java (KAFKA-18227): an epoch bump before the first v2 transaction.
+    assert txn.state is State.INITIALIZING
+    assert not result.done()
+    item, request = harness.expect(Kind.INIT_PRODUCER_ID)
+    assert isinstance(request, InitProducerIdRequest)
+    harness.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert result.done() and result.exception() is None
+    assert txn.state is State.READY
+    assert txn.transaction_v2
+    txn.begin_transaction()
+    txn.maybe_add_partition(("t", 0))
+    assert harness.next() is None, "no AddPartitionsToTxn any more"
+    batch = make_batch("t", 0)
+    assert txn.may_drain(batch)
+    txn.prepare(batch)
+    assert (batch.producer_epoch, batch.base_sequence) == (EPOCH + 1, 0)
+
+
+async def test_turning_v2_off_applies_from_the_next_transaction(
+    open_v2: Harness, features: Features
+) -> None:
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    features.set(2, 1)
+    txn.begin_commit()
+    item, request = open_v2.expect(Kind.END_TXN)
+    assert request.version_cap is None
+    assert txn.transaction_v2 and txn.produce_version_cap is None
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert txn.state is State.READY
+    assert not txn.transaction_v2
+    assert txn.produce_version_cap == 11
+    txn.begin_transaction()
+    request = open_v2.add(("t", 0))
+    assert request.transactions[0].producer_epoch == EPOCH + 1
+
+
+async def test_features_are_read_again_only_when_their_epoch_grows(
+    open_v2: Harness, features: Features
+) -> None:
+    # Java reads the finalized features only when a newer epoch arrived.
+    txn = open_v2.txn
+    txn.maybe_add_partition(("t", 0))
+    features.set(1, 1)  # same epoch as at initialization: ignored
+    txn.begin_abort()
+    item, _ = open_v2.expect(Kind.END_TXN)
+    open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert txn.transaction_v2
