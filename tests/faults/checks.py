@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -238,6 +239,26 @@ class Ledger:
                 f"e.g. {sorted(missing)[:5]}"
             )
             assert present == expected, f"partition {partition} is out of order"
+
+
+async def wait_for_watermarks(
+    bootstrap_servers: str, topic: str, total: int, timeout: float = 30.0
+) -> None:
+    """Wait until the topic's high watermarks add up to ``total`` (or ``timeout`` passes).
+
+    For acks=0, where the producer cannot know when the broker appended: the mock's own
+    threads may still be reading the last requests off the socket after the producer closed.
+    A shortfall after ``timeout`` is left for the ledger's check to report.
+    """
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(high_watermarks(bootstrap_servers, topic).values()) >= total:
+                return
+            time.sleep(0.05)
+
+    await asyncio.to_thread(wait)
 
 
 async def mock_log(bootstrap_servers: str, topic: str) -> dict[int, list[bytes | None]]:
