@@ -81,6 +81,9 @@ class ProducerRecord:
 # Sentinel a batch future resolves to when its records moved to smaller batches.
 SPLIT = object()
 
+_new_tuple = tuple.__new__
+_CREATE_TIME = TimestampType.CREATE_TIME
+
 
 class RecordFuture:
     """The result of one sent record: await it for its :class:`RecordMetadata`.
@@ -173,14 +176,17 @@ class RecordFuture:
         else:
             timestamp = self.timestamp
             timestamp_type = TimestampType.CREATE_TIME
-        return RecordMetadata(
-            batch.topic,
-            batch.partition,
-            base_offset + self.relative_offset if base_offset >= 0 else -1,
-            timestamp,
-            self.key_size,
-            self.value_size,
-            timestamp_type,
+        return _new_tuple(
+            RecordMetadata,
+            (
+                batch.topic,
+                batch.partition,
+                base_offset + self.relative_offset if base_offset >= 0 else -1,
+                timestamp,
+                self.key_size,
+                self.value_size,
+                timestamp_type,
+            ),
         )
 
     def result(self) -> RecordMetadata:
@@ -194,14 +200,19 @@ class RecordFuture:
             raise batch.error
         base_offset, log_append_time = batch.outcome
         if log_append_time < 0:
-            return RecordMetadata(
-                batch.topic,
-                batch.partition,
-                base_offset + self.relative_offset if base_offset >= 0 else -1,
-                self.timestamp,
-                self.key_size,
-                self.value_size,
-                TimestampType.CREATE_TIME,
+            # tuple.__new__ directly: the NamedTuple's own __new__ is a Python function,
+            # and this runs once per record awaited.
+            return _new_tuple(
+                RecordMetadata,
+                (
+                    batch.topic,
+                    batch.partition,
+                    base_offset + self.relative_offset if base_offset >= 0 else -1,
+                    self.timestamp,
+                    self.key_size,
+                    self.value_size,
+                    _CREATE_TIME,
+                ),
             )
         return self._metadata(batch.outcome)
 
