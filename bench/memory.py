@@ -22,11 +22,11 @@ import os
 import resource
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from bench._results import save
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -116,11 +116,7 @@ def main() -> int:
                 f"acked {row['acked']:,}, failed {row['failed']}",
                 flush=True,
             )
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{stamp}-memory.json"
-    path.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
-    print(f"wrote {path}")
+    save("memory", rows)
     return 0
 
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from bench._results import save
 
 
 def _records(megabytes: int, size: int = 1024) -> list[bytes]:
@@ -133,11 +131,7 @@ def main() -> int:
                             f"offloaded {row['batches_offloaded']:.0f}",
                             flush=True,
                         )
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{stamp}-offload.json"
-    path.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
-    print(f"wrote {path}")
+    save("offload", rows)
     return 0
 
 
