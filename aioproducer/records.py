@@ -83,6 +83,7 @@ SPLIT = object()
 
 _new_tuple = tuple.__new__
 _CREATE_TIME = TimestampType.CREATE_TIME
+_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 
 
 class RecordFuture:
@@ -299,7 +300,37 @@ class BatchResults:
 
     def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
         # Records of one batch complete together: this waits about once per batch.
-        for future in self._futures:
-            if not future.done():
+        futures = self._futures
+        for future in futures:
+            if not future._batch.final and not future._cancelled:
                 yield from future.__await__()
-        return [future.result() for future in self._futures]
+        # RecordFuture.result() for each, inlined for the common case (acknowledged, not
+        # cancelled): this runs once per record of the call.
+        results: list[RecordMetadata] = []
+        append = results.append
+        new = _new_tuple
+        for future in futures:
+            batch = future._batch
+            if future._cancelled or batch.error is not None:
+                append(future.result())  # raises the record's error
+                continue
+            base_offset, log_append_time = batch.outcome
+            if log_append_time < 0:
+                timestamp, timestamp_type = future.timestamp, _CREATE_TIME
+            else:
+                timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
+            append(
+                new(
+                    RecordMetadata,
+                    (
+                        batch.topic,
+                        batch.partition,
+                        base_offset + future.relative_offset if base_offset >= 0 else -1,
+                        timestamp,
+                        future.key_size,
+                        future.value_size,
+                        timestamp_type,
+                    ),
+                )
+            )
+        return results

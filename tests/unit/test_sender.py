@@ -478,6 +478,45 @@ async def test_log_append_time_replaces_the_create_time() -> None:
         assert metadata.timestamp_type == TimestampType.LOG_APPEND_TIME
 
 
+async def test_batch_results_give_each_record_what_its_future_gives() -> None:
+    from aioproducer.records import BatchResults
+
+    h = Harness(leaders={0: 1, 1: 2, 2: 2})
+    create_time = [h.append(0, b"a", key=b"k"), h.append(0, b"bb")]
+    append_time = [h.append(1, b"c"), h.append(1, b"")]
+    failing = [h.append(2, b"d")]
+    h.step(T0 + 0.010)
+    await h.respond(h.last_produce(1), ok(0, 7))
+    sent = h.last_produce(2)
+    sent.future.set_result(
+        ProduceResponse(
+            topics=[
+                ProduceTopicResponse(
+                    TOPIC,
+                    [ok(1, 40, log_append_time=1_800_000_000_000), error(2, INVALID_RECORD)],
+                )
+            ]
+        )
+    )
+    await run_callbacks()
+    metadata = await BatchResults(create_time + append_time)
+    assert metadata == [f.result() for f in create_time + append_time]
+    assert [(m.offset, m.timestamp_type) for m in metadata] == [
+        (7, TimestampType.CREATE_TIME),
+        (8, TimestampType.CREATE_TIME),
+        (40, TimestampType.LOG_APPEND_TIME),
+        (41, TimestampType.LOG_APPEND_TIME),
+    ]
+    assert [m.serialized_key_size for m in metadata] == [1, -1, -1, -1]
+    assert metadata[3].serialized_value_size == 0
+    with pytest.raises(InvalidRecordError):
+        await BatchResults(create_time + failing)
+    cancelled = h.append(0, b"e")
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await BatchResults([*create_time, cancelled])
+
+
 async def test_nothing_is_drained_while_the_connection_is_at_max_in_flight() -> None:
     h = Harness(max_in_flight_requests_per_connection=2, linger_ms=0)
     first = h.append(0, b"1")
