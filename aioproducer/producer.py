@@ -843,15 +843,7 @@ class Producer:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is not None:
             if sticky:
-                # _note_sticky_append, inlined: this runs for every null-key record.
-                size = 10 if value is None else len(value) + 10
-                batch = future._batch
-                self._record_appended(  # type: ignore[misc]
-                    topic,
-                    partition,
-                    size,
-                    switch_allowed=batch.full or batch.builder.remaining < size,
-                )
+                self._note_sticky_append(topic, partition, key, value, future)
             return future
         size = _record_size(key, value, headers)
         self._check_record_size(size)

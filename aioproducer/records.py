@@ -168,15 +168,14 @@ class RecordFuture:
             *(() if self._cancel_message is None else (self._cancel_message,))
         )
 
-    def _metadata(self, result: tuple[int, int]) -> RecordMetadata:
-        base_offset, log_append_time = result
-        batch = self._batch
-        if log_append_time >= 0:
-            timestamp = log_append_time
-            timestamp_type = TimestampType.LOG_APPEND_TIME
+    def _metadata(self, batch: ProducerBatch) -> RecordMetadata:
+        # The metadata of an acknowledged record of ``batch``. tuple.__new__ directly: the
+        # NamedTuple's own __new__ is a Python function, and this runs once per record.
+        base_offset, log_append_time = batch.outcome
+        if log_append_time < 0:
+            timestamp, timestamp_type = self.timestamp, _CREATE_TIME
         else:
-            timestamp = self.timestamp
-            timestamp_type = TimestampType.CREATE_TIME
+            timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
         return _new_tuple(
             RecordMetadata,
             (
@@ -199,23 +198,7 @@ class RecordFuture:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         if batch.error is not None:
             raise batch.error
-        base_offset, log_append_time = batch.outcome
-        if log_append_time < 0:
-            # tuple.__new__ directly: the NamedTuple's own __new__ is a Python function,
-            # and this runs once per record awaited.
-            return _new_tuple(
-                RecordMetadata,
-                (
-                    batch.topic,
-                    batch.partition,
-                    base_offset + self.relative_offset if base_offset >= 0 else -1,
-                    self.timestamp,
-                    self.key_size,
-                    self.value_size,
-                    _CREATE_TIME,
-                ),
-            )
-        return self._metadata(batch.outcome)
+        return self._metadata(batch)
 
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
@@ -304,33 +287,14 @@ class BatchResults:
         for future in futures:
             if not future._batch.final and not future._cancelled:
                 yield from future.__await__()
-        # RecordFuture.result() for each, inlined for the common case (acknowledged, not
-        # cancelled): this runs once per record of the call.
+        # RecordFuture.result() for each, with its checks inlined for the common case
+        # (acknowledged, not cancelled): this runs once per record of the call.
         results: list[RecordMetadata] = []
         append = results.append
-        new = _new_tuple
         for future in futures:
             batch = future._batch
             if future._cancelled or batch.error is not None:
                 append(future.result())  # raises the record's error
-                continue
-            base_offset, log_append_time = batch.outcome
-            if log_append_time < 0:
-                timestamp, timestamp_type = future.timestamp, _CREATE_TIME
             else:
-                timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
-            append(
-                new(
-                    RecordMetadata,
-                    (
-                        batch.topic,
-                        batch.partition,
-                        base_offset + future.relative_offset if base_offset >= 0 else -1,
-                        timestamp,
-                        future.key_size,
-                        future.value_size,
-                        timestamp_type,
-                    ),
-                )
-            )
+                append(future._metadata(batch))
         return results

@@ -333,11 +333,6 @@ class RecordBatchBuilder:
             self._written = position
 
     @property
-    def compression(self) -> CompressionType:
-        """The batch's codec."""
-        return self._compression
-
-    @property
     def records_size(self) -> int:
         """Bytes of the records so far (what the codec would compress)."""
         return self._position - RECORD_BATCH_OVERHEAD
@@ -390,11 +385,7 @@ class RecordBatchBuilder:
         if self._compression is not CompressionType.NONE:
             compressed = self._precompressed
             if compressed is None:
-                compressed = compress(
-                    self._compression,
-                    memoryview(buffer)[RECORD_BATCH_OVERHEAD:end],
-                    self._compression_level,
-                )
+                compressed = self.compress_records()
             self._precompressed = None
             end = RECORD_BATCH_OVERHEAD + len(compressed)
             if end > self._capacity:

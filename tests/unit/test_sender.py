@@ -1351,12 +1351,19 @@ async def test_the_worker_thread_compresses_and_the_batch_goes_out(
 async def test_a_codec_error_in_the_thread_falls_back_to_the_loop(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    import threading
+
     from aioproducer.protocol.record_batch import RecordBatchBuilder
 
-    def broken(builder: RecordBatchBuilder) -> bytes:
-        raise MemoryError("no memory in the worker")
+    loop_thread = threading.get_ident()
+    real = RecordBatchBuilder.compress_records
 
-    monkeypatch.setattr(RecordBatchBuilder, "compress_records", broken)
+    def broken_in_workers(builder: RecordBatchBuilder) -> bytes:
+        if threading.get_ident() != loop_thread:
+            raise MemoryError("no memory in the worker")
+        return real(builder)
+
+    monkeypatch.setattr(RecordBatchBuilder, "compress_records", broken_in_workers)
     h = Harness(compression_type="zstd", compression_offload_bytes=0, linger_ms=0)
     future = h.append(0, b"z" * 500)
     h.step()
