@@ -31,6 +31,8 @@ from typing import Any
 
 import scramp
 
+from tests.support.stream_server import StreamServer
+
 __all__ = ["AuthAttempt", "ScriptedSaslBroker", "fetch_api_versions"]
 
 API_VERSIONS = 18
@@ -174,7 +176,7 @@ class _AuthFailed(Exception):
         self.close = close
 
 
-class ScriptedSaslBroker:
+class ScriptedSaslBroker(StreamServer):
     """A scripted SASL broker on ``host:port``.
 
     Args:
@@ -216,9 +218,8 @@ class ScriptedSaslBroker:
         self.users = dict(users or {})
         self.tokens = dict(tokens or {})
         self.mechanisms = list(mechanisms)
+        super().__init__(host, port)
         self.upstream = upstream
-        self.host = host
-        self._requested_port = port
         self._ssl_context = ssl_context
         self.tamper_server_signature = tamper_server_signature
         self.scram_error_in_server_final = scram_error_in_server_final
@@ -234,26 +235,12 @@ class ScriptedSaslBroker:
                 )
         self._ranges: dict[int, tuple[int, int]] = {}
         self._sasl_authenticate_max_version = sasl_authenticate_max_version
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         #: Every SASL exchange, in order.
         self.attempts: list[AuthAttempt] = []
         #: ``(api_key, version)`` of every request answered here (not the piped ones).
         self.requests: list[tuple[int, int]] = []
         #: TCP connections accepted.
         self.connections = 0
-
-    @property
-    def port(self) -> int:
-        """The listening port (after :meth:`start`)."""
-        assert self._server is not None, "start() the broker first"
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    @property
-    def bootstrap_servers(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
         """Listen; with an upstream, learn its ApiVersions ranges first."""
@@ -266,45 +253,16 @@ class ScriptedSaslBroker:
         ranges[SASL_HANDSHAKE] = (0, 1)
         ranges[SASL_AUTHENTICATE] = (0, self._sasl_authenticate_max_version)
         self._ranges = ranges
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self._requested_port, ssl=self._ssl_context
-        )
-
-    async def close(self) -> None:
-        """Stop listening and drop every connection."""
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    async def __aenter__(self) -> ScriptedSaslBroker:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        await self._listen(self._ssl_context)
 
     # ---- serving ------------------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
+    # A malformed frame from the client (ValueError) ends its connection too.
+    _ignored_errors = (*StreamServer._ignored_errors, ValueError)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            await self._converse(reader, writer)
-        except (OSError, asyncio.IncompleteReadError, ValueError, ssl.SSLError):
-            pass
-        except asyncio.CancelledError:
-            # Ending normally: asyncio's stream server (3.11) calls exception() on the
-            # handler task and would report a cancelled one as an error in a callback.
-            pass
-        finally:
-            writer.close()
-            self._tasks.discard(task)
+        await self._converse(reader, writer)
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         exchange: _Exchange | None = None

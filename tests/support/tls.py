@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from aioproducer.embedded import EmbeddedBroker
+from tests.support.stream_server import StreamServer
 
 __all__ = [
     "BackgroundLoop",
@@ -233,7 +234,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-class TlsProxy:
+class TlsProxy(StreamServer):
     """A TLS terminator: accepts TLS on ``host:port`` and pipes plaintext to the upstream broker.
 
     Bytes pass through unchanged in both directions; each client connection gets its own
@@ -256,67 +257,15 @@ class TlsProxy:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(host, port)
         self.upstream = upstream
-        self.host = host
-        self._requested_port = port
         self._context = context
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         #: Client connections whose TLS handshake succeeded.
         self.accepted = 0
         #: Client connections whose TLS handshake failed (either side refused it).
         self.rejected = 0
 
-    @property
-    def port(self) -> int:
-        """The listening port (after :meth:`start`)."""
-        assert self._server is not None, "start() the proxy first"
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    @property
-    def bootstrap_servers(self) -> str:
-        """``host:port`` of the proxy."""
-        return f"{self.host}:{self.port}"
-
-    async def start(self) -> None:
-        """Listen for TLS connections."""
-        self._server = await asyncio.start_server(self._serve, self.host, self._requested_port)
-
-    async def close(self) -> None:
-        """Stop listening and cut every piped connection."""
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-    async def __aenter__(self) -> TlsProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            await self._terminate(reader, writer)
-        except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            # Ending normally: asyncio's stream server (3.11) calls exception() on the
-            # handler task and would report a cancelled one as an error in a callback.
-            pass
-        finally:
-            writer.close()
-            self._tasks.discard(task)
-
-    async def _terminate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         incoming = ssl.MemoryBIO()
         outgoing = ssl.MemoryBIO()
         tls = self._context.wrap_bio(incoming, outgoing, server_side=True)
