@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mmh3
+from mypy_extensions import mypyc_attr
 
 from aioproducer.errors import PartitionerError
 
@@ -148,6 +149,7 @@ class Partitioner(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass it; the module is compiled
 class BasePartitioner(abc.ABC):
     """A convenient base for partitioners: every hook the pipeline may call, doing nothing.
 

@@ -1,0 +1,103 @@
+"""The hot path compiled with mypyc: which modules are, and what they must not contain.
+
+``AIOPRODUCER_EXPECT_COMPILED`` (set by ``.ci/run``) says which build is under test: ``1``
+the compiled one, ``0`` the pure-Python one. Unset, only the source rules are checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from aioproducer.compiled import HOT_PATH_MODULES, compiled_modules
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _source(module: str) -> Path:
+    return ROOT / (module.replace(".", "/") + ".py")
+
+
+class _AwaitWhileHandling(ast.NodeVisitor):
+    """Finds awaits (and async with/for) inside except and finally blocks."""
+
+    def __init__(self) -> None:
+        self.handling = 0
+        self.found: list[str] = []
+
+    def _visit_all(self, nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            self.visit(node)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        self._visit_all(node.body)
+        self._visit_all(node.orelse)
+        self.handling += 1
+        for handler in node.handlers:
+            self.visit(handler)
+        self._visit_all(node.finalbody)
+        self.handling -= 1
+
+    def _note(self, node: ast.AST, what: str) -> None:
+        self.found.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+    def visit_Await(self, node: ast.Await) -> None:
+        if self.handling:
+            self._note(node, "await inside except/finally")
+        self.generic_visit(node)
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        # __aexit__ is awaited while the block's exception is being handled.
+        self._note(node, "async with")
+        self.generic_visit(node)
+
+    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
+        self._note(node, "async for")
+        self.generic_visit(node)
+
+
+@pytest.mark.parametrize("module", HOT_PATH_MODULES)
+def test_compiled_modules_never_await_while_handling_an_exception(module: str) -> None:
+    # mypyc leaves the handled exception in the thread state while a compiled coroutine is
+    # suspended in an except/finally block, and a later compiled await re-raises it (found by
+    # tests/faults/test_cancellation.py when producer.py was compiled). Such code belongs in
+    # an interpreted module.
+    visitor = _AwaitWhileHandling()
+    visitor.visit(ast.parse(_source(module).read_text(), str(_source(module))))
+    assert visitor.found == [], f"{module} is compiled; move this to an interpreted module"
+
+
+def test_the_checker_finds_an_await_in_an_except_block() -> None:
+    visitor = _AwaitWhileHandling()
+    visitor.visit(ast.parse("async def f():\n try:\n  pass\n except E:\n  await g()\n"))
+    visitor.visit(ast.parse("async def f():\n try:\n  await g()\n finally:\n  await h()\n"))
+    assert len(visitor.found) == 2
+
+
+def test_setup_compiles_exactly_the_hot_path_modules() -> None:
+    # setup.py reads HOT_PATH_MODULES from the source of aioproducer/compiled.py.
+    # Only that function of setup.py runs here: the module itself would build the package.
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    function = next(
+        node for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "_compiled_sources"
+    )
+    namespace: dict[str, object] = {"__file__": str(ROOT / "setup.py"), "ast": ast, "Path": Path}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), "setup.py", "exec"), namespace)
+    sources = namespace["_compiled_sources"]
+    assert callable(sources)
+    assert sources() == [str(_source(m).relative_to(ROOT)) for m in HOT_PATH_MODULES]
+
+
+def test_the_build_under_test_is_the_expected_one() -> None:
+    expected = os.environ.get("AIOPRODUCER_EXPECT_COMPILED")
+    if expected is None:
+        pytest.skip("AIOPRODUCER_EXPECT_COMPILED is not set")
+    if expected == "1":
+        assert compiled_modules() == HOT_PATH_MODULES
+    else:
+        assert compiled_modules() == ()
+
