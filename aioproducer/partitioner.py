@@ -452,6 +452,9 @@ class CallablePartitioner(BasePartitioner):
 
     def __init__(self, function: PartitionFunction) -> None:
         self.function = function
+        # Typed as returning object, not int: this module is compiled, and mypyc would turn a
+        # wrong answer into its own TypeError before partition() could explain it.
+        self._call: Callable[[str, bytes | None, int], object] = function
 
     def partition(
         self,
@@ -461,7 +464,7 @@ class CallablePartitioner(BasePartitioner):
         available: Sequence[int],
     ) -> int:
         """Call the function and check its answer is a partition of the topic."""
-        result = self.function(topic, key_bytes, partition_count)
+        result = self._call(topic, key_bytes, partition_count)
         if type(result) is int and 0 <= result < partition_count:
             return result
         return self._checked(topic, result, partition_count)
