@@ -63,7 +63,10 @@ def _attribute_docstrings(module: types.ModuleType) -> dict[str, str]:
     """``NAME = value`` followed by a string literal, as mkdocstrings reads it."""
     import ast
 
-    tree = ast.parse(inspect.getsource(module))
+    # The .py file, as mkdocstrings reads it: for a module compiled with mypyc, __file__ is
+    # the extension beside it (accumulator.cpython-311-x86_64-linux-gnu.so).
+    path = Path(module.__file__ or "")
+    tree = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text())
     found: dict[str, str] = {}
     body = tree.body
     for statement, following in itertools.pairwise(body):
