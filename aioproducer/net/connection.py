@@ -806,6 +806,24 @@ class BrokerConnection(asyncio.Protocol):
         self._shutdown(error, error)
         return True
 
+    def _half_close(self, transport: asyncio.Transport) -> None:
+        """Close after requests sent without expecting an answer (acks=0) without losing them.
+
+        A broker that answers them anyway (Tansu, librdkafka's mock) may still be sending when
+        we close; a socket closed with unread bytes, or that receives bytes after closing,
+        sends a TCP reset, and the reset makes the broker's kernel drop the requests it had
+        received but not yet read: records reported as sent would be lost. So shut down only
+        our side (after the write buffer flushes), keep reading (and ignoring) until the
+        broker closes its side on reading our EOF, and abort if it has not within
+        ``request_timeout_ms``.
+        """
+        transport.write_eof()
+        lost = self._lost
+        if lost is None or lost.done():
+            return
+        handle = asyncio.get_running_loop().call_later(self._request_timeout, transport.abort)
+        lost.add_done_callback(lambda _: handle.cancel())
+
     def _connection_error(self, what: str) -> KafkaError:
         return KafkaConnectionError(f"connection to {self.description}: {what}")
 
@@ -834,10 +852,12 @@ class BrokerConnection(asyncio.Protocol):
             future.set_exception(error)
         transport = self._transport
         if transport is not None:
-            if cause is None:
-                transport.close()  # flushes what was written, e.g. acks=0 produce requests
-            else:
+            if cause is not None:
                 transport.abort()
+            elif self._unanswered_ids and transport.can_write_eof():
+                self._half_close(transport)
+            else:
+                transport.close()  # flushes what was written
         if self._lost is not None and transport is None and not self._lost.done():
             self._lost.set_result(None)
         on_close = self._on_close

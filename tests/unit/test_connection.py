@@ -572,6 +572,70 @@ def test_unsolicited_response_is_ignored(run: Runner[None]) -> None:
     run(scenario())
 
 
+def test_close_after_acks_zero_lets_the_broker_read_everything(run: Runner[None]) -> None:
+    # Tansu and librdkafka's mock answer acks=0 produce requests. An answer that reaches a
+    # fully closed socket makes its kernel send a TCP reset, and a broker that sees the reset
+    # drops the requests it had received but not read yet: records the producer reported as
+    # sent (the CI failure of test_acks_zero_with_a_broker_that_answers_anyway). The broker
+    # here reads nothing until the client has closed and its answer has landed, then must
+    # read every request and a clean end of stream.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server((HOST, 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+
+        async def read_frame(sock: socket.socket) -> bytes:
+            async def exactly(count: int) -> bytes:
+                data = b""
+                while len(data) < count:
+                    chunk = await loop.sock_recv(sock, count - len(data))
+                    if not chunk:
+                        raise ConnectionError("end of stream inside a frame")
+                    data += chunk
+                return data
+
+            return await exactly(struct.unpack(">i", await exactly(4))[0])
+
+        async def accept_and_handshake() -> socket.socket:
+            sock, _ = await loop.sock_accept(listener)
+            sock.setblocking(False)
+            request = await read_frame(sock)
+            version, correlation_id = struct.unpack_from(">hi", request, 2)
+            body = api_versions_body(version, 0, DEFAULT_RANGES)
+            await loop.sock_sendall(sock, frame(correlation_id, body))
+            return sock
+
+        server = asyncio.ensure_future(accept_and_handshake())
+        connection = BrokerConnection(1, HOST, port, make_config(port))
+        await connection.connect()
+        broker_side = await server
+        payloads = [bytes([i]) * 2000 for i in range(20)]
+        for payload in payloads:
+            assert connection.send(EchoRequest(payload, respond=False)).done()
+        connection.close()
+        await asyncio.sleep(0.05)  # the client's close has reached the kernel
+        # Like the mock: answer each request as it is read, and give up on the connection at
+        # the first failed write (the reset the client's kernel sends for an answer it will
+        # not read), dropping what was not read yet.
+        bodies = []
+        try:
+            for _ in payloads:
+                body = await read_frame(broker_side)
+                bodies.append(body)
+                correlation_id = struct.unpack_from(">i", body, 4)[0]
+                await loop.sock_sendall(broker_side, frame(correlation_id, b"ok"))
+                await asyncio.sleep(0.01)  # a reset, if the client sends one, lands here
+            assert await loop.sock_recv(broker_side, 1) == b""  # then a clean end of stream
+        finally:
+            broker_side.close()
+            listener.close()
+        assert all(body.endswith(payload) for body, payload in zip(bodies, payloads, strict=True))
+        await asyncio.wait_for(connection.wait_closed(), PATIENCE)
+
+    run(scenario())
+
+
 def test_unexplained_correlation_id_closes_as_corrupt(run: Runner[None]) -> None:
     async def scenario() -> None:
         async with FakeBroker() as broker:
