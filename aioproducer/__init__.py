@@ -6,15 +6,9 @@ The public names are listed in ``__all__``; errors live in :mod:`aioproducer.err
 from __future__ import annotations
 
 from aioproducer.config import ProducerConfig
+from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.producer import Producer, ProducerState
-from aioproducer.records import (
-    BatchResults,
-    Header,
-    ProducerRecord,
-    RecordFuture,
-    RecordMetadata,
-    TimestampType,
-)
+from aioproducer.records import Header, ProducerRecord, RecordMetadata, TimestampType
 from aioproducer.sync import SyncProducer
 from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aioproducer.buffer_pool import BufferPool
+from aioproducer.futures import RecordFuture
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
-from aioproducer.records import SPLIT, RecordFuture
+from aioproducer.records import SPLIT
 
 if TYPE_CHECKING:
     from aioproducer.metadata import Cluster

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from aioproducer.errors import ConfigurationError, KafkaError
+from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.producer import Producer
-from aioproducer.records import BatchResults, RecordFuture
 
 __all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
 

@@ -15,6 +15,7 @@ __all__ = ["HOT_PATH_MODULES", "compiled_modules"]
 HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.accumulator",
     "aioproducer.buffer_pool",
+    "aioproducer.futures",
     "aioproducer.partitioner",
     "aioproducer.protocol.record_batch",
 )

@@ -32,6 +32,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
@@ -40,7 +41,7 @@ from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
-from aioproducer.records import BatchResults, ProducerRecord, RecordFuture, RecordMetadata
+from aioproducer.records import ProducerRecord, RecordMetadata
 from aioproducer.sender import Sender, metadata_from_response
 from aioproducer.transactions import (
     ConsumerGroupMetadata,

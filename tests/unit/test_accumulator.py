@@ -11,10 +11,10 @@ import pytest
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
+from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.records import RecordFuture
 
 
 def make_cluster(partitions: dict[int, int], topic: str = "t") -> Cluster:

@@ -52,7 +52,38 @@ def test_each_public_name_is_importable(name: str) -> None:
     assert hasattr(module, name), f"aioproducer.__all__ names {name!r}, which does not exist"
 
 
+def _source_docstring(obj: object) -> str | None:
+    """The docstring in the .py source, for a class or method of a module compiled with
+    mypyc (which keeps no docstrings); None for anything else. mkdocstrings reads the same."""
+    import ast
+
+    qualname = getattr(obj, "__qualname__", None)
+    owner = getattr(obj, "__objclass__", obj)  # a method descriptor knows only its class
+    module = sys.modules.get(getattr(owner, "__module__", None) or "")
+    if not isinstance(qualname, str) or module is None:
+        return None
+    path = Path(getattr(module, "__file__", None) or "")
+    if path.suffix == ".py" or not path.name:
+        return None
+    node: ast.AST = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text())
+    for part in qualname.split("."):
+        for child in ast.iter_child_nodes(node):
+            if (
+                isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and child.name == part
+            ):
+                node = child
+                break
+        else:
+            return None
+    assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    return ast.get_docstring(node) or ""
+
+
 def _own_docstring(obj: object) -> str:
+    source = _source_docstring(obj)
+    if source is not None:
+        return source.strip()
     doc = getattr(obj, "__doc__", None) or ""
     if inspect.isclass(obj) and doc.startswith(f"{obj.__name__}("):
         return ""  # the signature dataclasses write when a class has no docstring
@@ -114,7 +145,11 @@ def _public_members(cls: type) -> list[tuple[str, object]]:
             continue
         if isinstance(member, (staticmethod, classmethod)):
             member = member.__func__
-        if inspect.isfunction(member) or isinstance(member, property):
+        if (
+            inspect.isfunction(member)
+            or inspect.ismethoddescriptor(member)  # a method of a class compiled with mypyc
+            or isinstance(member, property)
+        ):
             members.append((member_name, member))
     return members
 

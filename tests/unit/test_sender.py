@@ -35,6 +35,7 @@ from aioproducer.errors import (
     SenderCrashedError,
     TopicAuthorizationFailedError,
 )
+from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
@@ -56,7 +57,7 @@ from aioproducer.protocol.messages import (
 )
 from aioproducer.protocol.record_batch import estimate_record_size
 from aioproducer.protocol.record_reader import DecodedRecordBatch, decode_record_batches
-from aioproducer.records import RecordFuture, TimestampType
+from aioproducer.records import TimestampType
 from aioproducer.sender import Sender
 from aioproducer.transactions import IdempotenceManager
 
@@ -479,7 +480,7 @@ async def test_log_append_time_replaces_the_create_time() -> None:
 
 
 async def test_batch_results_give_each_record_what_its_future_gives() -> None:
-    from aioproducer.records import BatchResults
+    from aioproducer.futures import BatchResults
 
     h = Harness(leaders={0: 1, 1: 2, 2: 2})
     create_time = [h.append(0, b"a", key=b"k"), h.append(0, b"bb")]

@@ -1,0 +1,228 @@
+"""The futures of sent records: :class:`RecordFuture` per record, :class:`BatchResults` per
+``send_many`` call.
+
+One of each is made per record sent, so this module is compiled with the hot path (see
+:mod:`aioproducer.compiled`); ``aioproducer.RecordFuture`` and ``aioproducer.BatchResults``
+are the names to import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Generator
+from contextvars import Context
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from aioproducer.records import RecordMetadata, TimestampType
+
+if TYPE_CHECKING:
+    from aioproducer.accumulator import ProducerBatch
+
+__all__ = ["BatchResults", "RecordFuture"]
+
+_new_tuple = tuple.__new__
+_CREATE_TIME = TimestampType.CREATE_TIME
+_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+
+
+class RecordFuture:
+    """The result of one sent record: await it for its :class:`RecordMetadata`.
+
+    There is one asyncio future per batch, not per record; this object derives the record's
+    metadata from its batch's result, so sending stays cheap. It behaves as an asyncio
+    future: awaitable, with ``done()``, ``result()``, ``exception()``,
+    ``add_done_callback()``, ``cancel()``, and accepted as is by ``asyncio.gather``,
+    ``asyncio.wait`` and ``asyncio.wait_for`` (no task is made per record).
+
+    Cancelling it (or a task awaiting it) detaches only this future: the record is still
+    delivered, as with any request already handed to a producer.
+    """
+
+    # Makes asyncio.isfuture() accept it, so gather() and wait() use it without a Task.
+    _asyncio_future_blocking: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        batch: ProducerBatch,
+        relative_offset: int,
+        timestamp: int,
+        key_size: int,
+        value_size: int,
+    ) -> None:
+        self._batch = batch
+        self.relative_offset = relative_offset
+        self.timestamp = timestamp
+        self.key_size = key_size
+        self.value_size = value_size
+        self._callbacks: list[tuple[Callable[[Any], object], Context | None]] | None = None
+        self._cancelled = False
+        self._cancel_message: Any = None
+
+    def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
+        # Called when a too-large batch is split: the record now lives in ``batch``.
+        self._batch = batch
+        self.relative_offset = relative_offset
+        if self._callbacks:
+            batch.watch(self._on_batch_done)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the record's batch belongs to."""
+        return self._batch.future.get_loop()
+
+    def done(self) -> bool:
+        """True once the record was acknowledged or failed (or this future cancelled)."""
+        return self._batch.final or self._cancelled
+
+    def cancelled(self) -> bool:
+        """True when this future (not the record's delivery) was cancelled."""
+        return self._cancelled
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Detach this future: it reports cancelled; the record itself is still delivered."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._cancel_message = msg
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            loop = self.get_loop()
+            for callback, context in callbacks:
+                loop.call_soon(callback, self, context=context)
+        return True
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        # asyncio.gather() calls this on a cancelled child, as on its own futures.
+        return asyncio.CancelledError(
+            *(() if self._cancel_message is None else (self._cancel_message,))
+        )
+
+    def _metadata(self, batch: ProducerBatch) -> RecordMetadata:
+        # The metadata of an acknowledged record of ``batch``. tuple.__new__ directly: the
+        # NamedTuple's own __new__ is a Python function, and this runs once per record.
+        base_offset, log_append_time = batch.outcome
+        if log_append_time < 0:
+            timestamp, timestamp_type = self.timestamp, _CREATE_TIME
+        else:
+            timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
+        return _new_tuple(
+            RecordMetadata,
+            (
+                batch.topic,
+                batch.partition,
+                base_offset + self.relative_offset if base_offset >= 0 else -1,
+                timestamp,
+                self.key_size,
+                self.value_size,
+                timestamp_type,
+            ),
+        )
+
+    def result(self) -> RecordMetadata:
+        """The metadata; raises the record's error, or InvalidStateError when not done."""
+        batch = self._batch
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if not batch.final:
+            raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        if batch.error is not None:
+            raise batch.error
+        return self._metadata(batch)
+
+    def exception(self) -> BaseException | None:
+        """The record's error, None on success; raises InvalidStateError when not done."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if not self._batch.final:
+            raise asyncio.InvalidStateError("the record is not acknowledged yet")
+        return self._batch.error
+
+    def add_done_callback(
+        self, callback: Callable[[Any], object], *, context: Context | None = None
+    ) -> None:
+        """Call ``callback(self)`` once the record is acknowledged or failed."""
+        if self.done():
+            self.get_loop().call_soon(callback, self, context=context)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+            # One callback on the batch's future serves every watching record of the batch.
+            self._batch.watch(self._on_batch_done)
+        self._callbacks.append((callback, context))
+
+    def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
+        """Remove every registration of ``callback``; return how many there were."""
+        if not self._callbacks:
+            return 0
+        kept = [entry for entry in self._callbacks if entry[0] != callback]
+        removed = len(self._callbacks) - len(kept)
+        self._callbacks = kept
+        return removed
+
+    def _on_batch_done(self) -> None:
+        # The batch's future is done; if the batch was split, _rebind already moved us on.
+        if not self._batch.final or self._cancelled:
+            return
+        callbacks, self._callbacks = self._callbacks, None
+        for callback, context in callbacks or ():
+            if context is None:
+                callback(self)
+            else:
+                context.run(callback, self)
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        if not self._batch.final and not self._cancelled:
+            # A waiter of our own: cancelling the awaiting task must not cancel the batch.
+            waiter: asyncio.Future[None] = self.get_loop().create_future()
+            self.add_done_callback(functools.partial(_wake, waiter))
+            yield from waiter.__await__()
+        return self.result()
+
+    def __iter__(self) -> Generator[Any, None, RecordMetadata]:
+        return self.__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"<RecordFuture {self._batch.topic}-{self._batch.partition} {state}>"
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class BatchResults:
+    """What ``send_many`` returns: awaitable, resolving to each record's metadata in order."""
+
+    def __init__(self, futures: list[RecordFuture]) -> None:
+        self._futures = futures
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    @property
+    def futures(self) -> list[RecordFuture]:
+        """The per-record futures, in the order the records were given."""
+        return self._futures
+
+    def done(self) -> bool:
+        """True once every record was acknowledged or failed."""
+        return all(future.done() for future in self._futures)
+
+    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+        # Records of one batch complete together: this waits about once per batch.
+        futures = self._futures
+        for future in futures:
+            if not future._batch.final and not future._cancelled:
+                yield from future.__await__()
+        # RecordFuture.result() for each, with its checks inlined for the common case
+        # (acknowledged, not cancelled): this runs once per record of the call.
+        results: list[RecordMetadata] = []
+        append = results.append
+        for future in futures:
+            batch = future._batch
+            if future._cancelled or batch.error is not None:
+                append(future.result())  # raises the record's error
+            else:
+                append(future._metadata(batch))
+        return results
