@@ -14,6 +14,7 @@ __all__ = ["HOT_PATH_MODULES", "compiled_modules"]
 
 HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.accumulator",
+    "aioproducer.appender",
     "aioproducer.buffer_pool",
     "aioproducer.futures",
     "aioproducer.partitioner",

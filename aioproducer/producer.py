@@ -16,6 +16,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.appender import (
+    CheckedHeaders,
+    RecordAppender,
+    record_size,
+)
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
@@ -24,10 +29,8 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
-    RecordTooLargeError,
     RequestTimedOutError,
     SenderCrashedError,
-    SerializationError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for_code,
@@ -40,7 +43,6 @@ from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
-from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
 from aioproducer.records import ProducerRecord, RecordMetadata
 from aioproducer.sender import Sender, metadata_from_response
 from aioproducer.transactions import (
@@ -56,9 +58,6 @@ __all__ = ["Producer", "ProducerState"]
 
 log = logging.getLogger("aioproducer.producer")
 
-_BYTES_LIKE = (bytearray, memoryview)
-
-
 class ProducerState(enum.Enum):
     """Where a producer is in its life."""
 
@@ -66,60 +65,6 @@ class ProducerState(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-def _to_bytes(obj: Any, role: str) -> bytes | None:
-    if obj is None or type(obj) is bytes:
-        return obj
-    if isinstance(obj, bytes):
-        return bytes(obj)
-    if isinstance(obj, _BYTES_LIKE):
-        return bytes(obj)
-    raise SerializationError(
-        f"the record {role} is a {type(obj).__name__}, not bytes-like or None; set "
-        f"{role}_serializer to send other types"
-    )
-
-
-def _check_headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
-    if headers is None:
-        return None
-    checked: list[tuple[str, bytes | None]] = []
-    try:
-        pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-    except TypeError:
-        raise SerializationError(
-            f"headers must be a sequence of (str, bytes) pairs, not {type(headers).__name__}"
-        ) from None
-    for pair in pairs:
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise SerializationError(f"a header must be a (str, bytes) pair, not {pair!r}")
-        name, value = pair
-        if not isinstance(name, str):
-            raise SerializationError(f"a header name must be a str, not {type(name).__name__}")
-        if value is not None and type(value) is not bytes:
-            if not isinstance(value, bytes | bytearray | memoryview):
-                raise SerializationError(
-                    f"the value of header {name!r} must be bytes-like or None, not "
-                    f"{type(value).__name__}"
-                )
-            value = bytes(value)
-        checked.append((name, value))
-    return checked
-
-
-def _record_size(
-    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
-) -> int:
-    """The upper bound of the record's bytes in a batch (Kafka's estimate)."""
-    headers_size = (
-        sum(len(name.encode()) + len(data or b"") + 10 for name, data in headers)
-        if headers
-        else 0
-    )
-    return estimate_record_size(
-        -1 if key is None else len(key), -1 if value is None else len(value), headers_size
-    )
 
 
 class Producer:
@@ -143,9 +88,7 @@ class Producer:
         self._partitioner = make_partitioner(cfg)
         self._record_appended = getattr(self._partitioner, "record_appended", None)
         self._max_block = cfg.max_block_ms / 1000.0
-        self._max_request_size = cfg.max_request_size
-        self._buffer_memory = cfg.buffer_memory
-        self._valid_topics: set[str] = set()
+        self._appender: RecordAppender | None = None
         self._sender: Sender | None = None
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
@@ -223,6 +166,20 @@ class Producer:
             on_acknowledgement=self._on_batch_done if self._interceptors else None,
         )
         sender_ref.append(self._sender)
+        self._appender = RecordAppender(
+            metadata=self._metadata,
+            accumulator=self._accumulator,
+            pool=self._pool,
+            partitioner=self._partitioner,
+            key_serializer=self._key_serializer,
+            value_serializer=self._value_serializer,
+            intercept=self._intercept if self._interceptors else None,
+            check_sendable=self._check_sendable,
+            after_new_batch=self._after_new_batch,
+            sender=self._sender,
+            max_request_size=cfg.max_request_size,
+            buffer_memory=cfg.buffer_memory,
+        )
         try:
             await self._bootstrap()
         except asyncio.TimeoutError:
@@ -239,6 +196,8 @@ class Producer:
         task = self._sender.start()
         task.add_done_callback(self._on_sender_done)
         self._state = ProducerState.RUNNING
+        # Without a transaction to check, a running producer needs no state check per record.
+        self._appender.open = self._transactions is None
         if self._transactions is not None:
             await self._initialize_transactions()
 
@@ -302,6 +261,8 @@ class Producer:
             error = SenderCrashedError(f"the sender task crashed: {exc!r}")
             error.__cause__ = exc
             self._fatal = error
+            if self._appender is not None:
+                self._appender.open = False
             log.error("aioproducer's sender task crashed: %r; the producer cannot send", exc)
 
     async def close(self, timeout: float | None = None) -> None:
@@ -320,6 +281,8 @@ class Producer:
             await self._closed_event.wait()
             return
         self._state = ProducerState.CLOSING
+        if self._appender is not None:
+            self._appender.open = False
         sender = self._sender
         assert sender is not None and sender.task is not None
         try:
@@ -585,45 +548,13 @@ class Producer:
             ProducerClosedError: the producer is closing or closed.
             IllegalStateError: a transactional producer with no open transaction.
         """
-        # _check_sendable(), with its common case inlined: running, no transaction, no error.
-        sender = self._sender
-        if (
-            self._state is not ProducerState.RUNNING
-            or self._fatal is not None
-            or self._transactions is not None
-            or sender is None
-            or sender.fatal_error is not None
-        ):
-            self._check_sendable()
-        if self._interceptors:
-            record = self._intercept(
-                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
-            )
-            topic, value, key = record.topic, record.value, record.key
-            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
-        if topic not in self._valid_topics:
-            validate_topic(topic)
-            self._valid_topics.add(topic)
-        # Inlined for the common case: bytes or None with no serializer.
-        key_bytes: bytes | None = key
-        if self._key_serializer is not None:
-            key_bytes = self._serialize(self._key_serializer, key, "key", topic)
-        elif key is not None and type(key) is not bytes:
-            key_bytes = _to_bytes(key, "key")
-        value_bytes: bytes | None = value
-        if self._value_serializer is not None:
-            value_bytes = self._serialize(self._value_serializer, value, "value", topic)
-        elif value is not None and type(value) is not bytes:
-            value_bytes = _to_bytes(value, "value")
-        checked_headers = _check_headers(headers) if headers is not None else None
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        future = self._append_nowait(
-            topic, partition, timestamp, key_bytes, value_bytes, checked_headers
-        )
+        appender = self._appender
+        if appender is None:
+            self._check_sendable()  # not started: raises
+            raise AssertionError("unreachable: a started producer has an appender")
+        future = appender.append(topic, value, key, partition, timestamp_ms, headers)
         if future is None:
-            future = await self._append_wait(
-                topic, partition, timestamp, key_bytes, value_bytes, checked_headers
-            )
+            future = await self._append_wait(*appender.take_pending())
         return future
 
     async def send_and_wait(
@@ -652,102 +583,22 @@ class Producer:
         that resolves to the list of :class:`RecordMetadata`, in order; its ``futures``
         attribute has each record's future.
         """
-        self._check_sendable()
-        if topic not in self._valid_topics:
-            validate_topic(topic)
-            self._valid_topics.add(topic)
-        futures: list[RecordFuture] = []
-        append = futures.append
-        key_serializer = self._key_serializer
-        value_serializer = self._value_serializer
-        now_ms = int(time.time() * 1000)
-        intercept = bool(self._interceptors)
-        append_nowait = self._append_nowait
+        appender = self._appender
+        if appender is None:
+            self._check_sendable()  # not started: raises
+            raise AssertionError("unreachable: a started producer has an appender")
+        appender.check_sendable()
+        topic = appender.validate_topic(topic)
         sequence = items if isinstance(items, list | tuple) else list(items)
-        total = len(sequence)
-        plain_values_ok = not intercept and value_serializer is None
+        futures: list[RecordFuture] = []
+        now_ms = int(time.time() * 1000)
         index = 0
-        run_end = 0
+        total = len(sequence)
         while index < total:
-            item = sequence[index]
-            record_topic = topic
-            record_partition = partition
-            timestamp = now_ms
-            headers: list[tuple[str, bytes | None]] | None = None
-            if type(item) is bytes and plain_values_ok:
-                # A run of plain values takes the bulk path: whole runs per batch. The end of
-                # the run is found once, not again after every batch it fills.
-                if run_end <= index:
-                    run_end = index + 1
-                    while run_end < total and type(sequence[run_end]) is bytes:
-                        run_end += 1
-                reached = self._append_values_nowait(
-                    topic, partition, now_ms, sequence, index, run_end, futures
-                )
-                if reached > index:
-                    index = reached
-                    continue
-                append(await self._append_wait(topic, partition, now_ms, None, item, None))
-                index += 1
-                continue
-            index += 1
-            if isinstance(item, ProducerRecord):
-                record_topic, key, value = item.topic, item.key, item.value
-                if item.partition is not None:
-                    record_partition = item.partition
-                if item.timestamp_ms is not None:
-                    timestamp = int(item.timestamp_ms)
-                headers = _check_headers(item.headers)
-            elif type(item) is tuple and len(item) == 2:
-                key, value = item
-            else:
-                key, value = None, item
-            if intercept:
-                record = self._intercept(
-                    ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
-                )
-                record_topic, key, value = record.topic, record.key, record.value
-                record_partition, headers = record.partition, _check_headers(record.headers)
-                timestamp = record.timestamp_ms if record.timestamp_ms is not None else now_ms
-            if record_topic not in self._valid_topics:
-                validate_topic(record_topic)
-                self._valid_topics.add(record_topic)
-            key_bytes = (
-                _to_bytes(key, "key") if key_serializer is None
-                else self._serialize(key_serializer, key, "key", record_topic)
-            )
-            value_bytes = (
-                _to_bytes(value, "value") if value_serializer is None
-                else self._serialize(value_serializer, value, "value", record_topic)
-            )
-            maybe = append_nowait(
-                record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
-            )
-            if maybe is None:
-                maybe = await self._append_wait(
-                    record_topic, record_partition, timestamp, key_bytes, value_bytes, headers
-                )
-            append(maybe)
+            index = appender.append_many(topic, partition, now_ms, sequence, index, futures)
+            if appender.has_pending():
+                futures.append(await self._append_wait(*appender.take_pending()))
         return BatchResults(futures)
-
-    def _serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
-        if serializer is None:
-            return _to_bytes(obj, role)
-        try:
-            data = serializer(obj)
-        except SerializationError:
-            raise
-        except Exception as exc:
-            raise SerializationError(
-                f"{role}_serializer failed for a record to topic {topic!r}: {exc!r}"
-            ) from exc
-        if data is None or type(data) is bytes:
-            return data
-        if isinstance(data, bytes | bytearray | memoryview):
-            return bytes(data)
-        raise SerializationError(
-            f"{role}_serializer returned a {type(data).__name__}; it must return bytes or None"
-        )
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
         for interceptor in self._interceptors:
@@ -775,106 +626,6 @@ class Producer:
                 except Exception:
                     log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
-    def _append_values_nowait(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        values: Sequence[bytes],
-        start: int,
-        stop: int,
-        futures: list[RecordFuture],
-    ) -> int:
-        """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
-        index reached, which is ``start`` when metadata or memory must be waited for."""
-        info = self._metadata.cluster.topics.get(topic)
-        if info is None:
-            return start
-        count = len(info.partitions)
-        accumulator = self._accumulator
-        partitioner = self._partitioner
-        record_appended = self._record_appended
-        index = start
-        while index < stop:
-            if partition is None:
-                chosen = partitioner.partition(topic, None, count, info.available_partitions)
-            elif 0 <= partition < count:
-                chosen = partition
-            else:
-                return index
-            reached = accumulator.append_values(
-                topic, chosen, timestamp, values, index, stop, futures
-            )
-            if reached == index:
-                # No open batch with room: start one with the next value.
-                future = self._append_nowait(topic, chosen, timestamp, None, values[index], None)
-                if future is None:
-                    return index
-                futures.append(future)
-                reached = index + 1
-            elif partition is None and record_appended is not None:
-                size = sum(map(len, values[index:reached])) + 10 * (reached - index)
-                batch = futures[-1]._batch
-                record_appended(topic, chosen, size, switch_allowed=batch.full)
-            index = reached
-        return index
-
-    def _append_nowait(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
-    ) -> RecordFuture | None:
-        """Append without waiting; None when metadata or memory must be waited for."""
-        info = self._metadata.cluster.topics.get(topic)
-        if info is None:
-            return None
-        count = len(info.partitions)
-        if partition is None:
-            partition = self._partitioner.partition(topic, key, count, info.available_partitions)
-            sticky = key is None and self._record_appended is not None
-        elif not 0 <= partition < count:
-            return None
-        else:
-            sticky = False
-        accumulator = self._accumulator
-        future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
-        if future is not None:
-            if sticky:
-                self._note_sticky_append(topic, partition, key, value, future)
-            return future
-        size = _record_size(key, value, headers)
-        self._check_record_size(size)
-        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
-        if buffer is None:
-            return None
-        future = accumulator.append_to_new_batch(
-            topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
-        )
-        self._after_new_batch(topic, partition)
-        if sticky:
-            self._note_sticky_append(topic, partition, key, value, future)
-        return future
-
-    def _note_sticky_append(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        future: RecordFuture,
-    ) -> None:
-        # KIP-794: count the bytes of null-key records so the partitioner switches after
-        # batch_size; it may switch early only once the partition's open batch is full.
-        size = len(value or b"") + 10
-        batch = future._batch
-        full = batch.full or batch.builder.remaining < size
-        assert self._record_appended is not None
-        self._record_appended(topic, partition, size, switch_allowed=full)
-
     def _after_new_batch(self, topic: str, partition: int) -> None:
         self._metadata.touch(topic, time.monotonic())
         if self._transactions is not None:
@@ -885,19 +636,6 @@ class Producer:
         assert sender is not None
         sender.wakeup()
 
-    def _check_record_size(self, size: int) -> None:
-        total = size + RECORD_BATCH_OVERHEAD
-        if total > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than max_request_size "
-                f"({self._max_request_size})"
-            )
-        if total > self._buffer_memory:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than buffer_memory "
-                f"({self._buffer_memory})"
-            )
-
     async def _append_wait(
         self,
         topic: str,
@@ -905,17 +643,19 @@ class Producer:
         timestamp: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
+        headers: CheckedHeaders | None,
     ) -> RecordFuture:
+        appender = self._appender
+        assert appender is not None
         start = time.monotonic()
         deadline = start + self._max_block
-        size = _record_size(key, value, headers)
-        self._check_record_size(size)
+        size = record_size(key, value, headers)
+        appender.check_record_size(size)
         info = await self._wait_on_metadata(topic, partition, deadline)
         count = info.partition_count
         sticky = False
         if partition is None:
-            partition = self._partitioner.partition(topic, key, count, info.available_partitions)
+            partition = appender.choose_partition(topic, key, count, info.available_partitions)
             sticky = key is None and self._record_appended is not None
         while True:
             self._check_sendable()
@@ -937,7 +677,7 @@ class Producer:
             self._after_new_batch(topic, partition)
             break
         if sticky:
-            self._note_sticky_append(topic, partition, key, value, future)
+            appender.note_sticky_append(topic, partition, value, future)
         return future
 
     async def _wait_on_metadata(

@@ -17,6 +17,7 @@ import pytest
 from aioproducer import Producer, ProducerRecord, RecordMetadata
 from aioproducer.errors import (
     InvalidTopicError,
+    PartitionerError,
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
@@ -244,8 +245,20 @@ async def test_bad_inputs_fail_clearly_and_lose_nothing_else(target: Target) -> 
         metadata = [await f for f in good]
     with pytest.raises(ProducerClosedError):
         await producer.send(topic, b"late")
-    consumed = read_back(target.bootstrap, topic, expected=2)
-    assert sorted(r.value for r in consumed) == [b"after", b"before"]
+
+    class OffByOne:
+        def partition(self, topic: str, key: bytes | None, count: int, available: Any) -> int:
+            return count  # one past the last partition
+
+    async with Producer(bootstrap_servers=target.bootstrap, partitioner=OffByOne()) as producer:
+        with pytest.raises(PartitionerError, match="from 0 to 1"):
+            await producer.send(topic, b"nowhere")
+        with pytest.raises(PartitionerError, match="from 0 to 1"):
+            await producer.send_many(topic, [b"nowhere"])
+        good.append(await producer.send(topic, b"explicit", partition=1))
+        await good[-1]
+    consumed = read_back(target.bootstrap, topic, expected=3)
+    assert sorted(r.value for r in consumed) == [b"after", b"before", b"explicit"]
     assert {m.topic for m in metadata} == {topic}
 
 

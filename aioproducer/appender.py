@@ -1,0 +1,457 @@
+"""The synchronous half of ``Producer.send``: check, intercept, serialize, partition, append.
+
+``Producer.send`` is a thin coroutine over :meth:`RecordAppender.append`, which does every
+step that needs no waiting and runs compiled with the rest of the hot path (see
+:mod:`aioproducer.compiled`). When a record must wait (for the topic's metadata, or for
+buffer memory), ``append`` keeps the prepared record and the producer's slow path takes it
+with :meth:`RecordAppender.take_pending`, so serializers and interceptors run once per
+record whatever happens.
+
+Nothing here awaits: mypyc-compiled coroutines mishandle an exception being handled across
+an await (see ``tests/unit/test_compiled.py``), and this module needs none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aioproducer.accumulator import RecordAccumulator
+from aioproducer.buffer_pool import BufferPool
+from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
+from aioproducer.futures import RecordFuture
+from aioproducer.metadata import validate_topic
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
+from aioproducer.records import ProducerRecord
+
+__all__ = ["CheckedHeaders", "PreparedRecord", "RecordAppender", "check_headers", "to_bytes"]
+
+CheckedHeaders = list[tuple[str, bytes | None]]
+"""Headers after :func:`check_headers`: a list of ``(str, bytes or None)`` pairs."""
+
+PreparedRecord = tuple[str, int | None, int, bytes | None, bytes | None, CheckedHeaders | None]
+"""A record ready to append: topic, partition (None: the partitioner picks), timestamp,
+key bytes, value bytes, headers."""
+
+
+def to_bytes(obj: Any, role: str) -> bytes | None:
+    """``obj`` as bytes (None stays None); SerializationError when it is not bytes-like."""
+    if obj is None or type(obj) is bytes:
+        return obj
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return bytes(obj)
+    raise SerializationError(
+        f"the record {role} is a {type(obj).__name__}, not bytes-like or None; set "
+        f"{role}_serializer to send other types"
+    )
+
+
+def check_headers(headers: Any) -> CheckedHeaders | None:
+    """Headers as ``(str, bytes or None)`` pairs; SerializationError for anything else."""
+    if headers is None:
+        return None
+    checked: CheckedHeaders = []
+    try:
+        pairs: list[Any] = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+    except TypeError:
+        raise SerializationError(
+            f"headers must be a sequence of (str, bytes) pairs, not {type(headers).__name__}"
+        ) from None
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise SerializationError(f"a header must be a (str, bytes) pair, not {pair!r}")
+        name: Any = pair[0]
+        value: Any = pair[1]
+        if not isinstance(name, str):
+            raise SerializationError(f"a header name must be a str, not {type(name).__name__}")
+        if value is not None and type(value) is not bytes:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise SerializationError(
+                    f"the value of header {name!r} must be bytes-like or None, not "
+                    f"{type(value).__name__}"
+                )
+            value = bytes(value)
+        checked.append((name, value))
+    return checked
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders | None) -> int:
+    """The upper bound of the record's bytes in a batch (Kafka's estimate)."""
+    headers_size = 0
+    if headers:
+        for name, data in headers:
+            headers_size += len(name.encode()) + (0 if data is None else len(data)) + 10
+    return estimate_record_size(
+        -1 if key is None else len(key), -1 if value is None else len(value), headers_size
+    )
+
+
+class RecordAppender:
+    """Appends records to the accumulator without waiting, for one producer.
+
+    Args:
+        metadata: the producer's :class:`~aioproducer.metadata.Metadata`.
+        accumulator: where records go.
+        pool: the buffer pool new batches take their buffer from.
+        partitioner: picks the partition of records sent without one.
+        key_serializer: turns keys into bytes, or None for bytes-like keys only.
+        value_serializer: turns values into bytes, or None for bytes-like values only.
+        intercept: runs the interceptors' ``on_send`` on a record, or None without
+            interceptors.
+        check_sendable: raises why the producer cannot send now; called when
+            :attr:`open` is False or the sender has failed.
+        after_new_batch: called with the topic and partition of each batch started here.
+        sender: the producer's sender, whose ``fatal_error`` stops sending.
+        max_request_size: the ``max_request_size`` option.
+        buffer_memory: the ``buffer_memory`` option.
+
+    Attributes:
+        open: True while the producer runs with no transaction and no fatal error: then a
+            record needs no further state check. The producer sets it.
+    """
+
+    def __init__(
+        self,
+        *,
+        metadata: Any,
+        accumulator: RecordAccumulator,
+        pool: BufferPool,
+        partitioner: Any,
+        key_serializer: Any,
+        value_serializer: Any,
+        intercept: Callable[[ProducerRecord], ProducerRecord] | None,
+        check_sendable: Callable[[], None],
+        after_new_batch: Callable[[str, int], None],
+        sender: Any,
+        max_request_size: int,
+        buffer_memory: int,
+    ) -> None:
+        self.open = False
+        self._metadata = metadata
+        self._accumulator = accumulator
+        self._pool = pool
+        self._partitioner = partitioner
+        self._record_appended: Any = getattr(partitioner, "record_appended", None)
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._intercept = intercept
+        self._check_sendable = check_sendable
+        self._after_new_batch = after_new_batch
+        self._sender = sender
+        self._max_request_size = max_request_size
+        self._buffer_memory = buffer_memory
+        self._valid_topics: set[str] = set()
+        self._pending: PreparedRecord | None = None
+
+    # ---- the steps ---------------------------------------------------------------------------
+
+    def check_sendable(self) -> None:
+        """Raise if the producer cannot take a record now (closed, failed, no transaction)."""
+        if not self.open or self._sender.fatal_error is not None:
+            self._check_sendable()
+
+    def validate_topic(self, topic: Any) -> str:
+        """``topic`` if it is a legal topic name (each name is checked once)."""
+        if type(topic) is str and topic in self._valid_topics:
+            return topic
+        checked = validate_topic(topic)
+        self._valid_topics.add(checked)
+        return checked
+
+    def serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
+        """``obj`` through ``serializer`` (or :func:`to_bytes` when None), checked."""
+        if serializer is None:
+            return to_bytes(obj, role)
+        try:
+            data: Any = serializer(obj)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(
+                f"{role}_serializer failed for a record to topic {topic!r}: {exc!r}"
+            ) from exc
+        if data is None or type(data) is bytes:
+            return data
+        if isinstance(data, bytes | bytearray | memoryview):
+            return bytes(data)
+        raise SerializationError(
+            f"{role}_serializer returned a {type(data).__name__}; it must return bytes or None"
+        )
+
+    def check_record_size(self, size: int) -> None:
+        """RecordTooLargeError when a record of ``size`` bytes can never be sent."""
+        total = size + RECORD_BATCH_OVERHEAD
+        if total > self._max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {total} bytes when serialized, larger than max_request_size "
+                f"({self._max_request_size})"
+            )
+        if total > self._buffer_memory:
+            raise RecordTooLargeError(
+                f"the record is {total} bytes when serialized, larger than buffer_memory "
+                f"({self._buffer_memory})"
+            )
+
+    def choose_partition(self, topic: str, key: bytes | None, count: int, available: Any) -> int:
+        """The partitioner's pick for a record with ``key``, checked against ``count``."""
+        chosen: Any = self._partitioner.partition(topic, key, count, available)
+        if type(chosen) is not int or not 0 <= chosen < count:
+            raise PartitionerError(
+                f"the partitioner returned {chosen!r} for topic {topic!r}, which has {count} "
+                f"partition(s): it must return an int from 0 to {count - 1}"
+            )
+        return chosen
+
+    def note_sticky_append(
+        self, topic: str, partition: int, value: bytes | None, future: RecordFuture
+    ) -> None:
+        """Tell a sticky partitioner how many bytes a key-less record added (KIP-794)."""
+        # It may switch early only once the partition's open batch is full.
+        size = (0 if value is None else len(value)) + 10
+        batch = future._batch
+        full = batch.full or batch.builder.remaining < size
+        self._record_appended(topic, partition, size, switch_allowed=full)
+
+    # ---- appending ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+    ) -> RecordFuture | None:
+        """Prepare a record and append it if that needs no waiting.
+
+        Returns its future, or None when it must wait for metadata or memory: the prepared
+        record is then kept for :meth:`take_pending`.
+
+        Raises:
+            KafkaError: whatever makes the record unsendable (see ``Producer.send``).
+        """
+        if not self.open or self._sender.fatal_error is not None:
+            self._check_sendable()
+        intercept = self._intercept
+        if intercept is not None:
+            record = intercept(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        if type(topic) is not str or topic not in self._valid_topics:
+            topic = self.validate_topic(topic)
+        name: str = topic
+        key_serializer = self._key_serializer
+        if key_serializer is not None:
+            key_bytes = self.serialize(key_serializer, key, "key", name)
+        elif key is None or type(key) is bytes:
+            key_bytes = key
+        else:
+            key_bytes = to_bytes(key, "key")
+        value_serializer = self._value_serializer
+        if value_serializer is not None:
+            value_bytes = self.serialize(value_serializer, value, "value", name)
+        elif value is None or type(value) is bytes:
+            value_bytes = value
+        else:
+            value_bytes = to_bytes(value, "value")
+        checked_headers = check_headers(headers) if headers is not None else None
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        if partition is not None and type(partition) is not int:
+            partition = int(partition)
+        future = self.append_prepared(
+            name, partition, timestamp, key_bytes, value_bytes, checked_headers
+        )
+        if future is None:
+            self._pending = (name, partition, timestamp, key_bytes, value_bytes, checked_headers)
+        return future
+
+    def take_pending(self) -> PreparedRecord:
+        """The record the last :meth:`append` returned None for (once)."""
+        pending = self._pending
+        assert pending is not None, "take_pending() without a pending record"
+        self._pending = None
+        return pending
+
+    def append_prepared(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+    ) -> RecordFuture | None:
+        """Append a prepared record without waiting; None when metadata or memory must be
+        waited for."""
+        info: Any = self._metadata.cluster.topics.get(topic)
+        if info is None:
+            return None
+        count: int = len(info.partitions)
+        sticky = False
+        if partition is None:
+            chosen = self.choose_partition(topic, key, count, info.available_partitions)
+            sticky = key is None and self._record_appended is not None
+        elif 0 <= partition < count:
+            chosen = partition
+        else:
+            return None  # out of range: the slow path refreshes metadata, then raises
+        accumulator = self._accumulator
+        future = accumulator.try_append(topic, chosen, timestamp, key, value, headers)
+        if future is None:
+            size = record_size(key, value, headers)
+            self.check_record_size(size)
+            buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
+            if buffer is None:
+                return None
+            future = accumulator.append_to_new_batch(
+                topic, chosen, timestamp, key, value, headers, buffer, time.monotonic()
+            )
+            self._after_new_batch(topic, chosen)
+        if sticky:
+            self.note_sticky_append(topic, chosen, value, future)
+        return future
+
+    # ---- send_many -----------------------------------------------------------------------------
+
+    def has_pending(self) -> bool:
+        """True when a prepared record waits for :meth:`take_pending`."""
+        return self._pending is not None
+
+    def append_many(
+        self,
+        topic: str,
+        partition: int | None,
+        now_ms: int,
+        items: list[Any] | tuple[Any, ...],
+        start: int,
+        futures: list[RecordFuture],
+    ) -> int:
+        """Append ``items[start:]`` for ``send_many`` until one must wait; return the index
+        of the next item to take.
+
+        ``items`` holds values, ``(key, value)`` tuples or :class:`ProducerRecord` objects;
+        ``topic`` is checked already. Each appended record's future goes to ``futures``.
+        An item that must wait is prepared and kept for :meth:`take_pending` (its future
+        belongs next in ``futures``), and the index after it is returned.
+        """
+        self.check_sendable()
+        intercept = self._intercept
+        key_serializer = self._key_serializer
+        value_serializer = self._value_serializer
+        plain_values_ok = intercept is None and value_serializer is None
+        total = len(items)
+        index = start
+        run_end = start
+        append = futures.append
+        while index < total:
+            item: Any = items[index]
+            if plain_values_ok and type(item) is bytes:
+                # A run of plain values takes the bulk path: whole runs per batch. The end of
+                # the run is found once, not again after every batch it fills.
+                if run_end <= index:
+                    run_end = index + 1
+                    while run_end < total and type(items[run_end]) is bytes:
+                        run_end += 1
+                reached = self.append_values(
+                    topic, partition, now_ms, items, index, run_end, futures
+                )
+                if reached > index:
+                    index = reached
+                    continue
+                self._pending = (topic, partition, now_ms, None, item, None)
+                return index + 1
+            index += 1
+            record_topic: Any = topic
+            record_partition: Any = partition
+            timestamp = now_ms
+            headers: CheckedHeaders | None = None
+            if isinstance(item, ProducerRecord):
+                record_topic, key, value = item.topic, item.key, item.value
+                if item.partition is not None:
+                    record_partition = item.partition
+                if item.timestamp_ms is not None:
+                    timestamp = int(item.timestamp_ms)
+                headers = check_headers(item.headers)
+            elif type(item) is tuple and len(item) == 2:
+                key, value = item
+            else:
+                key, value = None, item
+            if intercept is not None:
+                record = intercept(
+                    ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
+                )
+                record_topic, key, value = record.topic, record.key, record.value
+                record_partition, headers = record.partition, check_headers(record.headers)
+                timestamp = now_ms if record.timestamp_ms is None else int(record.timestamp_ms)
+            if type(record_topic) is not str or record_topic not in self._valid_topics:
+                record_topic = self.validate_topic(record_topic)
+            name: str = record_topic
+            if record_partition is not None and type(record_partition) is not int:
+                record_partition = int(record_partition)
+            if key_serializer is not None:
+                key_bytes = self.serialize(key_serializer, key, "key", name)
+            elif key is None or type(key) is bytes:
+                key_bytes = key
+            else:
+                key_bytes = to_bytes(key, "key")
+            if value_serializer is not None:
+                value_bytes = self.serialize(value_serializer, value, "value", name)
+            elif value is None or type(value) is bytes:
+                value_bytes = value
+            else:
+                value_bytes = to_bytes(value, "value")
+            future = self.append_prepared(
+                name, record_partition, timestamp, key_bytes, value_bytes, headers
+            )
+            if future is None:
+                self._pending = (name, record_partition, timestamp, key_bytes, value_bytes, headers)
+                return index
+            append(future)
+        return index
+
+    def append_values(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        values: list[Any] | tuple[Any, ...],
+        start: int,
+        stop: int,
+        futures: list[RecordFuture],
+    ) -> int:
+        """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
+        index reached, which is ``start`` when metadata or memory must be waited for."""
+        info: Any = self._metadata.cluster.topics.get(topic)
+        if info is None:
+            return start
+        count: int = len(info.partitions)
+        accumulator = self._accumulator
+        record_appended = self._record_appended
+        index = start
+        while index < stop:
+            if partition is None:
+                chosen = self.choose_partition(topic, None, count, info.available_partitions)
+            elif 0 <= partition < count:
+                chosen = partition
+            else:
+                return index
+            reached = accumulator.append_values(
+                topic, chosen, timestamp, values, index, stop, futures
+            )
+            if reached == index:
+                # No open batch with room: start one with the next value.
+                future = self.append_prepared(topic, chosen, timestamp, None, values[index], None)
+                if future is None:
+                    return index
+                futures.append(future)
+                reached = index + 1
+            elif partition is None and record_appended is not None:
+                size = 10 * (reached - index)
+                for position in range(index, reached):
+                    size += len(values[position])
+                batch = futures[-1]._batch
+                record_appended(topic, chosen, size, switch_allowed=batch.full)
+            index = reached
+        return index
