@@ -20,12 +20,12 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.partitioner",
     "aioproducer.protocol.record_batch",
 )
-"""The modules ``setup.py`` compiles: the accumulator, the buffer pool, the partitioners and
-the record batch encoder, which every record passes through. The public classes
-(``Producer``, ``RecordFuture``, ...) stay interpreted on purpose: mypyc keeps neither
-docstrings nor method signatures, which ``help()``, ``inspect.signature`` and
-``unittest.mock.create_autospec`` need. ``setup.py`` reads this tuple from this file's
-source, so it must stay a literal."""
+"""The modules ``setup.py`` compiles: every step a record passes through on its way into a
+batch (the appender, the accumulator, the record futures, the buffer pool, the partitioners
+and the record batch encoder). The classes users build or configure (``Producer``,
+``SyncProducer``, ...) stay interpreted on purpose: mypyc keeps no docstrings, which
+``help()``, ``inspect.signature`` and ``unittest.mock.create_autospec`` need.
+``setup.py`` reads this tuple from this file's source, so it must stay a literal."""
 
 
 def compiled_modules() -> tuple[str, ...]:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import mmh3
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from aioproducer.errors import PartitionerError
 
@@ -80,6 +80,8 @@ PartitionFunction = Callable[[str, bytes | None, int], int]
 # ---- hashes ---------------------------------------------------------------------------------
 
 _M: Final = 0x5BD1E995
+_M_LOW: Final = _M & 0xFFFF
+_M_HIGH: Final = _M >> 16
 _MASK32: Final = 0xFFFFFFFF
 _SEED: Final = 0x9747B28C
 _word_readers: dict[int, Callable[[bytes | bytearray | memoryview], tuple[Any, ...]]] = {}
@@ -91,29 +93,35 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     Returns a signed 32-bit int, like Java. ``to_positive(murmur2(key)) % n`` is the partition
     the Java client picks for ``key`` among ``n`` partitions.
     """
-    length = len(data)
-    h = _SEED ^ length
+    # i64 locals: compiled, this is C arithmetic instead of Python ints. Products of 32-bit
+    # numbers would overflow 64 bits, so each multiplication by _M is split in two halves
+    # whose products stay below 2**49 (the same arithmetic, plain ints, when interpreted).
+    length: i64 = len(data)
+    h: i64 = (_SEED ^ length) & _MASK32
     words = length >> 2
     if words:
         read = _word_readers.get(words)
         if read is None:
             read = _word_readers[words] = struct.Struct(f"<{words}I").unpack_from
-        for k in read(data):
-            k = (k * _M) & _MASK32
-            k = ((k ^ (k >> 24)) * _M) & _MASK32
-            h = ((h * _M) ^ k) & _MASK32
+        for word in read(data):
+            k: i64 = word
+            k = (k * _M_LOW + (((k * _M_HIGH) & 0xFFFF) << 16)) & _MASK32
+            k ^= k >> 24
+            k = (k * _M_LOW + (((k * _M_HIGH) & 0xFFFF) << 16)) & _MASK32
+            h = ((h * _M_LOW + (((h * _M_HIGH) & 0xFFFF) << 16)) ^ k) & _MASK32
     tail = length & 3
     if tail:
         i = length - tail
         if tail == 3:
-            h ^= data[i + 2] << 16
+            h ^= i64(data[i + 2]) << 16
         if tail >= 2:
-            h ^= data[i + 1] << 8
-        h = ((h ^ data[i]) * _M) & _MASK32
+            h ^= i64(data[i + 1]) << 8
+        h ^= data[i]
+        h = (h * _M_LOW + (((h * _M_HIGH) & 0xFFFF) << 16)) & _MASK32
     h ^= h >> 13
-    h = (h * _M) & _MASK32
+    h = (h * _M_LOW + (((h * _M_HIGH) & 0xFFFF) << 16)) & _MASK32
     h ^= h >> 15
-    return h - 0x100000000 if h & 0x80000000 else h
+    return int(h - 0x100000000 if h & 0x80000000 else h)
 
 
 def to_positive(number: int) -> int:
