@@ -10,6 +10,7 @@ back batches past ``delivery_timeout_ms``.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -197,6 +198,9 @@ class RecordAccumulator:
         self._pool = pool
         self.batch_size = batch_size
         self.linger = linger
+        # As the Java client, linger is counted in whole milliseconds: a batch started during
+        # millisecond m may leave once the clock reads millisecond m + linger_ms (see ready()).
+        self._linger_ms = round(linger * 1000.0)
         self.delivery_timeout = delivery_timeout
         self.retry_backoff = retry_backoff
         self._compression = compression
@@ -358,7 +362,7 @@ class RecordAccumulator:
         next_delay = float("inf")
         exhausted = self._pool.queued() > 0
         force = exhausted or self._closed or self._flushes_in_progress > 0
-        linger = self.linger
+        linger_ms = self._linger_ms
         drain_filter = self.drain_filter
         for tp, batches in self._batches.items():
             if not batches:
@@ -382,7 +386,11 @@ class RecordAccumulator:
             if force or batch.full or len(batches) > 1:
                 ready_nodes.add(leader)
                 continue
-            time_left = batch.created + linger - now
+            # Whole milliseconds, as the Java client (its clock reads whole milliseconds):
+            # ready once the millisecond the batch started in plus linger_ms has begun. The
+            # event loop's timers tick in milliseconds too, so counting in seconds would only
+            # add up to one tick of lateness to every lingering batch.
+            time_left = (math.floor(batch.created * 1000.0) + linger_ms) / 1000.0 - now
             if time_left <= 0:
                 ready_nodes.add(leader)
             else:

@@ -386,7 +386,9 @@ class ProducerConfig:
         default=5,
         metadata=_meta(
             java="linger.ms",
-            doc="How long a batch waits for more records before it is sent.",
+            doc="How long a batch waits for more records before it is sent, counted in whole "
+            "milliseconds as the Java client counts it: a batch started partway through a "
+            "millisecond may leave up to 1 ms sooner.",
             check=_int_between(0),
         ),
     )

@@ -60,6 +60,20 @@ async def test_linger_decides_readiness() -> None:
     assert h.acc.ready(cluster, 100.010).ready_nodes == {1}
 
 
+async def test_linger_counts_whole_milliseconds_like_the_java_client() -> None:
+    # The Java client reads its clock in whole milliseconds: a batch started at 100.0009 s
+    # (millisecond 100000) may leave from millisecond 100010, 9.1 ms later with a 10 ms
+    # linger. Counting exact seconds would add one timer tick (1 ms) of lateness instead.
+    h = Harness(asyncio.get_running_loop(), linger=0.010)
+    cluster = make_cluster({0: 1})
+    h.append(0, b"x", now=100.0009)
+    result = h.acc.ready(cluster, 100.0095)
+    assert result.ready_nodes == set()
+    assert result.next_ready_check_delay == pytest.approx(0.0005)
+    assert h.acc.ready(cluster, 100.0100).ready_nodes == {1}
+    assert h.acc.ready(cluster, 100.0109).ready_nodes == {1}
+
+
 async def test_full_batch_is_ready_at_once() -> None:
     h = Harness(asyncio.get_running_loop(), linger=10.0, batch_size=200)
     cluster = make_cluster({0: 1})
