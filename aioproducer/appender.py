@@ -100,15 +100,15 @@ class RecordAppender:
         intercept: runs the interceptors' ``on_send`` on a record, or None without
             interceptors.
         check_sendable: raises why the producer cannot send now; called when
-            :attr:`open` is False or the sender has failed.
+            :attr:`open` is False.
         after_new_batch: called with the topic and partition of each batch started here.
-        sender: the producer's sender, whose ``fatal_error`` stops sending.
         max_request_size: the ``max_request_size`` option.
         buffer_memory: the ``buffer_memory`` option.
 
     Attributes:
         open: True while the producer runs with no transaction and no fatal error: then a
-            record needs no further state check. The producer sets it.
+            record needs no further state check. The producer sets it, and clears it on
+            close, on a sender crash and on the sender's fatal error.
     """
 
     def __init__(
@@ -123,7 +123,6 @@ class RecordAppender:
         intercept: Callable[[ProducerRecord], ProducerRecord] | None,
         check_sendable: Callable[[], None],
         after_new_batch: Callable[[str, int], None],
-        sender: Any,
         max_request_size: int,
         buffer_memory: int,
     ) -> None:
@@ -138,17 +137,20 @@ class RecordAppender:
         self._intercept = intercept
         self._check_sendable = check_sendable
         self._after_new_batch = after_new_batch
-        self._sender = sender
         self._max_request_size = max_request_size
         self._buffer_memory = buffer_memory
         self._valid_topics: set[str] = set()
         self._pending: PreparedRecord | None = None
+        # Partition count and available partitions per topic, for the cluster snapshot
+        # ``_cluster`` (metadata replaces the snapshot on every update).
+        self._cluster: Any = None
+        self._topic_cache: dict[str, tuple[int, Any]] = {}
 
     # ---- the steps ---------------------------------------------------------------------------
 
     def check_sendable(self) -> None:
         """Raise if the producer cannot take a record now (closed, failed, no transaction)."""
-        if not self.open or self._sender.fatal_error is not None:
+        if not self.open:
             self._check_sendable()
 
     def validate_topic(self, topic: Any) -> str:
@@ -178,6 +180,25 @@ class RecordAppender:
         raise SerializationError(
             f"{role}_serializer returned a {type(data).__name__}; it must return bytes or None"
         )
+
+    def topic_layout(self, topic: str) -> tuple[int, Any] | None:
+        """The partition count and available partitions of ``topic`` in the current
+        metadata; None when the metadata does not know the topic."""
+        cluster = self._metadata.cluster
+        cache = self._topic_cache
+        if cluster is not self._cluster:
+            self._cluster = cluster
+            cache.clear()
+        else:
+            layout = cache.get(topic)
+            if layout is not None:
+                return layout
+        info: Any = cluster.topics.get(topic)
+        if info is None:
+            return None
+        layout = (len(info.partitions), info.available_partitions)
+        cache[topic] = layout
+        return layout
 
     def check_record_size(self, size: int) -> None:
         """RecordTooLargeError when a record of ``size`` bytes can never be sent."""
@@ -232,7 +253,7 @@ class RecordAppender:
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
         """
-        if not self.open or self._sender.fatal_error is not None:
+        if not self.open:
             self._check_sendable()
         intercept = self._intercept
         if intercept is not None:
@@ -285,13 +306,13 @@ class RecordAppender:
     ) -> RecordFuture | None:
         """Append a prepared record without waiting; None when metadata or memory must be
         waited for."""
-        info: Any = self._metadata.cluster.topics.get(topic)
-        if info is None:
+        layout = self.topic_layout(topic)
+        if layout is None:
             return None
-        count: int = len(info.partitions)
+        count, available = layout
         sticky = False
         if partition is None:
-            chosen = self.choose_partition(topic, key, count, info.available_partitions)
+            chosen = self.choose_partition(topic, key, count, available)
             sticky = key is None and self._record_appended is not None
         elif 0 <= partition < count:
             chosen = partition
@@ -423,16 +444,16 @@ class RecordAppender:
     ) -> int:
         """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
         index reached, which is ``start`` when metadata or memory must be waited for."""
-        info: Any = self._metadata.cluster.topics.get(topic)
-        if info is None:
+        layout = self.topic_layout(topic)
+        if layout is None:
             return start
-        count: int = len(info.partitions)
+        count, available = layout
         accumulator = self._accumulator
         record_appended = self._record_appended
         index = start
         while index < stop:
             if partition is None:
-                chosen = self.choose_partition(topic, None, count, info.available_partitions)
+                chosen = self.choose_partition(topic, None, count, available)
             elif 0 <= partition < count:
                 chosen = partition
             else:

@@ -176,7 +176,6 @@ class Producer:
             intercept=self._intercept if self._interceptors else None,
             check_sendable=self._check_sendable,
             after_new_batch=self._after_new_batch,
-            sender=self._sender,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
         )
@@ -197,7 +196,8 @@ class Producer:
         task.add_done_callback(self._on_sender_done)
         self._state = ProducerState.RUNNING
         # Without a transaction to check, a running producer needs no state check per record.
-        self._appender.open = self._transactions is None
+        self._appender.open = self._transactions is None and self._sender.fatal_error is None
+        self._sender.on_fatal = self._close_appender
         if self._transactions is not None:
             await self._initialize_transactions()
 
@@ -252,6 +252,10 @@ class Producer:
             if not error.retriable or time.monotonic() >= deadline:
                 raise error
             await asyncio.sleep(cfg.retry_backoff_ms / 1000.0)
+
+    def _close_appender(self) -> None:
+        if self._appender is not None:
+            self._appender.open = False  # every record goes through _check_sendable() now
 
     def _on_sender_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

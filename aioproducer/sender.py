@@ -143,6 +143,8 @@ class Sender:
         self._transaction_flush = False
         self.crashed: BaseException | None = None
         self.fatal_error: KafkaError | None = None
+        # Called once fatal_error is set (the producer stops taking records).
+        self.on_fatal: Callable[[], None] | None = None
         if idempotence is not None:
             accumulator.drain_filter = idempotence.may_drain
             accumulator.prepare_batch = idempotence.prepare
@@ -511,6 +513,8 @@ class Sender:
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc
+            if self.on_fatal is not None:
+                self.on_fatal()
             self._abort_all(exc)
         else:
             log.warning("InitProducerId failed, retrying: %s", exc)

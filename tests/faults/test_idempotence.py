@@ -87,6 +87,34 @@ async def test_init_producer_id_comes_before_the_first_produce(mock_cluster: Moc
 
 
 @pytest.mark.mock_cluster
+async def test_a_refused_producer_id_renewal_stops_every_later_send(
+    mock_cluster: MockCluster,
+) -> None:
+    # A sequence error makes the producer renew its id; the broker refuses with a fatal
+    # error, both the epoch bump and the new id. The records waiting for the id fail with
+    # it, and so does every later send().
+    topic = unique_topic("renewal-refused")
+    mock_cluster.create_topic(topic, 1)
+    async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
+        await (await producer.send(topic, b"before"))
+        mock_cluster.push_request_errors(
+            ApiKey.INIT_PRODUCER_ID, [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+        )
+        mock_cluster.push_request_errors(
+            ApiKey.PRODUCE, [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+        )
+        waiting = await producer.send(topic, b"during")
+        with pytest.raises(e.ClusterAuthorizationFailedError):
+            await bounded(waiting)
+        with pytest.raises(e.ClusterAuthorizationFailedError):
+            await producer.send(topic, b"after")
+        with pytest.raises(e.ClusterAuthorizationFailedError):
+            await producer.send_many(topic, [b"after"])
+    log = await mock_log(mock_cluster.bootstrap_servers, topic)
+    assert log == {0: [b"before"]}
+
+
+@pytest.mark.mock_cluster
 @pytest.mark.parametrize(
     "code",
     [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID],
