@@ -208,6 +208,12 @@ class RecordAccumulator:
         self._create_future = create_future
         self._on_batch_created = on_batch_created
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        # The deque the last append went to: sticky partitioning appends to one partition
+        # for a batch's worth of records, and this saves building a (topic, partition) key
+        # per record. Deques are never removed from _batches, so the cache cannot go stale.
+        self._last_topic = ""
+        self._last_partition = -1
+        self._last_batches: deque[ProducerBatch] | None = None
         self._incomplete: set[ProducerBatch] = set()
         self._drain_index: dict[int, int] = {}
         self._flushes_in_progress = 0
@@ -230,6 +236,16 @@ class RecordAccumulator:
             batches = self._batches[tp] = deque()
         return batches
 
+    def _existing_deque(self, topic: str, partition: int) -> deque[ProducerBatch] | None:
+        if partition == self._last_partition and topic == self._last_topic:
+            return self._last_batches
+        batches = self._batches.get((topic, partition))
+        if batches is not None:
+            self._last_topic = topic
+            self._last_partition = partition
+            self._last_batches = batches
+        return batches
+
     def try_append(
         self,
         topic: str,
@@ -240,7 +256,7 @@ class RecordAccumulator:
         headers: Sequence[tuple[str, bytes | None]] | None,
     ) -> RecordFuture | None:
         """Append to the open batch of the partition; None when a new batch is needed."""
-        batches = self._batches.get((topic, partition))
+        batches = self._existing_deque(topic, partition)
         if not batches:
             return None
         batch = batches[-1]
@@ -275,7 +291,7 @@ class RecordAccumulator:
         Adds a future per record to ``futures``; returns the index it stopped at (``start``
         when there is no open batch with room: the caller then starts a new batch).
         """
-        batches = self._batches.get((topic, partition))
+        batches = self._existing_deque(topic, partition)
         if not batches:
             return start
         batch = batches[-1]
