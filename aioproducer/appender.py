@@ -347,10 +347,12 @@ class RecordAppender:
         now_ms: int,
         items: list[Any] | tuple[Any, ...],
         start: int,
+        run_end: int,
         futures: list[RecordFuture],
-    ) -> int:
+    ) -> tuple[int, int]:
         """Append ``items[start:]`` for ``send_many`` until one must wait; return the index
-        of the next item to take.
+        of the next item to take, and where the run of plain values found so far ends
+        (pass it back in as ``run_end``, starting from 0, so no run is scanned twice).
 
         ``items`` holds values, ``(key, value)`` tuples or :class:`ProducerRecord` objects;
         ``topic`` is checked already. Each appended record's future goes to ``futures``.
@@ -364,7 +366,6 @@ class RecordAppender:
         plain_values_ok = intercept is None and value_serializer is None
         total = len(items)
         index = start
-        run_end = start
         append = futures.append
         while index < total:
             item: Any = items[index]
@@ -382,7 +383,7 @@ class RecordAppender:
                     index = reached
                     continue
                 self._pending = (topic, partition, now_ms, None, item, None)
-                return index + 1
+                return index + 1, run_end
             index += 1
             record_topic: Any = topic
             record_partition: Any = partition
@@ -428,9 +429,9 @@ class RecordAppender:
             )
             if future is None:
                 self._pending = (name, record_partition, timestamp, key_bytes, value_bytes, headers)
-                return index
+                return index, run_end
             append(future)
-        return index
+        return index, run_end
 
     def append_values(
         self,

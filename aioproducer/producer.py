@@ -596,10 +596,12 @@ class Producer:
         sequence = items if isinstance(items, list | tuple) else list(items)
         futures: list[RecordFuture] = []
         now_ms = int(time.time() * 1000)
-        index = 0
+        index = run_end = 0
         total = len(sequence)
         while index < total:
-            index = appender.append_many(topic, partition, now_ms, sequence, index, futures)
+            index, run_end = appender.append_many(
+                topic, partition, now_ms, sequence, index, run_end, futures
+            )
             if appender.has_pending():
                 futures.append(await self._append_wait(*appender.take_pending()))
         return BatchResults(futures)

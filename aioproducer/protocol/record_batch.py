@@ -309,13 +309,16 @@ class RecordBatchBuilder:
             position = end
             count += 1
             index += 1
-        if index < stop:
-            self.write_pending()
         if index > start:
             self._position = position
             self.record_count = count
             if timestamp > self.max_timestamp:
                 self.max_timestamp = timestamp
+        if index < stop:
+            # Full: copy the records in now. After _position moved: write_pending() fills
+            # the buffer up to it, and a slice shorter than the records would grow the
+            # buffer instead (and the pool would not take it back).
+            self.write_pending()
         return index
 
     def write_pending(self) -> None:
@@ -328,7 +331,9 @@ class RecordBatchBuilder:
         if parts:
             written = self._written
             position = self._position
-            self._buffer[written:position] = b"".join(parts)
+            data = b"".join(parts)
+            assert len(data) == position - written, "pending records and position disagree"
+            self._buffer[written:position] = data
             parts.clear()
             self._written = position
 

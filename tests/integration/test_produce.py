@@ -155,6 +155,28 @@ async def test_send_many_keeps_order_and_returns_metadata(target: Target) -> Non
     assert [r.value for r in consumed] == values
 
 
+async def test_send_many_waits_for_memory_mid_run_and_keeps_order(target: Target) -> None:
+    # 2,000 records of 1 KiB through 64 KiB of buffer memory: send_many waits for memory
+    # about every fourth batch, in runs of plain values and between (key, value) pairs.
+    topic = target.make_topic(1)
+    items: list[Any] = []
+    for i in range(2000):
+        value = f"{i:06d}".encode() + b"." * 1018
+        items.append((b"k%d" % i, value) if i % 500 < 50 else value)
+    async with Producer(
+        bootstrap_servers=target.bootstrap, batch_size=4096, buffer_memory=64 * 1024
+    ) as producer:
+        metadata = await (await producer.send_many(topic, items))
+    first = metadata[0].offset
+    assert [m.offset for m in metadata] == list(range(first, first + 2000))
+    consumed = read_back(target.bootstrap, topic, expected=2000)
+    expected = [item[1] if isinstance(item, tuple) else item for item in items]
+    assert [r.value for r in consumed] == expected
+    assert [r.key for r in consumed] == [
+        item[0] if isinstance(item, tuple) else None for item in items
+    ]
+
+
 async def test_send_many_accepts_records_and_pairs(target: Target) -> None:
     topic = target.make_topic(2)
     items: list[Any] = [

@@ -128,7 +128,12 @@ def test_bulk_append_matches_single_appends() -> None:
     reached = bulk.append_values(5_000, values, reached, len(values))
     # It stops exactly where single appends stop: at the first record that does not fit.
     assert reached == single_count < len(values)
+    # Filling the batch copied the records into the pooled buffer without growing it: a
+    # buffer that grew is not taken back by the pool, and a batch kept alive by its record
+    # futures then holds on to it (send_many's RSS grew with the record count).
+    assert len(bulk.buffer) == len(single.buffer) == 32 * 1024
     assert bytes(bulk.close()) == bytes(single.close())
+    assert len(bulk.buffer) == 32 * 1024
     batch = DefaultRecordBatch(bytes(single.buffer[: single.size_in_bytes]))
     assert batch.validate_crc()
     assert [r.value for r in batch] == values[:reached]
