@@ -79,6 +79,9 @@ PartitionFunction = Callable[[str, bytes | None, int], int]
 
 # ---- hashes ---------------------------------------------------------------------------------
 
+# True when this module runs as plain Python, False when mypyc compiled it (__file__ is
+# then the extension module).
+_INTERPRETED: Final = __file__.endswith(".py")
 _M: Final = 0x5BD1E995
 _M_LOW: Final = _M & 0xFFFF
 _M_HIGH: Final = _M >> 16
@@ -93,9 +96,12 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     Returns a signed 32-bit int, like Java. ``to_positive(murmur2(key)) % n`` is the partition
     the Java client picks for ``key`` among ``n`` partitions.
     """
-    # i64 locals: compiled, this is C arithmetic instead of Python ints. Products of 32-bit
-    # numbers would overflow 64 bits, so each multiplication by _M is split in two halves
-    # whose products stay below 2**49 (the same arithmetic, plain ints, when interpreted).
+    if _INTERPRETED:
+        return _murmur2_python(data)
+
+    # Compiled: i64 locals make this C arithmetic instead of Python ints. Products of
+    # 32-bit numbers would overflow 64 bits, so each multiplication by _M is split in two
+    # halves whose products stay below 2**49.
     length: i64 = len(data)
     h: i64 = (_SEED ^ length) & _MASK32
     words = length >> 2
@@ -122,6 +128,34 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     h = (h * _M_LOW + (((h * _M_HIGH) & 0xFFFF) << 16)) & _MASK32
     h ^= h >> 15
     return int(h - 0x100000000 if h & 0x80000000 else h)
+
+
+def _murmur2_python(data: bytes | bytearray | memoryview) -> int:
+    # The same hash on plain ints, for when this module runs interpreted: there one
+    # multiplication and a mask are cheaper than the split multiplications above.
+    length = len(data)
+    h = _SEED ^ length
+    words = length >> 2
+    if words:
+        read = _word_readers.get(words)
+        if read is None:
+            read = _word_readers[words] = struct.Struct(f"<{words}I").unpack_from
+        for k in read(data):
+            k = (k * _M) & _MASK32
+            k = ((k ^ (k >> 24)) * _M) & _MASK32
+            h = ((h * _M) ^ k) & _MASK32
+    tail = length & 3
+    if tail:
+        i = length - tail
+        if tail == 3:
+            h ^= data[i + 2] << 16
+        if tail >= 2:
+            h ^= data[i + 1] << 8
+        h = ((h ^ data[i]) * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def to_positive(number: int) -> int:
