@@ -263,20 +263,8 @@ class RecordAppender:
         if type(topic) is not str or topic not in self._valid_topics:
             topic = self.validate_topic(topic)
         name: str = topic
-        key_serializer = self._key_serializer
-        if key_serializer is not None:
-            key_bytes = self.serialize(key_serializer, key, "key", name)
-        elif key is None or type(key) is bytes:
-            key_bytes = key
-        else:
-            key_bytes = to_bytes(key, "key")
-        value_serializer = self._value_serializer
-        if value_serializer is not None:
-            value_bytes = self.serialize(value_serializer, value, "value", name)
-        elif value is None or type(value) is bytes:
-            value_bytes = value
-        else:
-            value_bytes = to_bytes(value, "value")
+        key_bytes = self.serialize(self._key_serializer, key, "key", name)
+        value_bytes = self.serialize(self._value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
         timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         if partition is not None and type(partition) is not int:
@@ -361,9 +349,7 @@ class RecordAppender:
         """
         self.check_sendable()
         intercept = self._intercept
-        key_serializer = self._key_serializer
-        value_serializer = self._value_serializer
-        plain_values_ok = intercept is None and value_serializer is None
+        plain_values_ok = intercept is None and self._value_serializer is None
         total = len(items)
         index = start
         append = futures.append
@@ -412,18 +398,8 @@ class RecordAppender:
             name: str = record_topic
             if record_partition is not None and type(record_partition) is not int:
                 record_partition = int(record_partition)
-            if key_serializer is not None:
-                key_bytes = self.serialize(key_serializer, key, "key", name)
-            elif key is None or type(key) is bytes:
-                key_bytes = key
-            else:
-                key_bytes = to_bytes(key, "key")
-            if value_serializer is not None:
-                value_bytes = self.serialize(value_serializer, value, "value", name)
-            elif value is None or type(value) is bytes:
-                value_bytes = value
-            else:
-                value_bytes = to_bytes(value, "value")
+            key_bytes = self.serialize(self._key_serializer, key, "key", name)
+            value_bytes = self.serialize(self._value_serializer, value, "value", name)
             future = self.append_prepared(
                 name, record_partition, timestamp, key_bytes, value_bytes, headers
             )
