@@ -197,7 +197,6 @@ class RecordAccumulator:
     ) -> None:
         self._pool = pool
         self.batch_size = batch_size
-        self.linger = linger
         # As the Java client, linger is counted in whole milliseconds: a batch started during
         # millisecond m may leave once the clock reads millisecond m + linger_ms (see ready()).
         self._linger_ms = round(linger * 1000.0)

@@ -227,7 +227,10 @@ class RecordAppender:
     def note_sticky_append(
         self, topic: str, partition: int, value: bytes | None, future: RecordFuture
     ) -> None:
-        """Tell a sticky partitioner how many bytes a key-less record added (KIP-794)."""
+        """Tell a sticky partitioner how many bytes a key-less record added (KIP-794); a
+        partitioner without the ``record_appended`` hook is not told."""
+        if self._record_appended is None:
+            return
         # It may switch early only once the partition's open batch is full.
         size = (0 if value is None else len(value)) + 10
         batch = future._batch
@@ -253,16 +256,13 @@ class RecordAppender:
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
         """
-        if not self.open:
-            self._check_sendable()
+        self.check_sendable()
         intercept = self._intercept
         if intercept is not None:
             record = intercept(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
             topic, value, key = record.topic, record.value, record.key
             partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
-        if type(topic) is not str or topic not in self._valid_topics:
-            topic = self.validate_topic(topic)
-        name: str = topic
+        name = self.validate_topic(topic)
         key_bytes = self.serialize(self._key_serializer, key, "key", name)
         value_bytes = self.serialize(self._value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
@@ -301,7 +301,7 @@ class RecordAppender:
         sticky = False
         if partition is None:
             chosen = self.choose_partition(topic, key, count, available)
-            sticky = key is None and self._record_appended is not None
+            sticky = key is None
         elif 0 <= partition < count:
             chosen = partition
         else:
@@ -393,9 +393,7 @@ class RecordAppender:
                 record_topic, key, value = record.topic, record.key, record.value
                 record_partition, headers = record.partition, check_headers(record.headers)
                 timestamp = now_ms if record.timestamp_ms is None else int(record.timestamp_ms)
-            if type(record_topic) is not str or record_topic not in self._valid_topics:
-                record_topic = self.validate_topic(record_topic)
-            name: str = record_topic
+            name = self.validate_topic(record_topic)
             if record_partition is not None and type(record_partition) is not int:
                 record_partition = int(record_partition)
             key_bytes = self.serialize(self._key_serializer, key, "key", name)

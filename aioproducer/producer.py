@@ -86,7 +86,6 @@ class Producer:
         self._value_serializer = cfg.value_serializer
         self._interceptors = tuple(cfg.interceptors)
         self._partitioner = make_partitioner(cfg)
-        self._record_appended = getattr(self._partitioner, "record_appended", None)
         self._max_block = cfg.max_block_ms / 1000.0
         self._appender: RecordAppender | None = None
         self._sender: Sender | None = None
@@ -265,8 +264,7 @@ class Producer:
             error = SenderCrashedError(f"the sender task crashed: {exc!r}")
             error.__cause__ = exc
             self._fatal = error
-            if self._appender is not None:
-                self._appender.open = False
+            self._close_appender()
             log.error("aioproducer's sender task crashed: %r; the producer cannot send", exc)
 
     async def close(self, timeout: float | None = None) -> None:
@@ -285,8 +283,7 @@ class Producer:
             await self._closed_event.wait()
             return
         self._state = ProducerState.CLOSING
-        if self._appender is not None:
-            self._appender.open = False
+        self._close_appender()
         sender = self._sender
         assert sender is not None and sender.task is not None
         try:
@@ -662,7 +659,7 @@ class Producer:
         sticky = False
         if partition is None:
             partition = appender.choose_partition(topic, key, count, info.available_partitions)
-            sticky = key is None and self._record_appended is not None
+            sticky = key is None
         while True:
             self._check_sendable()
             accumulator = self._accumulator
