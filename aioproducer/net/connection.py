@@ -735,7 +735,11 @@ class BrokerConnection(asyncio.Protocol):
             error = self._connection_error(f"write failed: {exc!r}")
             self._shutdown(None, exc)
             raise error from exc
-        future: asyncio.Future[_R | None] = asyncio.get_running_loop().create_future()
+        # The loop from the connection's own future: asyncio.get_running_loop() makes a
+        # getpid() system call each time (its fork check), once per request here.
+        lost = self._lost
+        loop = lost.get_loop() if lost is not None else asyncio.get_running_loop()
+        future: asyncio.Future[_R | None] = loop.create_future()
         if expects_response:
             self._in_flight.append((correlation_id, request, version, future, self._clock()))
         else:
