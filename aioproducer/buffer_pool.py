@@ -9,7 +9,6 @@ short, callers wait on futures that are served strictly first come, first served
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -39,11 +38,13 @@ class BufferPoolStatistics:
 
 
 class _Waiter:
-    __slots__ = ("future", "size")
+    __slots__ = ("future", "queued", "size")
 
     def __init__(self, size: int, future: asyncio.Future[bytearray]) -> None:
         self.size = size
         self.future = future
+        # False once taken off the pool's queue (served, or skipped as done, or closed).
+        self.queued = True
 
 
 class BufferPool:
@@ -127,7 +128,9 @@ class BufferPool:
         finally:
             handle.cancel()
             self._wait_time_total += time.monotonic() - start
-            with contextlib.suppress(ValueError):
+            if waiter.queued:
+                # Timed out or cancelled while queued: leave the queue.
+                waiter.queued = False
                 self._waiters.remove(waiter)
             self._serve_waiters()
 
@@ -168,11 +171,13 @@ class BufferPool:
             head = waiters[0]
             if head.future.done():
                 waiters.popleft()
+                head.queued = False
                 continue
             buffer = self._take(head.size)
             if buffer is None:
                 return
             waiters.popleft()
+            head.queued = False
             head.future.set_result(buffer)
 
     def close(self) -> None:
@@ -180,6 +185,7 @@ class BufferPool:
         self._closed = True
         while self._waiters:
             waiter = self._waiters.popleft()
+            waiter.queued = False
             if not waiter.future.done():
                 waiter.future.set_exception(
                     ProducerClosedError("the producer closed while waiting for buffer memory")

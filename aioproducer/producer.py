@@ -654,11 +654,16 @@ class Producer:
         deadline = start + self._max_block
         size = record_size(key, value, headers)
         appender.check_record_size(size)
-        info = await self._wait_on_metadata(topic, partition, deadline)
-        count = info.partition_count
+        layout = appender.topic_layout(topic)
+        if layout is not None and (partition is None or 0 <= partition < layout[0]):
+            # Known topic (the usual case: the record waits for memory, not metadata).
+            count, available = layout
+        else:
+            info = await self._wait_on_metadata(topic, partition, deadline)
+            count, available = info.partition_count, info.available_partitions
         sticky = False
         if partition is None:
-            partition = appender.choose_partition(topic, key, count, info.available_partitions)
+            partition = appender.choose_partition(topic, key, count, available)
             sticky = key is None
         while True:
             self._check_sendable()

@@ -125,6 +125,28 @@ async def test_cancelled_waiter_loses_no_memory() -> None:
     assert pool.queued() == 0
 
 
+async def test_waiter_cancelled_mid_queue_leaves_the_queue() -> None:
+    pool = BufferPool(total_memory=100, poolable_size=100)
+    held = pool.allocate_nowait(100)
+    first = asyncio.create_task(pool.allocate(100, 5.0))
+    middle = asyncio.create_task(pool.allocate(100, 5.0))
+    last = asyncio.create_task(pool.allocate(100, 5.0))
+    await asyncio.sleep(0)
+    assert pool.queued() == 3
+    middle.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await middle
+    assert pool.queued() == 2
+    pool.deallocate(held, 100)
+    buffer = await asyncio.wait_for(first, 1)
+    assert pool.queued() == 1
+    pool.deallocate(buffer, 100)
+    buffer = await asyncio.wait_for(last, 1)
+    assert pool.queued() == 0
+    pool.deallocate(buffer, 100)
+    assert pool.available_memory() == 100
+
+
 async def test_close_fails_waiters() -> None:
     pool = BufferPool(total_memory=100, poolable_size=100)
     held = pool.allocate_nowait(100)
