@@ -75,7 +75,17 @@ _PP = _PR.TopicProduceResponse.PartitionProduceResponse
 
 
 @st.composite
-def produce_responses(draw: st.DrawFn) -> Any:
+def produce_responses(draw: st.DrawFn, plain: bool = False) -> Any:
+    """Any ProduceResponse; ``plain``: as brokers usually send them, with no record errors,
+    error messages, current leaders or node endpoints (no tagged fields)."""
+    record_errors = st.lists(
+        st.builds(
+            _PP.BatchIndexAndErrorMessage,
+            batch_index=int32,
+            batch_index_error_message=nullable_text,
+        ),
+        max_size=3,
+    )
     partition = st.builds(
         _PP,
         index=int32,
@@ -83,16 +93,13 @@ def produce_responses(draw: st.DrawFn) -> Any:
         base_offset=int64,
         log_append_time_ms=int64,
         log_start_offset=int64,
-        record_errors=st.lists(
-            st.builds(
-                _PP.BatchIndexAndErrorMessage,
-                batch_index=int32,
-                batch_index_error_message=nullable_text,
-            ),
-            max_size=3,
+        record_errors=st.just([]) if plain else record_errors,
+        error_message=st.none() if plain else nullable_text,
+        current_leader=(
+            st.just(_PP.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1))
+            if plain
+            else st.builds(_PP.LeaderIdAndEpoch, leader_id=int32, leader_epoch=int32)
         ),
-        error_message=nullable_text,
-        current_leader=st.builds(_PP.LeaderIdAndEpoch, leader_id=int32, leader_epoch=int32),
     )
     topics = st.lists(
         st.builds(
@@ -106,7 +113,11 @@ def produce_responses(draw: st.DrawFn) -> Any:
         st.builds(_PR.NodeEndpoint, node_id=int32, host=text, port=int32, rack=nullable_text),
         max_size=2,
     )
-    return _PR(responses=draw(topics), throttle_time_ms=draw(int32), node_endpoints=draw(endpoints))
+    return _PR(
+        responses=draw(topics),
+        throttle_time_ms=draw(int32),
+        node_endpoints=[] if plain else draw(endpoints),
+    )
 
 
 @SETTINGS
@@ -121,33 +132,8 @@ def test_any_produce_response_decodes_as_kafka_python_reads_it(response: Any, ve
     )
 
 
-@st.composite
-def plain_produce_responses(draw: st.DrawFn) -> Any:
-    """ProduceResponses as brokers usually send them: no record errors, messages or tags."""
-    partition = st.builds(
-        _PP,
-        index=int32,
-        error_code=int16,
-        base_offset=int64,
-        log_append_time_ms=int64,
-        log_start_offset=int64,
-        record_errors=st.just([]),
-        error_message=st.none(),
-        current_leader=st.just(_PP.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)),
-    )
-    topics = st.lists(
-        st.builds(
-            _PR.TopicProduceResponse,
-            name=text,
-            partition_responses=st.lists(partition, max_size=4),
-        ),
-        max_size=3,
-    )
-    return _PR(responses=draw(topics), throttle_time_ms=draw(int32), node_endpoints=[])
-
-
 @SETTINGS
-@given(response=plain_produce_responses(), version=st.sampled_from(_versions(m.ProduceRequest)))
+@given(response=produce_responses(plain=True), version=st.sampled_from(_versions(m.ProduceRequest)))
 def test_the_quick_produce_decoder_reads_plain_responses_as_the_reader_does(
     response: Any, version: int
 ) -> None:
