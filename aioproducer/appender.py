@@ -5,10 +5,13 @@ step that needs no waiting and runs compiled with the rest of the hot path (see
 :mod:`aioproducer.compiled`). When a record must wait (for the topic's metadata, or for
 buffer memory), ``append`` keeps the prepared record and the producer's slow path takes it
 with :meth:`RecordAppender.take_pending`, so serializers and interceptors run once per
-record whatever happens.
+record whatever happens. A record that waits only for memory (its topic and partition
+known) takes the compiled :meth:`RecordAppender.append_when_memory_frees` instead: with
+``buffer_memory`` full, that is once per batch.
 
-Nothing here awaits: mypyc-compiled coroutines mishandle an exception being handled across
-an await (see ``tests/unit/test_compiled.py``), and this module needs none.
+That coroutine is the only await here, and no ``try`` surrounds it: mypyc-compiled
+coroutines mishandle an exception being handled across an await (see
+``tests/unit/test_compiled.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
 from aioproducer.futures import RecordFuture
 from aioproducer.metadata import validate_topic
+from aioproducer.partitioner import DefaultPartitioner
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
 from aioproducer.records import ProducerRecord
 
@@ -101,6 +105,8 @@ class RecordAppender:
             interceptors.
         check_sendable: raises why the producer cannot send now; called when
             :attr:`open` is False.
+        check_running: raises when the producer stopped running (closed, or failed); called
+            after a wait for memory.
         after_new_batch: called with the topic and partition of each batch started here.
         max_request_size: the ``max_request_size`` option.
         buffer_memory: the ``buffer_memory`` option.
@@ -122,6 +128,7 @@ class RecordAppender:
         value_serializer: Any,
         intercept: Callable[[ProducerRecord], ProducerRecord] | None,
         check_sendable: Callable[[], None],
+        check_running: Callable[[], None],
         after_new_batch: Callable[[str, int], None],
         max_request_size: int,
         buffer_memory: int,
@@ -132,15 +139,25 @@ class RecordAppender:
         self._pool = pool
         self._partitioner = partitioner
         self._record_appended: Any = getattr(partitioner, "record_appended", None)
+        # The built-in partitioners, called natively when compiled: a call through ``Any``
+        # parses its arguments (and keywords) anew for every record.
+        self._default_partitioner: DefaultPartitioner | None = (
+            partitioner if isinstance(partitioner, DefaultPartitioner) else None
+        )
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._intercept = intercept
         self._check_sendable = check_sendable
+        self._check_running = check_running
         self._after_new_batch = after_new_batch
         self._max_request_size = max_request_size
         self._buffer_memory = buffer_memory
         self._valid_topics: set[str] = set()
         self._pending: PreparedRecord | None = None
+        # The partition the pending record is bound for when only memory was missing (-1
+        # otherwise), and whether the sticky partitioner chose it.
+        self.pending_partition = -1
+        self._pending_sticky = False
         # Partition count and available partitions per topic, for the cluster snapshot
         # ``_cluster`` (metadata replaces the snapshot on every update).
         self._cluster: Any = None
@@ -216,7 +233,12 @@ class RecordAppender:
 
     def choose_partition(self, topic: str, key: bytes | None, count: int, available: Any) -> int:
         """The partitioner's pick for a record with ``key``, checked against ``count``."""
-        chosen: Any = self._partitioner.partition(topic, key, count, available)
+        default = self._default_partitioner
+        chosen: Any
+        if default is not None:
+            chosen = default.partition(topic, key, count, available)
+        else:
+            chosen = self._partitioner.partition(topic, key, count, available)
         if type(chosen) is not int or not 0 <= chosen < count:
             raise PartitionerError(
                 f"the partitioner returned {chosen!r} for topic {topic!r}, which has {count} "
@@ -235,7 +257,11 @@ class RecordAppender:
         size = (0 if value is None else len(value)) + 10
         batch = future._batch
         full = batch.full or batch.builder.remaining < size
-        self._record_appended(topic, partition, size, switch_allowed=full)
+        default = self._default_partitioner
+        if default is not None:
+            default.record_appended(topic, partition, size, switch_allowed=full)
+        else:
+            self._record_appended(topic, partition, size, switch_allowed=full)
 
     # ---- appending ---------------------------------------------------------------------------
 
@@ -281,7 +307,49 @@ class RecordAppender:
         pending = self._pending
         assert pending is not None, "take_pending() without a pending record"
         self._pending = None
+        self.pending_partition = -1
         return pending
+
+    async def append_when_memory_frees(self, max_block: float) -> RecordFuture:
+        """Append the pending record once the pool has memory for it, waiting up to
+        ``max_block`` seconds: the slow path when :attr:`pending_partition` is set, that is
+        when the record's topic and partition are known and only memory is missing.
+
+        The partition chosen before the wait is kept, so the partitioner is asked once per
+        record (a round-robin partitioner asked twice would skip a partition).
+
+        Raises:
+            BufferExhaustedError: no memory within ``max_block``.
+            ProducerClosedError: the producer closed while the record waited.
+        """
+        pending = self._pending
+        partition = self.pending_partition
+        if pending is None or partition < 0:
+            raise AssertionError("append_when_memory_frees() without a record waiting for memory")
+        self._pending = None
+        self.pending_partition = -1
+        topic, _, timestamp, key, value, headers = pending
+        accumulator = self._accumulator
+        pool = self._pool
+        buffer_size = accumulator.buffer_size_for(record_size(key, value, headers))
+        buffer = await pool.allocate(buffer_size, max_block)
+        try:
+            self._check_running()
+        except BaseException:
+            pool.deallocate(buffer, buffer_size)
+            raise
+        future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
+        if future is None:
+            future = accumulator.append_to_new_batch(
+                topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+            )
+            self._after_new_batch(topic, partition)
+        else:
+            # Another coroutine opened a batch with room while this one waited: use it.
+            pool.deallocate(buffer, buffer_size)
+        if self._pending_sticky:
+            self.note_sticky_append(topic, partition, value, future)
+        return future
 
     def append_prepared(
         self,
@@ -293,7 +361,8 @@ class RecordAppender:
         headers: CheckedHeaders | None,
     ) -> RecordFuture | None:
         """Append a prepared record without waiting; None when metadata or memory must be
-        waited for."""
+        waited for (for memory alone, :attr:`pending_partition` says where it goes)."""
+        self.pending_partition = -1
         layout = self.topic_layout(topic)
         if layout is None:
             return None
@@ -313,6 +382,8 @@ class RecordAppender:
             self.check_record_size(size)
             buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
             if buffer is None:
+                self.pending_partition = chosen
+                self._pending_sticky = sticky
                 return None
             future = accumulator.append_to_new_batch(
                 topic, chosen, timestamp, key, value, headers, buffer, time.monotonic()

@@ -38,11 +38,13 @@ class BufferPoolStatistics:
 
 
 class _Waiter:
-    __slots__ = ("future", "queued", "size")
+    __slots__ = ("deadline", "future", "queued", "size")
 
-    def __init__(self, size: int, future: asyncio.Future[bytearray]) -> None:
+    def __init__(self, size: int, future: asyncio.Future[bytearray], deadline: float) -> None:
         self.size = size
         self.future = future
+        # When it gives up, on the loop's clock.
+        self.deadline = deadline
         # False once taken off the pool's queue (served, or skipped as done, or closed).
         self.queued = True
 
@@ -61,6 +63,14 @@ class BufferPool:
         self._waiters: deque[_Waiter] = deque()
         self._wait_time_total = 0.0
         self._closed = False
+        # The loop the waiters' futures belong to, kept so a wait makes no
+        # asyncio.get_running_loop() call (a getpid() system call each time).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # One timer for every waiter's deadline, armed for the earliest one; a waiter that is
+        # served leaves it be, so a wait costs no timer of its own (a wait per batch is the
+        # steady state of a producer that outpaces its brokers).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline = 0.0
 
     @property
     def poolable_size(self) -> int:
@@ -112,11 +122,15 @@ class BufferPool:
         buffer = self.allocate_nowait(size)
         if buffer is not None:
             return buffer
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(size, loop.create_future())
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, max_time_to_block)
+        waiter = _Waiter(size, loop.create_future(), deadline)
         self._waiters.append(waiter)
+        if self._timer is None or deadline < self._timer_deadline:
+            self._arm_timer(loop, deadline)
         start = time.monotonic()
-        handle = loop.call_later(max(0.0, max_time_to_block), self._expire, waiter)
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -126,7 +140,6 @@ class BufferPool:
                 self.deallocate(granted, len(granted))
             raise
         finally:
-            handle.cancel()
             self._wait_time_total += time.monotonic() - start
             if waiter.queued:
                 # Timed out or cancelled while queued: leave the queue.
@@ -134,15 +147,36 @@ class BufferPool:
                 self._waiters.remove(waiter)
             self._serve_waiters()
 
-    def _expire(self, waiter: _Waiter) -> None:
-        if not waiter.future.done():
-            waiter.future.set_exception(
-                BufferExhaustedError(
-                    f"failed to allocate {waiter.size} bytes within the configured max blocking "
-                    f"time; {self.available_memory()} of {self._total} bytes of buffer_memory "
-                    "are free"
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, self._expire_waiters)
+        self._timer_deadline = deadline
+
+    def _expire_waiters(self) -> None:
+        # Fail the waiters whose deadline has passed; arm the timer for the next deadline.
+        self._timer = None
+        loop = self._loop
+        if loop is None:
+            return
+        now = loop.time()
+        earliest: float | None = None
+        for waiter in self._waiters:
+            future = waiter.future
+            if future.done():
+                continue
+            if waiter.deadline <= now:
+                future.set_exception(
+                    BufferExhaustedError(
+                        f"failed to allocate {waiter.size} bytes within the configured max "
+                        f"blocking time; {self.available_memory()} of {self._total} bytes of "
+                        "buffer_memory are free"
+                    )
                 )
-            )
+            elif earliest is None or waiter.deadline < earliest:
+                earliest = waiter.deadline
+        if earliest is not None:
+            self._arm_timer(loop, earliest)
 
     def _take(self, size: int) -> bytearray | None:
         if size == self._poolable_size and self._free:
@@ -183,6 +217,9 @@ class BufferPool:
     def close(self) -> None:
         """Fail every waiter with ProducerClosedError and refuse new allocations."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while self._waiters:
             waiter = self._waiters.popleft()
             waiter.queued = False

@@ -12,7 +12,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Generator
 from contextvars import Context
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from aioproducer.records import RecordMetadata, TimestampType
 
@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchResults", "RecordFuture"]
 
-_new_tuple = tuple.__new__
-_CREATE_TIME = TimestampType.CREATE_TIME
-_LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+# Final: compiled, these are C statics rather than a globals lookup per record.
+_new_tuple: Final = tuple.__new__
+_RecordMetadata: Final = RecordMetadata
+_CREATE_TIME: Final = TimestampType.CREATE_TIME
+_LOG_APPEND_TIME: Final = TimestampType.LOG_APPEND_TIME
 
 
 class RecordFuture:
@@ -106,7 +108,7 @@ class RecordFuture:
         else:
             timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
         return _new_tuple(
-            RecordMetadata,
+            _RecordMetadata,
             (
                 batch.topic,
                 batch.partition,

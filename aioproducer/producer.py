@@ -174,6 +174,7 @@ class Producer:
             value_serializer=self._value_serializer,
             intercept=self._intercept if self._interceptors else None,
             check_sendable=self._check_sendable,
+            check_running=self._check_running,
             after_new_batch=self._after_new_batch,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
@@ -555,7 +556,11 @@ class Producer:
             raise AssertionError("unreachable: a started producer has an appender")
         future = appender.append(topic, value, key, partition, timestamp_ms, headers)
         if future is None:
-            future = await self._append_wait(*appender.take_pending())
+            if appender.pending_partition >= 0:
+                # Only memory is missing (buffer_memory is full): the compiled wait.
+                future = await appender.append_when_memory_frees(self._max_block)
+            else:
+                future = await self._append_wait(*appender.take_pending())
         return future
 
     async def send_and_wait(
@@ -600,7 +605,10 @@ class Producer:
                 topic, partition, now_ms, sequence, index, run_end, futures
             )
             if appender.has_pending():
-                futures.append(await self._append_wait(*appender.take_pending()))
+                if appender.pending_partition >= 0:
+                    futures.append(await appender.append_when_memory_frees(self._max_block))
+                else:
+                    futures.append(await self._append_wait(*appender.take_pending()))
         return BatchResults(futures)
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:

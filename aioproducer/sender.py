@@ -16,7 +16,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.config import ProducerConfig
@@ -52,18 +52,18 @@ __all__ = ["Sender", "metadata_from_response"]
 
 log = logging.getLogger("aioproducer.sender")
 
-_MESSAGE_TOO_LARGE = 10
-_DUPLICATE_SEQUENCE_NUMBER = 46
-_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-_UNKNOWN_PRODUCER_ID = 59
+_MESSAGE_TOO_LARGE: Final = 10
+_DUPLICATE_SEQUENCE_NUMBER: Final = 46
+_OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
+_UNKNOWN_PRODUCER_ID: Final = 59
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
-_MAX_POLL = 1.0
-_MAX_EPOCH = 32767
+_MAX_POLL: Final = 1.0
+_MAX_EPOCH: Final = 32767
 # How often adaptive partitioning gets fresh queue sizes.
-_LOAD_UPDATE_INTERVAL = 0.005
+_LOAD_UPDATE_INTERVAL: Final = 0.005
 # Worker threads for compressing big batches (bench/micro/compression.py: every codec releases
 # the GIL, so each thread is a core's worth of compression beside the event loop).
-_OFFLOAD_THREADS = max(1, min(4, os.cpu_count() or 1))
+_OFFLOAD_THREADS: Final = max(1, min(4, os.cpu_count() or 1))
 
 
 def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:

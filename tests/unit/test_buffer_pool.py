@@ -158,3 +158,38 @@ async def test_close_fails_waiters() -> None:
     with pytest.raises(ProducerClosedError):
         pool.allocate_nowait(10)
     pool.deallocate(held, 100)
+
+
+async def test_a_later_waiter_with_an_earlier_deadline_times_out_first() -> None:
+    # One timer serves every waiter: a shorter wait queued behind a long one must still end
+    # on time, and the long one must go on waiting.
+    pool = BufferPool(total_memory=100, poolable_size=100)
+    held = pool.allocate_nowait(100)
+    patient = asyncio.create_task(pool.allocate(100, 5.0))
+    await asyncio.sleep(0)
+    # Were it to wait for the first waiter's deadline, wait_for would time out instead.
+    with pytest.raises(BufferExhaustedError):
+        await asyncio.wait_for(pool.allocate(100, 0.05), 2.5)
+    assert not patient.done()
+    pool.deallocate(held, 100)
+    buffer = await asyncio.wait_for(patient, 1)
+    pool.deallocate(buffer, 100)
+    assert pool.available_memory() == 100
+
+
+async def test_a_waiter_outlives_the_deadline_of_one_served_before_it() -> None:
+    # The timer armed for a short wait that was served must not fail a longer wait after it.
+    pool = BufferPool(total_memory=100, poolable_size=100)
+    held = pool.allocate_nowait(100)
+    quick = asyncio.create_task(pool.allocate(100, 0.05))
+    await asyncio.sleep(0)
+    pool.deallocate(held, 100)
+    held = await asyncio.wait_for(quick, 1)
+    slow = asyncio.create_task(pool.allocate(100, 5.0))
+    await asyncio.sleep(0.2)  # well past the served waiter's deadline
+    assert not slow.done()
+    assert pool.queued() == 1
+    pool.deallocate(held, 100)
+    buffer = await asyncio.wait_for(slow, 1)
+    pool.deallocate(buffer, 100)
+    assert pool.available_memory() == 100
