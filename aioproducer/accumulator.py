@@ -102,19 +102,20 @@ class ProducerBatch:
         self.final = False
         self.outcome: tuple[int, int] = (-1, -1)
         self.error: BaseException | None = None
-        self.watchers: list[Callable[[], None]] | None = None
+        self.watchers: list[RecordFuture] | None = None
 
-    def watch(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` when the batch's future is done (one future callback in all)."""
+    def watch(self, record: RecordFuture) -> None:
+        """Call ``record._on_batch_done()`` when the batch's future is done (one future
+        callback in all; the record itself is kept, not a bound method made per record)."""
         if self.watchers is None:
             self.watchers = []
             self.future.add_done_callback(self._fan_out)
-        self.watchers.append(callback)
+        self.watchers.append(record)
 
     def _fan_out(self, _: asyncio.Future[Any]) -> None:
         watchers, self.watchers = self.watchers, None
-        for callback in watchers or ():
-            callback()
+        for record in watchers or ():
+            record._on_batch_done()
 
     @property
     def record_count(self) -> int:

@@ -57,7 +57,14 @@ class RecordFuture:
         self.timestamp = timestamp
         self.key_size = key_size
         self.value_size = value_size
+        # The first callback sits in two slots, the others in a list: most records get one
+        # callback or none, and every object made per record is one more for the cyclic
+        # garbage collector to walk (its pauses are what a latency percentile sees).
+        self._callback: Callable[[Any], object] | None = None
+        self._context: Context | None = None
         self._callbacks: list[tuple[Callable[[Any], object], Context | None]] | None = None
+        # True once the batch calls _on_batch_done() for this record.
+        self._watching = False
         self._cancelled = False
         self._cancel_message: Any = None
 
@@ -65,8 +72,20 @@ class RecordFuture:
         # Called when a too-large batch is split: the record now lives in ``batch``.
         self._batch = batch
         self.relative_offset = relative_offset
+        if self._watching:
+            batch.watch(self)
+
+    def _take_callbacks(self) -> list[tuple[Callable[[Any], object], Context | None]]:
+        # Every registered callback in registration order; none are left registered.
+        taken: list[tuple[Callable[[Any], object], Context | None]] = []
+        if self._callback is not None:
+            taken.append((self._callback, self._context))
         if self._callbacks:
-            batch.watch(self._on_batch_done)
+            taken.extend(self._callbacks)
+        self._callback = None
+        self._context = None
+        self._callbacks = None
+        return taken
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the record's batch belongs to."""
@@ -86,7 +105,7 @@ class RecordFuture:
             return False
         self._cancelled = True
         self._cancel_message = msg
-        callbacks, self._callbacks = self._callbacks, None
+        callbacks = self._take_callbacks()
         if callbacks:
             loop = self.get_loop()
             for callback, context in callbacks:
@@ -146,31 +165,62 @@ class RecordFuture:
         if self.done():
             self.get_loop().call_soon(callback, self, context=context)
             return
+        if not self._watching:
+            # One callback on the batch's future serves every watching record of the batch.
+            self._watching = True
+            self._batch.watch(self)
+        if self._callback is None and not self._callbacks:
+            self._callback = callback
+            self._context = context
+            return
         if self._callbacks is None:
             self._callbacks = []
-            # One callback on the batch's future serves every watching record of the batch.
-            self._batch.watch(self._on_batch_done)
         self._callbacks.append((callback, context))
 
     def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
         """Remove every registration of ``callback``; return how many there were."""
-        if not self._callbacks:
-            return 0
-        kept = [entry for entry in self._callbacks if entry[0] != callback]
-        removed = len(self._callbacks) - len(kept)
-        self._callbacks = kept
+        removed = 0
+        if self._callback is not None and self._callback == callback:
+            self._callback = None
+            self._context = None
+            removed = 1
+        if self._callbacks:
+            kept = [entry for entry in self._callbacks if entry[0] != callback]
+            removed += len(self._callbacks) - len(kept)
+            self._callbacks = kept
         return removed
 
     def _on_batch_done(self) -> None:
         # The batch's future is done; if the batch was split, _rebind already moved us on.
         if not self._batch.final or self._cancelled:
             return
-        callbacks, self._callbacks = self._callbacks, None
-        for callback, context in callbacks or ():
+        callback, context, more = self._callback, self._context, self._callbacks
+        self._callback = None
+        self._context = None
+        self._callbacks = None
+        if callback is not None:
+            self._run_callback(callback, context)
+        for callback, context in more or ():
+            self._run_callback(callback, context)
+
+    def _run_callback(self, callback: Callable[[Any], object], context: Context | None) -> None:
+        try:
             if context is None:
                 callback(self)
             else:
                 context.run(callback, self)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            # As asyncio does for a future's callback: report it, and still call the other
+            # callbacks (of this record and of the rest of its batch).
+            self.get_loop().call_exception_handler(
+                {
+                    "message": f"Exception in callback {callback!r} of {self!r}",
+                    "exception": exc,
+                    "future": self,
+                }
+            )
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         if not self._batch.final and not self._cancelled:

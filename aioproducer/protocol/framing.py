@@ -101,6 +101,10 @@ def split_response_header(frame: memoryview, flexible: bool) -> tuple[int, memor
     skipped) over v0 (correlation id only); see
     :func:`~aioproducer.protocol.api.response_header_flexible`.
     """
+    if frame.nbytes >= 5 and (not flexible or frame[4] == 0):
+        # The usual header: no tagged fields (a zero count), so no reader is needed.
+        correlation_id: int = INT32.unpack_from(frame, 0)[0]
+        return correlation_id, frame[5:] if flexible else frame[4:]
     reader = Reader(frame)
     correlation_id = reader.int32()
     if flexible:

@@ -148,3 +148,47 @@ async def test_a_sender_waits_up_to_max_block_ms_then_gets_buffer_exhausted() ->
             await bounded(ledger.send(producer, 0))
             await ledger.wait()
         ledger.check({0: cluster.values(topic, 0)})
+
+
+async def test_a_record_that_waits_for_memory_asks_the_partitioner_once(
+    mock_cluster: MockCluster,
+) -> None:
+    # Round robin makes a second question visible: each one moves the turn on. Every record
+    # gets a batch of its own (the value nearly fills batch_size) and buffer_memory holds
+    # two batches, so with the broker slowed almost every send waits for memory. Asked
+    # twice, a waiting record would skip a partition, and the broker's log would show it.
+    topic = unique_topic("round-robin")
+    partitions = 3
+    records = 60
+    mock_cluster.create_topic(topic, partitions)
+    options = fast_options(
+        mock_cluster.bootstrap_servers,
+        partitioner="round_robin",
+        batch_size=1024,
+        buffer_memory=2048,
+        linger_ms=0,
+    )
+    async with Producer(**options) as producer:
+        await bounded(producer.send_and_wait(topic, b"warm-up", partition=0))
+        mock_cluster.broker_set_rtt(-1, 5)
+        wait_before = producer.metrics()["bufferpool-wait-time-total"]
+        futures = [
+            await bounded(producer.send(topic, b"%04d" % index + b"v" * 800))
+            for index in range(records)
+        ]
+        placed = [(await bounded(future)).partition for future in futures]
+        wait_after = producer.metrics()["bufferpool-wait-time-total"]
+        mock_cluster.broker_set_rtt(-1, 0)
+    assert wait_after > wait_before, "no send waited for memory: nothing was tested"
+    # Each record goes to the partition after its predecessor's, waiting or not.
+    assert all(
+        placed[i + 1] == (placed[i] + 1) % partitions for i in range(records - 1)
+    ), placed
+    log = await mock_log(mock_cluster.bootstrap_servers, topic)
+    stored = sorted(
+        (value[:4], partition)
+        for partition, values in log.items()
+        for value in values
+        if value is not None and value != b"warm-up"
+    )
+    assert stored == sorted((b"%04d" % i, placed[i]) for i in range(records))

@@ -192,3 +192,100 @@ async def test_split_moves_record_futures() -> None:
         base += new_batch.record_count
     metadata = [await f for f in futures]
     assert [m.offset for m in metadata] == list(range(15))
+
+
+# ---- RecordFuture callbacks ---------------------------------------------------------------
+
+
+def _single_batch(h: Harness, count: int) -> tuple[ProducerBatch, list[RecordFuture]]:
+    futures = [h.append(0, b"v%d" % i, 0.0) for i in range(count)]
+    return futures[0]._batch, futures
+
+
+async def test_record_callbacks_run_once_in_registration_order() -> None:
+    h = Harness(asyncio.get_running_loop())
+    batch, (first, second) = _single_batch(h, 2)
+    calls: list[tuple[str, int]] = []
+    first.add_done_callback(lambda f: calls.append(("a", f.result().offset)))
+    first.add_done_callback(lambda f: calls.append(("b", f.result().offset)))
+    first.add_done_callback(lambda f: calls.append(("c", f.result().offset)))
+    second.add_done_callback(lambda f: calls.append(("d", f.result().offset)))
+    batch.builder.close()
+    batch.complete(40, -1)
+    assert calls == []  # never from inside complete(): on the loop, soon
+    await asyncio.sleep(0)
+    assert calls == [("a", 40), ("b", 40), ("c", 40), ("d", 41)]
+    late: list[int] = []
+    first.add_done_callback(lambda f: late.append(f.result().offset))
+    await asyncio.sleep(0)
+    assert late == [40]
+    assert calls == [("a", 40), ("b", 40), ("c", 40), ("d", 41)]
+
+
+async def test_removed_record_callbacks_are_not_called() -> None:
+    h = Harness(asyncio.get_running_loop())
+    batch, (future,) = _single_batch(h, 1)
+    calls: list[str] = []
+
+    def a(_: Any) -> None:
+        calls.append("a")
+
+    def b(_: Any) -> None:
+        calls.append("b")
+
+    def c(_: Any) -> None:
+        calls.append("c")
+
+    future.add_done_callback(a)
+    future.add_done_callback(b)
+    future.add_done_callback(a)
+    assert future.remove_done_callback(a) == 2  # the first slot and the list alike
+    future.add_done_callback(c)
+    assert future.remove_done_callback(a) == 0
+    batch.builder.close()
+    batch.complete(0, -1)
+    await asyncio.sleep(0)
+    assert calls == ["b", "c"]
+
+
+async def test_a_raising_record_callback_reaches_the_loop_and_spares_the_others() -> None:
+    loop = asyncio.get_running_loop()
+    h = Harness(loop)
+    batch, (first, second) = _single_batch(h, 2)
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    calls: list[str] = []
+
+    def broken(_: Any) -> None:
+        raise RuntimeError("user bug")
+
+    try:
+        first.add_done_callback(broken)
+        first.add_done_callback(lambda _: calls.append("first"))
+        second.add_done_callback(lambda _: calls.append("second"))
+        batch.builder.close()
+        batch.complete(0, -1)
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert calls == ["first", "second"]
+    assert len(reported) == 1
+    assert isinstance(reported[0]["exception"], RuntimeError)
+    assert reported[0]["future"] is first
+
+
+async def test_a_cancelled_record_future_calls_its_callbacks_once() -> None:
+    h = Harness(asyncio.get_running_loop())
+    batch, (future,) = _single_batch(h, 1)
+    calls: list[bool] = []
+    future.add_done_callback(lambda f: calls.append(f.cancelled()))
+    future.add_done_callback(lambda f: calls.append(f.cancelled()))
+    assert future.cancel()
+    await asyncio.sleep(0)
+    assert calls == [True, True]
+    batch.builder.close()
+    batch.complete(0, -1)  # the record itself is still delivered; no second call
+    await asyncio.sleep(0)
+    assert calls == [True, True]
+    (outcome,) = await asyncio.gather(future, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError)

@@ -107,6 +107,21 @@ def test_split_response_header_v1_skips_tagged_fields() -> None:
     assert bytes(body) == h("0a0b")
 
 
+@pytest.mark.parametrize(
+    ("frame", "flexible", "body"),
+    [
+        ("00000007 00 0a0b", True, "0a0b"),  # v1 with no tagged fields: the quick path
+        ("00000007 00", True, ""),
+        ("00000007", False, ""),  # v0 with an empty body
+        ("00000007 00", False, "00"),  # v0: the zero is body, not a tag count
+    ],
+)
+def test_split_response_header_usual_frames(frame: str, flexible: bool, body: str) -> None:
+    correlation_id, rest = split_response_header(memoryview(h(frame)), flexible)
+    assert correlation_id == 7
+    assert bytes(rest) == h(body)
+
+
 def test_split_response_header_corrupt() -> None:
     with pytest.raises(CorruptResponseError):
         split_response_header(memoryview(h("000000")), False)
