@@ -161,7 +161,12 @@ class RecordFuture:
     def add_done_callback(
         self, callback: Callable[[Any], object], *, context: Context | None = None
     ) -> None:
-        """Call ``callback(self)`` once the record is acknowledged or failed."""
+        """Call ``callback(self)`` once the record is acknowledged or failed.
+
+        As with an asyncio future, the call comes soon after, on the event loop, never
+        from inside this method; an exception the callback raises goes to the loop's
+        exception handler and does not keep other callbacks from running.
+        """
         if self.done():
             self.get_loop().call_soon(callback, self, context=context)
             return
