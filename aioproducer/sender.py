@@ -702,7 +702,11 @@ class Sender:
         try:
             future = connection.send(request)
         except KafkaError as exc:
+            # Refused at once (the transport closed under us): nothing is in flight, so the
+            # partitions muted above must be drainable again for the retries.
             for batch in batches:
+                if self._guarantee_order:
+                    self._accumulator.unmute(batch.tp)
                 self._retry_or_fail(batch, exc, now)
             return
         if acks_zero:

@@ -947,6 +947,29 @@ async def test_sequences_grow_by_record_count_per_partition() -> None:
     assert offsets(other) == [0]
 
 
+async def test_a_request_the_connection_refuses_leaves_its_partitions_drainable() -> None:
+    # With one request in flight (order guaranteed), a partition is muted while its batch is
+    # out. A request the connection refuses at once (its transport just closed) is retried;
+    # its partitions must be unmuted then, or they would never be drained again.
+    h = Harness(linger_ms=0, max_in_flight_requests_per_connection=1, retry_backoff_ms=100)
+    first = h.append(0, b"a")
+    h.conn(1).send_error = KafkaConnectionError("the transport is closing")
+    h.step()
+    assert h.produce_requests(1) == []
+    assert h.metrics.record_retry_total == 1
+    h.conn(1).send_error = None
+    h.step(h.now + 0.25)
+    (retry,) = h.produce_requests(1)
+    assert retry.values(0) == [b"a"]
+    await h.respond(retry, ok(0, 7))
+    assert first.result().offset == 7
+    second = h.append(0, b"b")
+    h.step()
+    assert h.last_produce(1).values(0) == [b"b"]
+    await h.respond(h.last_produce(1), ok(0, 8))
+    assert second.result().offset == 8
+
+
 async def test_a_retry_keeps_the_order_within_a_partition() -> None:
     h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
     await h.init_producer_id(1000)
