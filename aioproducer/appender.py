@@ -509,10 +509,19 @@ class RecordAppender:
             )
             if reached == index:
                 # No open batch with room: start one with the next value.
-                future = self.append_prepared(topic, chosen, timestamp, None, values[index], None)
+                value = values[index]
+                future = self.append_prepared(topic, chosen, timestamp, None, value, None)
                 if future is None:
+                    if partition is None:
+                        # The partitioner chose: it is told of the record once appended.
+                        self._pending_sticky = True
                     return index
                 futures.append(future)
+                if partition is None:
+                    # As send() does for a key-less record: the sticky partitioner counts
+                    # the bytes of a batch's first record too (uncounted, records as big as
+                    # half a batch never moved it to another partition).
+                    self.note_sticky_append(topic, chosen, value, future)
                 reached = index + 1
             elif partition is None and record_appended is not None:
                 size = 10 * (reached - index)

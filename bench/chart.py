@@ -45,8 +45,14 @@ _SHORT = {
 
 
 def latest_result(directory: Path = RESULTS) -> Path | None:
-    """The newest ``*.json`` result in ``directory`` (by the time in its name)."""
-    files = sorted(p for p in directory.glob("*.json") if p.is_file())
+    """The newest harness result in ``directory`` (by the time in its name); the files of
+    ``bench.memory``, ``bench.offload`` and ``bench.instructions`` are not harness runs."""
+    files = sorted(
+        p
+        for pattern in ("*-mock.json", "*-tansu.json", "*-both.json")
+        for p in directory.glob(pattern)
+        if p.is_file()
+    )
     return files[-1] if files else None
 
 

@@ -177,6 +177,28 @@ async def test_send_many_waits_for_memory_mid_run_and_keeps_order(target: Target
     ]
 
 
+@pytest.mark.parametrize("buffer_memory", [1 << 20, 8192], ids=["room", "waits-for-memory"])
+async def test_send_many_spreads_big_key_less_records_like_send(
+    target: Target, buffer_memory: int
+) -> None:
+    # Each value takes over half a batch, so every record starts a batch of its own. The
+    # sticky partitioner must count those first records, or it never moves on: send() and
+    # send_many() alike must spread 60 such records over the topic's partitions.
+    topic = target.make_topic(3)
+    values = [b"%04d" % i + b"." * 2300 for i in range(60)]
+    async with Producer(
+        bootstrap_servers=target.bootstrap, batch_size=4096, buffer_memory=buffer_memory
+    ) as producer:
+        many = await (await producer.send_many(topic, values))
+        single = [await producer.send(topic, value) for value in values]
+        one_by_one = [await future for future in single]
+    for metadata in (many, one_by_one):
+        used = {m.partition for m in metadata}
+        assert len(used) == 3, sorted(m.partition for m in metadata)
+    consumed = read_back(target.bootstrap, topic, expected=120)
+    assert sorted(r.value for r in consumed) == sorted(values * 2)
+
+
 async def test_send_many_accepts_records_and_pairs(target: Target) -> None:
     topic = target.make_topic(2)
     items: list[Any] = [
