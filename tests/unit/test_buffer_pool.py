@@ -10,6 +10,28 @@ from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import BufferExhaustedError, KafkaError, ProducerClosedError
 
 
+def full_pool() -> tuple[BufferPool, bytearray]:
+    """A pool of one 100-byte buffer, handed out: the next allocation must wait."""
+    pool = BufferPool(total_memory=100, poolable_size=100)
+    held = pool.allocate_nowait(100)
+    assert held is not None
+    return pool, held
+
+
+async def queued(pool: BufferPool, max_block: float, size: int = 100) -> asyncio.Task[bytearray]:
+    """A task waiting in ``pool`` for ``size`` bytes, returned once it is in the queue."""
+    task = asyncio.create_task(pool.allocate(size, max_block))
+    await asyncio.sleep(0)
+    return task
+
+
+async def give_back(pool: BufferPool, waiter: asyncio.Task[bytearray], size: int = 100) -> None:
+    """Wait for ``waiter``'s buffer (briefly) and return it to the pool."""
+    buffer = await asyncio.wait_for(waiter, 1)
+    assert len(buffer) == size
+    pool.deallocate(buffer, size)
+
+
 def test_allocate_and_reuse_poolable_buffers() -> None:
     pool = BufferPool(total_memory=1024, poolable_size=256)
     first = pool.allocate_nowait(256)
@@ -104,18 +126,14 @@ async def test_timed_out_head_waiter_unblocks_the_next() -> None:
     await asyncio.sleep(0)
     with pytest.raises(BufferExhaustedError):
         await head
-    buffer = await asyncio.wait_for(second, 1)
-    assert len(buffer) == 100
-    pool.deallocate(buffer, 100)
+    await give_back(pool, second)
     pool.deallocate(held, 100)
     assert pool.available_memory() == 200
 
 
 async def test_cancelled_waiter_loses_no_memory() -> None:
-    pool = BufferPool(total_memory=100, poolable_size=100)
-    held = pool.allocate_nowait(100)
-    waiter = asyncio.create_task(pool.allocate(100, 5.0))
-    await asyncio.sleep(0)
+    pool, held = full_pool()
+    waiter = await queued(pool, 5.0)
     # Grant the memory and cancel in the same loop iteration: the grant must come back.
     pool.deallocate(held, 100)
     waiter.cancel()
@@ -163,26 +181,21 @@ async def test_close_fails_waiters() -> None:
 async def test_a_later_waiter_with_an_earlier_deadline_times_out_first() -> None:
     # One timer serves every waiter: a shorter wait queued behind a long one must still end
     # on time, and the long one must go on waiting.
-    pool = BufferPool(total_memory=100, poolable_size=100)
-    held = pool.allocate_nowait(100)
-    patient = asyncio.create_task(pool.allocate(100, 5.0))
-    await asyncio.sleep(0)
+    pool, held = full_pool()
+    patient = await queued(pool, 5.0)
     # Were it to wait for the first waiter's deadline, wait_for would time out instead.
     with pytest.raises(BufferExhaustedError):
         await asyncio.wait_for(pool.allocate(100, 0.05), 2.5)
     assert not patient.done()
     pool.deallocate(held, 100)
-    buffer = await asyncio.wait_for(patient, 1)
-    pool.deallocate(buffer, 100)
+    await give_back(pool, patient)
     assert pool.available_memory() == 100
 
 
 async def test_a_waiter_outlives_the_deadline_of_one_served_before_it() -> None:
     # The timer armed for a short wait that was served must not fail a longer wait after it.
-    pool = BufferPool(total_memory=100, poolable_size=100)
-    held = pool.allocate_nowait(100)
-    quick = asyncio.create_task(pool.allocate(100, 0.05))
-    await asyncio.sleep(0)
+    pool, held = full_pool()
+    quick = await queued(pool, 0.05)
     pool.deallocate(held, 100)
     held = await asyncio.wait_for(quick, 1)
     slow = asyncio.create_task(pool.allocate(100, 5.0))
@@ -190,6 +203,5 @@ async def test_a_waiter_outlives_the_deadline_of_one_served_before_it() -> None:
     assert not slow.done()
     assert pool.queued() == 1
     pool.deallocate(held, 100)
-    buffer = await asyncio.wait_for(slow, 1)
-    pool.deallocate(buffer, 100)
+    await give_back(pool, slow)
     assert pool.available_memory() == 100
