@@ -162,9 +162,11 @@ class Sender:
         )
         self._availability = BrokerAvailability(config.partitioner_availability_timeout_ms)
         self._next_load_update = 0.0
-        self._guarantee_order = idempotence is None and (
-            config.max_in_flight_requests_per_connection == 1
-        )
+        # As the Java client: one request in flight means strict order, idempotent or not.
+        # A partition stays muted until its request's response is processed, so a newer batch
+        # cannot slip out in the moment between the connection freeing its slot (response
+        # read) and the sender handling that response (a retry to be re-enqueued first).
+        self._guarantee_order = config.max_in_flight_requests_per_connection == 1
 
     # ---- the task ---------------------------------------------------------------------------
 

@@ -947,6 +947,36 @@ async def test_sequences_grow_by_record_count_per_partition() -> None:
     assert offsets(other) == [0]
 
 
+async def test_one_in_flight_keeps_order_while_a_failed_response_awaits_handling() -> None:
+    # Idempotent, one request in flight. The broker's answer to the first batch (an error to
+    # retry) has been read, which frees the connection's slot, but the sender has not handled
+    # it yet. A sender step in that moment must not send the partition's next batch ahead of
+    # the retry: a broker that checks no sequences (librdkafka's mock) would store it first.
+    h = Harness(
+        idempotent=True, linger_ms=0, max_in_flight_requests_per_connection=1, batch_size=128
+    )
+    await h.init_producer_id(1000)
+    older = [h.append(0, b"a%03d" % i) for i in range(4)]
+    newer = [h.append(0, b"b%03d" % i + b"x" * 40) for i in range(2)]
+    assert older[0]._batch is not newer[0]._batch
+    h.step()
+    (first,) = h.produce_requests(1)
+    older_values = first.values(0)
+    first.future.set_result(
+        ProduceResponse(topics=[ProduceTopicResponse(TOPIC, [error(0, NOT_LEADER_OR_FOLLOWER)])])
+    )
+    h.step()  # before the response's callback: the slot is free, the retry not queued yet
+    assert h.produce_requests(1) == [first], "a newer batch went out ahead of the retry"
+    await run_callbacks()
+    h.step()
+    (metadata_request,) = h.connections.all_sent(MetadataRequest)
+    metadata_request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
+    await run_callbacks()
+    h.step(h.now + 1.0)
+    retry = h.last_produce(1)
+    assert retry.values(0) == older_values
+
+
 async def test_a_request_the_connection_refuses_leaves_its_partitions_drainable() -> None:
     # With one request in flight (order guaranteed), a partition is muted while its batch is
     # out. A request the connection refuses at once (its transport just closed) is retried;
