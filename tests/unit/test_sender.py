@@ -361,6 +361,13 @@ class Harness:
         requests[-1].future.set_result(InitProducerIdResponse(0, NONE, producer_id, epoch))
         await run_callbacks()
 
+    async def answer_metadata_refresh(self) -> None:
+        """Step the sender so it asks for metadata, and answer with the same leaders."""
+        self.step()
+        (request,) = self.connections.all_sent(MetadataRequest)
+        request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
+        await run_callbacks()
+
     def memory_is_back(self) -> bool:
         return self.pool.available_memory() == self.config.buffer_memory
 
@@ -968,10 +975,7 @@ async def test_one_in_flight_keeps_order_while_a_failed_response_awaits_handling
     h.step()  # before the response's callback: the slot is free, the retry not queued yet
     assert h.produce_requests(1) == [first], "a newer batch went out ahead of the retry"
     await run_callbacks()
-    h.step()
-    (metadata_request,) = h.connections.all_sent(MetadataRequest)
-    metadata_request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
-    await run_callbacks()
+    await h.answer_metadata_refresh()
     h.step(h.now + 1.0)
     retry = h.last_produce(1)
     assert retry.values(0) == older_values
@@ -1016,11 +1020,7 @@ async def test_a_retry_keeps_the_order_within_a_partition() -> None:
     assert h.metrics.record_retry_total == 5
     assert h.idempotence is not None and not h.idempotence.needs_producer_id
 
-    # Answer the metadata refresh with the same leaders.
-    h.step()
-    (metadata_request,) = h.connections.all_sent(MetadataRequest)
-    metadata_request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
-    await run_callbacks()
+    await h.answer_metadata_refresh()
 
     h.step(h.now + 0.25)
     retry_a = h.last_produce(1)
