@@ -256,12 +256,19 @@ class RecordAppender:
         # It may switch early only once the partition's open batch is full.
         size = (0 if value is None else len(value)) + 10
         batch = future._batch
-        full = batch.full or batch.builder.remaining < size
+        self._tell_record_appended(
+            topic, partition, size, batch.full or batch.builder.remaining < size
+        )
+
+    def _tell_record_appended(
+        self, topic: str, partition: int, size: int, switch_allowed: bool
+    ) -> None:
+        # The hook exists (checked by the caller); the built-in partitioner gets a native call.
         default = self._default_partitioner
         if default is not None:
-            default.record_appended(topic, partition, size, switch_allowed=full)
+            default.record_appended(topic, partition, size, switch_allowed=switch_allowed)
         else:
-            self._record_appended(topic, partition, size, switch_allowed=full)
+            self._record_appended(topic, partition, size, switch_allowed=switch_allowed)
 
     # ---- appending ---------------------------------------------------------------------------
 
@@ -329,25 +336,50 @@ class RecordAppender:
         self._pending = None
         self.pending_partition = -1
         topic, _, timestamp, key, value, headers = pending
+        return await self.append_waiting_for_memory(
+            topic, partition, self._pending_sticky, timestamp, key, value, headers, max_block
+        )
+
+    async def append_waiting_for_memory(
+        self,
+        topic: str,
+        partition: int,
+        sticky: bool,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        max_block: float,
+    ) -> RecordFuture:
+        """Append a prepared record to ``partition``, waiting up to ``max_block`` seconds for
+        memory if its open batch has no room; ``sticky``: the sticky partitioner chose the
+        partition and is told of the record.
+
+        Raises:
+            BufferExhaustedError: no memory within ``max_block``.
+            ProducerClosedError: the producer closed while the record waited.
+        """
         accumulator = self._accumulator
-        pool = self._pool
-        buffer_size = accumulator.buffer_size_for(record_size(key, value, headers))
-        buffer = await pool.allocate(buffer_size, max_block)
-        try:
-            self._check_running()
-        except BaseException:
-            pool.deallocate(buffer, buffer_size)
-            raise
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is None:
-            future = accumulator.append_to_new_batch(
-                topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
-            )
-            self._after_new_batch(topic, partition)
-        else:
-            # Another coroutine opened a batch with room while this one waited: use it.
-            pool.deallocate(buffer, buffer_size)
-        if self._pending_sticky:
+            pool = self._pool
+            buffer_size = accumulator.buffer_size_for(record_size(key, value, headers))
+            buffer = await pool.allocate(buffer_size, max_block)
+            try:
+                self._check_running()
+            except BaseException:
+                pool.deallocate(buffer, buffer_size)
+                raise
+            future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
+            if future is None:
+                future = accumulator.append_to_new_batch(
+                    topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+                )
+                self._after_new_batch(topic, partition)
+            else:
+                # Another coroutine opened a batch with room while this one waited: use it.
+                pool.deallocate(buffer, buffer_size)
+        if sticky:
             self.note_sticky_append(topic, partition, value, future)
         return future
 
@@ -527,7 +559,6 @@ class RecordAppender:
                 size = 10 * (reached - index)
                 for position in range(index, reached):
                     size += len(values[position])
-                batch = futures[-1]._batch
-                record_appended(topic, chosen, size, switch_allowed=batch.full)
+                self._tell_record_appended(topic, chosen, size, futures[-1]._batch.full)
             index = reached
         return index

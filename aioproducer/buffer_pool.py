@@ -70,7 +70,6 @@ class BufferPool:
         # served leaves it be, so a wait costs no timer of its own (a wait per batch is the
         # steady state of a producer that outpaces its brokers).
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline = 0.0
 
     @property
     def poolable_size(self) -> int:
@@ -128,7 +127,7 @@ class BufferPool:
         deadline = loop.time() + max(0.0, max_time_to_block)
         waiter = _Waiter(size, loop.create_future(), deadline)
         self._waiters.append(waiter)
-        if self._timer is None or deadline < self._timer_deadline:
+        if self._timer is None or deadline < self._timer.when():
             self._arm_timer(loop, deadline)
         start = time.monotonic()
         try:
@@ -151,7 +150,6 @@ class BufferPool:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_at(deadline, self._expire_waiters)
-        self._timer_deadline = deadline
 
     def _expire_waiters(self) -> None:
         # Fail the waiters whose deadline has passed; arm the timer for the next deadline.

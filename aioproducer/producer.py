@@ -658,43 +658,29 @@ class Producer:
     ) -> RecordFuture:
         appender = self._appender
         assert appender is not None
-        start = time.monotonic()
-        deadline = start + self._max_block
-        size = record_size(key, value, headers)
-        appender.check_record_size(size)
-        layout = appender.topic_layout(topic)
-        if layout is not None and (partition is None or 0 <= partition < layout[0]):
-            # Known topic (the usual case: the record waits for memory, not metadata).
-            count, available = layout
-        else:
-            info = await self._wait_on_metadata(topic, partition, deadline)
-            count, available = info.partition_count, info.available_partitions
+        deadline = time.monotonic() + self._max_block
+        appender.check_record_size(record_size(key, value, headers))
+        # Only records that wait for metadata come here (one that waits for memory alone
+        # takes appender.append_when_memory_frees): the topic's metadata is missing, or the
+        # partition is out of range and the metadata must be refreshed to know.
+        info = await self._wait_on_metadata(topic, partition, deadline)
         sticky = False
         if partition is None:
-            partition = appender.choose_partition(topic, key, count, available)
-            sticky = key is None
-        while True:
-            self._check_sendable()
-            accumulator = self._accumulator
-            future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
-            if future is not None:
-                break
-            buffer_size = accumulator.buffer_size_for(size)
-            buffer = await self._pool.allocate(buffer_size, max(0.0, deadline - time.monotonic()))
-            self._check_running()
-            # Another coroutine may have opened a batch while we waited: use it, return ours.
-            future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
-            if future is not None:
-                self._pool.deallocate(buffer, buffer_size)
-                break
-            future = accumulator.append_to_new_batch(
-                topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+            partition = appender.choose_partition(
+                topic, key, info.partition_count, info.available_partitions
             )
-            self._after_new_batch(topic, partition)
-            break
-        if sticky:
-            appender.note_sticky_append(topic, partition, value, future)
-        return future
+            sticky = key is None
+        self._check_sendable()
+        return await appender.append_waiting_for_memory(
+            topic,
+            partition,
+            sticky,
+            timestamp,
+            key,
+            value,
+            headers,
+            max(0.0, deadline - time.monotonic()),
+        )
 
     async def _wait_on_metadata(
         self, topic: str, partition: int | None, deadline: float
