@@ -303,7 +303,7 @@ class Producer:
                     )
                 )
                 await asyncio.gather(sender.task, return_exceptions=True)
-            except BaseException:
+            except BaseException as exc:
                 # The sender crashed: _on_sender_done recorded it; closing still completes.
                 if not sender.task.done():
                     # close() itself was cancelled: stop the sender now, so no record stays
@@ -315,13 +315,21 @@ class Producer:
                     )
                     await asyncio.gather(sender.task, return_exceptions=True)
                     raise
+                if isinstance(exc, asyncio.CancelledError) and _cancelling(sender.task):
+                    # close() was cancelled just as the sender finished: the cancellation
+                    # is the caller's (Ctrl+C, a timeout), not the sender's; let it through.
+                    raise
         finally:
-            self._pool.close()
-            self._metadata.wake_waiters()
-            await self._connections.close()
-            self._state = ProducerState.CLOSED
-            assert self._closed_event is not None
-            self._closed_event.set()
+            try:
+                self._pool.close()
+                self._metadata.wake_waiters()
+                await self._connections.close()
+            finally:
+                # Closed even when close() is cancelled while the connections close: a later
+                # close() waits for this event, and no send is taken any more.
+                self._state = ProducerState.CLOSED
+                assert self._closed_event is not None
+                self._closed_event.set()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -763,3 +771,14 @@ class Producer:
         return self._metrics.snapshot(
             stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
         )
+
+
+def _cancelling(sender_task: asyncio.Task[Any]) -> bool:
+    """True when a CancelledError that reached close() is a cancellation of close() itself
+    rather than the finished sender's own."""
+    current = asyncio.current_task()
+    cancelling = getattr(current, "cancelling", None)  # Python 3.11+
+    if cancelling is not None:
+        return bool(cancelling())
+    # Python 3.10: a sender that was not cancelled itself cannot have raised it.
+    return not sender_task.cancelled()

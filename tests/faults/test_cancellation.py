@@ -46,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer import Producer
+from aioproducer import Producer, ProducerState
 from aioproducer import errors as e
 from tests.faults.checks import Ledger, bounded, fast_options, unique_topic
 from tests.faults.scripted_broker import PRODUCE, Action, ScriptedCluster
@@ -358,3 +358,33 @@ async def test_a_gather_of_record_futures_can_time_out() -> None:
             with pytest.raises(asyncio.TimeoutError):
                 waiter.result()
         ledger.check({0: cluster.values(topic, 0)})
+
+
+async def test_cancelling_close_as_the_sender_finishes_is_not_lost() -> None:
+    # Ctrl+C in `aioproducer produce` cancels the task that is closing the producer; when the
+    # cancellation lands just after the sender task ended, close() must still raise it, or
+    # the program runs on as if nothing happened (it exited 0 instead of 130).
+    topic = unique_topic("cancel-close-late")
+    async with ScriptedCluster(1, topics={topic: 1}) as cluster:
+        ledger = Ledger(topic)
+        producer = Producer(**fast_options(cluster.bootstrap_servers))
+        await bounded(producer.start())
+        await bounded(ledger.send(producer, 0))
+        await ledger.wait()
+        closing = asyncio.ensure_future(producer.close())
+        sender = producer._sender
+        assert sender is not None and sender.task is not None
+
+        async def sender_ended() -> None:
+            while not sender.task.done():
+                await asyncio.sleep(0)
+
+        await bounded(sender_ended())
+        assert not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await bounded(closing)
+        # Closed all the same: nothing is left to deliver, and nothing more is taken.
+        assert producer.state is ProducerState.CLOSED
+        with pytest.raises(e.ProducerClosedError):
+            await producer.send(topic, b"late", partition=0)
