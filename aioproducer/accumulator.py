@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aioproducer.buffer_pool import BufferPool
-from aioproducer.futures import RecordFuture
+from aioproducer.futures import BatchResults, RecordFuture, RecordRun
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from aioproducer.records import SPLIT
@@ -50,6 +50,7 @@ class ProducerBatch:
         "in_retry",
         "last_attempt",
         "offloaded",
+        "open_run",
         "outcome",
         "partition",
         "producer_epoch",
@@ -91,7 +92,10 @@ class ProducerBatch:
         self.deallocate_pending = False
         self.in_retry = False
         self.future = future
-        self.records: list[RecordFuture] = []
+        # The records' futures in offset order; a run of send_many records stands for many.
+        self.records: list[RecordFuture | RecordRun] = []
+        # The run the last send_many record joined, which the next may extend.
+        self.open_run: RecordRun | None = None
         self.base_sequence = -1
         self.producer_id = -1
         self.producer_epoch = -1
@@ -116,6 +120,16 @@ class ProducerBatch:
         watchers, self.watchers = self.watchers, None
         for record in watchers or ():
             record._on_batch_done()
+
+    def record_futures(self) -> list[RecordFuture]:
+        """A future for each record, in offset order (the futures of runs are made now)."""
+        futures: list[RecordFuture] = []
+        for entry in self.records:
+            if isinstance(entry, RecordFuture):
+                futures.append(entry)
+            else:
+                futures.extend(entry.materialize())
+        return futures
 
     @property
     def record_count(self) -> int:
@@ -284,12 +298,13 @@ class RecordAccumulator:
         values: Sequence[bytes],
         start: int,
         stop: int,
-        futures: list[RecordFuture],
+        results: BatchResults,
     ) -> int:
         """Append a run of key-less, header-less values to the open batch of the partition.
 
-        Adds a future per record to ``futures``; returns the index it stopped at (``start``
-        when there is no open batch with room: the caller then starts a new batch).
+        Adds the records to ``results`` (as one run, without a future each); returns the
+        index it stopped at (``start`` when there is no open batch with room: the caller then
+        starts a new batch).
         """
         batches = self._existing_deque(topic, partition)
         if not batches:
@@ -301,15 +316,39 @@ class RecordAccumulator:
         stopped = batch.builder.append_values(timestamp, values, start, stop)
         if stopped < stop:
             batch.full = True
-        records = batch.records
-        append = futures.append
-        offset = first_offset
-        for index in range(start, stopped):
-            future = RecordFuture(batch, offset, timestamp, -1, len(values[index]))
-            records.append(future)
-            append(future)
-            offset += 1
+        results.add_values(batch, first_offset, timestamp, values, start, stopped)
         return stopped
+
+    def append_lazy(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        results: BatchResults,
+    ) -> ProducerBatch | None:
+        """:meth:`try_append` for ``send_many``: the record joins ``results`` without a
+        future of its own. Returns its batch, or None when a new batch is needed."""
+        batches = self._existing_deque(topic, partition)
+        if not batches:
+            return None
+        batch = batches[-1]
+        if batch.full:
+            return None
+        offset = batch.builder.try_append(timestamp, key, value, headers)
+        if offset < 0:
+            batch.full = True
+            return None
+        results.add_lazy(
+            batch,
+            offset,
+            timestamp,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+        )
+        return batch
 
     def append_to_new_batch(
         self,
@@ -569,6 +608,7 @@ class RecordAccumulator:
         # Record futures point at their batch; dropping the way back breaks the cycle, so a
         # finished batch is freed by reference counting instead of the cycle collector.
         batch.records = []
+        batch.open_run = None
 
     def split_and_reenqueue(
         self,
@@ -585,8 +625,10 @@ class RecordAccumulator:
         """
         new_batches: list[ProducerBatch] = []
         current: ProducerBatch | None = None
+        # Runs of send_many records get their futures now: each record may move elsewhere.
+        futures = batch.record_futures()
         for index, record in enumerate(records):
-            future = batch.records[index]
+            future = futures[index]
             timestamp = batch.builder.base_timestamp + record.timestamp_delta
             while True:
                 if current is not None:
@@ -632,6 +674,7 @@ class RecordAccumulator:
         self._incomplete.discard(batch)
         batch.builder.release_view()
         batch.records = []
+        batch.open_run = None
         batch.future.set_result(SPLIT)
         return len(new_batches)
 

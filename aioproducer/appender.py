@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aioproducer.accumulator import RecordAccumulator
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
-from aioproducer.futures import RecordFuture
+from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
 from aioproducer.partitioner import DefaultPartitioner
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
@@ -247,7 +247,7 @@ class RecordAppender:
         return chosen
 
     def note_sticky_append(
-        self, topic: str, partition: int, value: bytes | None, future: RecordFuture
+        self, topic: str, partition: int, value: bytes | None, batch: ProducerBatch
     ) -> None:
         """Tell a sticky partitioner how many bytes a key-less record added (KIP-794); a
         partitioner without the ``record_appended`` hook is not told."""
@@ -255,7 +255,6 @@ class RecordAppender:
             return
         # It may switch early only once the partition's open batch is full.
         size = (0 if value is None else len(value)) + 10
-        batch = future._batch
         self._tell_record_appended(
             topic, partition, size, batch.full or batch.builder.remaining < size
         )
@@ -380,7 +379,7 @@ class RecordAppender:
                 # Another coroutine opened a batch with room while this one waited: use it.
                 pool.deallocate(buffer, buffer_size)
         if sticky:
-            self.note_sticky_append(topic, partition, value, future)
+            self.note_sticky_append(topic, partition, value, future._batch)
         return future
 
     def append_prepared(
@@ -422,8 +421,54 @@ class RecordAppender:
             )
             self._after_new_batch(topic, chosen)
         if sticky:
-            self.note_sticky_append(topic, chosen, value, future)
+            self.note_sticky_append(topic, chosen, value, future._batch)
         return future
+
+    def append_prepared_lazy(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        results: BatchResults,
+    ) -> bool:
+        """:meth:`append_prepared` for ``send_many``: the record joins ``results``, without
+        a future of its own when it fits an open batch. False when metadata or memory must
+        be waited for (as :meth:`append_prepared` returning None)."""
+        self.pending_partition = -1
+        layout = self.topic_layout(topic)
+        if layout is None:
+            return False
+        count, available = layout
+        sticky = False
+        if partition is None:
+            chosen = self.choose_partition(topic, key, count, available)
+            sticky = key is None
+        elif 0 <= partition < count:
+            chosen = partition
+        else:
+            return False  # out of range: the slow path refreshes metadata, then raises
+        accumulator = self._accumulator
+        batch = accumulator.append_lazy(topic, chosen, timestamp, key, value, headers, results)
+        if batch is None:
+            size = record_size(key, value, headers)
+            self.check_record_size(size)
+            buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
+            if buffer is None:
+                self.pending_partition = chosen
+                self._pending_sticky = sticky
+                return False
+            future = accumulator.append_to_new_batch(
+                topic, chosen, timestamp, key, value, headers, buffer, time.monotonic()
+            )
+            self._after_new_batch(topic, chosen)
+            results.add_future(future)
+            batch = future._batch
+        if sticky:
+            self.note_sticky_append(topic, chosen, value, batch)
+        return True
 
     # ---- send_many -----------------------------------------------------------------------------
 
@@ -439,25 +484,31 @@ class RecordAppender:
         items: list[Any] | tuple[Any, ...],
         start: int,
         run_end: int,
-        futures: list[RecordFuture],
+        results: BatchResults,
     ) -> tuple[int, int]:
         """Append ``items[start:]`` for ``send_many`` until one must wait; return the index
         of the next item to take, and where the run of plain values found so far ends
         (pass it back in as ``run_end``, starting from 0, so no run is scanned twice).
 
         ``items`` holds values, ``(key, value)`` tuples or :class:`ProducerRecord` objects;
-        ``topic`` is checked already. Each appended record's future goes to ``futures``.
-        An item that must wait is prepared and kept for :meth:`take_pending` (its future
-        belongs next in ``futures``), and the index after it is returned.
+        ``topic`` is checked already. Each appended record joins ``results``. An item that
+        must wait is prepared and kept for :meth:`take_pending` (its future belongs next in
+        ``results``), and the index after it is returned.
         """
         self.check_sendable()
         intercept = self._intercept
         plain_values_ok = intercept is None and self._value_serializer is None
+        plain_pairs_ok = plain_values_ok and self._key_serializer is None
         total = len(items)
         index = start
-        append = futures.append
         while index < total:
             item: Any = items[index]
+            if plain_pairs_ok and type(item) is tuple:
+                # (key, value) pairs of bytes take the keyed bulk path while they last.
+                reached = self.append_pairs(topic, partition, now_ms, items, index, results)
+                if reached > index:
+                    index = reached
+                    continue
             if plain_values_ok and type(item) is bytes:
                 # A run of plain values takes the bulk path: whole runs per batch. The end of
                 # the run is found once, not again after every batch it fills.
@@ -466,7 +517,7 @@ class RecordAppender:
                     while run_end < total and type(items[run_end]) is bytes:
                         run_end += 1
                 reached = self.append_values(
-                    topic, partition, now_ms, items, index, run_end, futures
+                    topic, partition, now_ms, items, index, run_end, results
                 )
                 if reached > index:
                     index = reached
@@ -501,14 +552,60 @@ class RecordAppender:
                 record_partition = int(record_partition)
             key_bytes = self.serialize(self._key_serializer, key, "key", name)
             value_bytes = self.serialize(self._value_serializer, value, "value", name)
-            future = self.append_prepared(
-                name, record_partition, timestamp, key_bytes, value_bytes, headers
-            )
-            if future is None:
+            if not self.append_prepared_lazy(
+                name, record_partition, timestamp, key_bytes, value_bytes, headers, results
+            ):
                 self._pending = (name, record_partition, timestamp, key_bytes, value_bytes, headers)
                 return index, run_end
-            append(future)
         return index, run_end
+
+    def append_pairs(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        items: list[Any] | tuple[Any, ...],
+        start: int,
+        results: BatchResults,
+    ) -> int:
+        """Append the ``(key, value)`` tuples of bytes from ``items[start:]`` to open batches,
+        until an item is anything else or needs a new batch; return the index reached.
+
+        The keyed bulk path of ``send_many`` (no serializers, no interceptors): the topic is
+        looked up once, not per record, and the records join ``results`` without futures.
+        """
+        layout = self.topic_layout(topic)
+        if layout is None:
+            return start
+        count, available = layout
+        if partition is None:
+            if self._default_partitioner is None:
+                # A custom partitioner may choose differently when asked twice (as for a
+                # record that needs a new batch): records go one by one, asked once each.
+                return start
+        elif not 0 <= partition < count:
+            return start
+        accumulator = self._accumulator
+        total = len(items)
+        index = start
+        while index < total:
+            item: Any = items[index]
+            if type(item) is not tuple or len(item) != 2:
+                break
+            key, value = item
+            if type(key) is not bytes or type(value) is not bytes:
+                break
+            chosen = (
+                self.choose_partition(topic, key, count, available)
+                if partition is None
+                else partition
+            )
+            if accumulator.append_lazy(topic, chosen, timestamp, key, value, None, results) is None:
+                # The next batch is started, or waited for, by the general path; the
+                # partitioner is asked again there (a keyed choice is the same).
+                break
+            index += 1
+        return index
 
     def append_values(
         self,
@@ -518,7 +615,7 @@ class RecordAppender:
         values: list[Any] | tuple[Any, ...],
         start: int,
         stop: int,
-        futures: list[RecordFuture],
+        results: BatchResults,
     ) -> int:
         """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
         index reached, which is ``start`` when metadata or memory must be waited for."""
@@ -537,7 +634,7 @@ class RecordAppender:
             else:
                 return index
             reached = accumulator.append_values(
-                topic, chosen, timestamp, values, index, stop, futures
+                topic, chosen, timestamp, values, index, stop, results
             )
             if reached == index:
                 # No open batch with room: start one with the next value.
@@ -548,17 +645,19 @@ class RecordAppender:
                         # The partitioner chose: it is told of the record once appended.
                         self._pending_sticky = True
                     return index
-                futures.append(future)
+                results.add_future(future)
                 if partition is None:
                     # As send() does for a key-less record: the sticky partitioner counts
                     # the bytes of a batch's first record too (uncounted, records as big as
                     # half a batch never moved it to another partition).
-                    self.note_sticky_append(topic, chosen, value, future)
+                    self.note_sticky_append(topic, chosen, value, future._batch)
                 reached = index + 1
             elif partition is None and record_appended is not None:
                 size = 10 * (reached - index)
                 for position in range(index, reached):
                     size += len(values[position])
-                self._tell_record_appended(topic, chosen, size, futures[-1]._batch.full)
+                last = results.last_batch
+                assert last is not None
+                self._tell_record_appended(topic, chosen, size, last.full)
             index = reached
         return index

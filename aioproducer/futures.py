@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Generator
+import itertools
+from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -19,13 +20,15 @@ from aioproducer.records import RecordMetadata, TimestampType
 if TYPE_CHECKING:
     from aioproducer.accumulator import ProducerBatch
 
-__all__ = ["BatchResults", "RecordFuture"]
+__all__ = ["BatchResults", "RecordFuture", "RecordRun"]
 
 # Final: compiled, these are C statics rather than a globals lookup per record.
 _new_tuple: Final = tuple.__new__
 _RecordMetadata: Final = RecordMetadata
 _CREATE_TIME: Final = TimestampType.CREATE_TIME
 _LOG_APPEND_TIME: Final = TimestampType.LOG_APPEND_TIME
+# Tells the BatchResults of different send_many calls apart (see RecordRun.owner).
+_tokens: Final = itertools.count()
 
 
 class RecordFuture:
@@ -248,38 +251,276 @@ def _wake(waiter: asyncio.Future[None], _: object) -> None:
         waiter.set_result(None)
 
 
-class BatchResults:
-    """What ``send_many`` returns: awaitable, resolving to each record's metadata in order."""
+class RecordRun:
+    """Records of one ``send_many`` call that sit one after another in one batch, kept without
+    a :class:`RecordFuture` each.
 
-    def __init__(self, futures: list[RecordFuture]) -> None:
-        self._futures = futures
+    ``send_many`` appends thousands of records per call; a future object per record is most
+    of the cyclic garbage collector's work (it walks every live one again and again). A run
+    keeps what a record's metadata needs in plain lists instead: the batch, the offset of its
+    first record, and each record's place in the call and its key and value sizes. The
+    futures are made only if asked for (:attr:`BatchResults.futures`), or when the batch is
+    split (each record then moves to a new batch, which a future can follow).
+    """
+
+    def __init__(
+        self,
+        owner: int,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        start_position: int,
+    ) -> None:
+        # The BatchResults.token of the call: a number, not the object, so that no reference
+        # cycle keeps either alive after use.
+        self.owner = owner
+        self.batch = batch
+        self.first_offset = first_offset
+        self.timestamp = timestamp
+        self.count = 0
+        # Places in the call's results: start_position + i while they follow each other,
+        # else this list (made at the first gap).
+        self.start_position = start_position
+        self.positions: list[int] | None = None
+        # Key sizes stay None while every record is key-less (-1 each).
+        self.key_sizes: list[int] | None = None
+        self.value_sizes: list[int] = []
+        self.futures: list[RecordFuture] | None = None
+
+    def add(self, position: int, key_size: int, value_size: int) -> None:
+        """Take the record at the next offset of the batch, for place ``position``."""
+        count = self.count
+        positions = self.positions
+        if positions is not None:
+            positions.append(position)
+        elif position != self.start_position + count:
+            positions = self.positions = list(
+                range(self.start_position, self.start_position + count)
+            )
+            positions.append(position)
+        key_sizes = self.key_sizes
+        if key_sizes is not None:
+            key_sizes.append(key_size)
+        elif key_size != -1:
+            key_sizes = self.key_sizes = [-1] * count
+            key_sizes.append(key_size)
+        self.value_sizes.append(value_size)
+        self.count = count + 1
+
+    def position(self, index: int) -> int:
+        """The place in the call's results of the run's ``index``-th record."""
+        positions = self.positions
+        return self.start_position + index if positions is None else positions[index]
+
+    def materialize(self) -> list[RecordFuture]:
+        """A future for each record (made once), bound to the batch where it is now."""
+        futures = self.futures
+        if futures is None:
+            batch = self.batch
+            first = self.first_offset
+            timestamp = self.timestamp
+            key_sizes = self.key_sizes
+            value_sizes = self.value_sizes
+            futures = []
+            for index in range(self.count):
+                futures.append(
+                    RecordFuture(
+                        batch,
+                        first + index,
+                        timestamp,
+                        -1 if key_sizes is None else key_sizes[index],
+                        value_sizes[index],
+                    )
+                )
+            self.futures = futures
+        return futures
+
+
+def _batch_waiter(batch: ProducerBatch) -> asyncio.Future[None]:
+    # A future of our own, set when the batch's future is done: cancelling the awaiting task
+    # must not cancel the batch.
+    future = batch.future
+    waiter: asyncio.Future[None] = future.get_loop().create_future()
+    future.add_done_callback(functools.partial(_wake, waiter))
+    return waiter
+
+
+class BatchResults:
+    """What ``send_many`` returns: awaitable, resolving to each record's metadata in order.
+
+    ``len()`` is the number of records. The per-record futures are made only when
+    :attr:`futures` is read: awaiting the whole call needs none.
+    """
+
+    def __init__(self, futures: list[RecordFuture] | None = None) -> None:
+        self._total = 0
+        # Records with a future of their own (the first of each new batch, those that
+        # waited for memory or metadata) and their places in the results.
+        self._futures: list[RecordFuture] = []
+        self._positions: list[int] = []
+        self._runs: list[RecordRun] = []
+        self._all: list[RecordFuture] | None = None
+        self.token = next(_tokens)
+        # The batch of the record added last.
+        self.last_batch: ProducerBatch | None = None
+        for future in futures or ():
+            self.add_future(future)
+
+    def add_future(self, future: RecordFuture) -> None:
+        """Append a record that has its own future."""
+        self._futures.append(future)
+        self.last_batch = future._batch
+        self._positions.append(self._total)
+        self._total += 1
+        self._all = None
+
+    def add_lazy(
+        self, batch: ProducerBatch, offset: int, timestamp: int, key_size: int, value_size: int
+    ) -> None:
+        """Append the record just written at ``offset`` of ``batch``, without a future."""
+        run = batch.open_run
+        if (
+            run is None
+            or run.owner != self.token
+            or run.first_offset + run.count != offset
+            or run.timestamp != timestamp
+            or run.futures is not None
+        ):
+            run = RecordRun(self.token, batch, offset, timestamp, self._total)
+            batch.records.append(run)
+            batch.open_run = run
+            self._runs.append(run)
+        run.add(self._total, key_size, value_size)
+        self.last_batch = batch
+        self._total += 1
+        self._all = None
+
+    def add_values(
+        self,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        values: Sequence[bytes],
+        start: int,
+        stop: int,
+    ) -> None:
+        """Append the key-less records ``values[start:stop]``, just written to ``batch`` from
+        ``first_offset`` on, without futures."""
+        if stop <= start:
+            return
+        run = RecordRun(self.token, batch, first_offset, timestamp, self._total)
+        batch.records.append(run)
+        batch.open_run = run
+        self._runs.append(run)
+        sizes = run.value_sizes
+        for index in range(start, stop):
+            sizes.append(len(values[index]))
+        run.count = stop - start
+        self.last_batch = batch
+        self._total += stop - start
+        self._all = None
 
     def __len__(self) -> int:
-        return len(self._futures)
+        return self._total
 
     @property
     def futures(self) -> list[RecordFuture]:
-        """The per-record futures, in the order the records were given."""
-        return self._futures
+        """The per-record futures, in the order the records were given (made on first use)."""
+        futures = self._all
+        if futures is None:
+            slots: list[Any] = [None] * self._total
+            for position, future in zip(self._positions, self._futures, strict=True):
+                slots[position] = future
+            for run in self._runs:
+                for index, future in enumerate(run.materialize()):
+                    slots[run.position(index)] = future
+            futures = self._all = slots
+        return futures
 
     def done(self) -> bool:
         """True once every record was acknowledged or failed."""
+        for run in self._runs:
+            if run.futures is None:
+                if not run.batch.final:
+                    return False
+            elif not all(future.done() for future in run.futures):
+                return False
         return all(future.done() for future in self._futures)
 
     def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
         # Records of one batch complete together: this waits about once per batch.
-        futures = self._futures
-        for future in futures:
+        for run in self._runs:
+            while run.futures is None and not run.batch.final:
+                # Woken when the batch is done, or split (which gives the run futures).
+                yield from _batch_waiter(run.batch).__await__()
+            for future in run.futures or ():
+                if not future._batch.final and not future._cancelled:
+                    yield from future.__await__()
+        for future in self._futures:
             if not future._batch.final and not future._cancelled:
                 yield from future.__await__()
-        # RecordFuture.result() for each, with its checks inlined for the common case
-        # (acknowledged, not cancelled): this runs once per record of the call.
-        results: list[RecordMetadata] = []
-        append = results.append
-        for future in futures:
+        # The metadata of each record, built here with RecordFuture.result()'s checks inlined
+        # for the common case (acknowledged, not cancelled). A failed record raises its error;
+        # of several, the first in order.
+        results: list[Any] = [None] * self._total
+        failed = self._total
+        failure: RecordFuture | None = None
+        for position, future in zip(self._positions, self._futures, strict=True):
             batch = future._batch
             if future._cancelled or batch.error is not None:
-                append(future.result())  # raises the record's error
+                if position < failed:
+                    failed, failure = position, future
             else:
-                append(future._metadata(batch))
+                results[position] = future._metadata(batch)
+        for run in self._runs:
+            run_futures = run.futures
+            if run_futures is not None:
+                for index, future in enumerate(run_futures):
+                    batch = future._batch
+                    position = run.position(index)
+                    if future._cancelled or batch.error is not None:
+                        if position < failed:
+                            failed, failure = position, future
+                    else:
+                        results[position] = future._metadata(batch)
+                continue
+            batch = run.batch
+            if batch.error is not None:
+                position = run.position(0)
+                if position < failed:
+                    failed = position
+                    failure = RecordFuture(batch, run.first_offset, run.timestamp, -1, -1)
+                continue
+            _fill_run(results, run, batch)
+        if failure is not None:
+            failure.result()  # raises the record's error
         return results
+
+
+def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
+    # The metadata of every record of an acknowledged run, into its places in ``results``.
+    base_offset, log_append_time = batch.outcome
+    timestamp_type = _CREATE_TIME
+    timestamp = run.timestamp
+    if log_append_time >= 0:
+        timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
+    topic = batch.topic
+    partition = batch.partition
+    first = base_offset + run.first_offset if base_offset >= 0 else -1
+    key_sizes = run.key_sizes
+    value_sizes = run.value_sizes
+    positions = run.positions
+    start = run.start_position
+    for index in range(run.count):
+        results[start + index if positions is None else positions[index]] = _new_tuple(
+            _RecordMetadata,
+            (
+                topic,
+                partition,
+                first + index if first >= 0 else -1,
+                timestamp,
+                -1 if key_sizes is None else key_sizes[index],
+                value_sizes[index],
+                timestamp_type,
+            ),
+        )

@@ -604,20 +604,20 @@ class Producer:
         appender.check_sendable()
         topic = appender.validate_topic(topic)
         sequence = items if isinstance(items, list | tuple) else list(items)
-        futures: list[RecordFuture] = []
+        results = BatchResults()
         now_ms = int(time.time() * 1000)
         index = run_end = 0
         total = len(sequence)
         while index < total:
             index, run_end = appender.append_many(
-                topic, partition, now_ms, sequence, index, run_end, futures
+                topic, partition, now_ms, sequence, index, run_end, results
             )
             if appender.has_pending():
                 if appender.pending_partition >= 0:
-                    futures.append(await appender.append_when_memory_frees(self._max_block))
+                    results.add_future(await appender.append_when_memory_frees(self._max_block))
                 else:
-                    futures.append(await self._append_wait(*appender.take_pending()))
-        return BatchResults(futures)
+                    results.add_future(await self._append_wait(*appender.take_pending()))
+        return results
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
         for interceptor in self._interceptors:
@@ -631,7 +631,7 @@ class Producer:
         return record
 
     def _on_batch_done(self, batch: ProducerBatch, exc: BaseException | None) -> None:
-        for record in batch.records:
+        for record in batch.record_futures():
             if exc is None:
                 metadata = record.result()
             else:

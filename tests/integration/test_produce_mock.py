@@ -165,3 +165,20 @@ async def test_close_with_timeout_fails_what_is_left(mock_cluster: Any) -> None:
         assert future.done()
         assert isinstance(future.exception(), ProducerClosedError)
         assert isinstance(future.exception(), KafkaError)
+
+
+async def test_send_many_asks_a_round_robin_partitioner_once_per_pair(mock_cluster: Any) -> None:
+    # (key, value) pairs take send_many's keyed bulk path; a partitioner that may answer
+    # differently when asked twice (round robin) must still be asked once per record, also
+    # for the records that start a new batch (two 400-byte records fill one here).
+    topic = _topic(mock_cluster, partitions=3)
+    items = [(b"k%d" % i, b"%04d" % i * 100) for i in range(60)]
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        partitioner="round_robin",
+        batch_size=1024,
+    ) as producer:
+        metadata = await (await producer.send_many(topic, items))
+    assert [m.partition for m in metadata] == [i % 3 for i in range(60)]
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=len(items))
+    assert sorted((r.key, r.value) for r in consumed) == sorted(items)

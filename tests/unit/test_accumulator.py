@@ -5,16 +5,19 @@ expiry, retries in sequence order, and batch splitting."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
-from aioproducer.futures import RecordFuture
+from aioproducer.errors import KafkaError
+from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
+from aioproducer.records import TimestampType
 
 
 def make_cluster(partitions: dict[int, int], topic: str = "t") -> Cluster:
@@ -289,3 +292,133 @@ async def test_a_cancelled_record_future_calls_its_callbacks_once() -> None:
     assert calls == [True, True]
     (outcome,) = await asyncio.gather(future, return_exceptions=True)
     assert isinstance(outcome, asyncio.CancelledError)
+
+
+# ---- send_many's records without futures (BatchResults runs) --------------------------------
+
+
+def _open_batch(h: Harness, partition: int, now: float = 0.0) -> ProducerBatch:
+    """Open a batch on ``partition`` (its first record has a future) and return it."""
+    return h.append(partition, b"first", now)._batch
+
+
+def _finish(batch: ProducerBatch, base_offset: int, log_append_time: int = -1) -> None:
+    batch.builder.close()
+    batch.complete(base_offset, log_append_time)
+
+
+async def test_lazy_records_resolve_in_call_order_like_futures() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    first = _open_batch(h, 0)
+    second = _open_batch(h, 1)
+    results = BatchResults()
+    # Positions 0-5 alternate between the partitions (keyed records do that); position 2
+    # has its own timestamp (a ProducerRecord's), position 6 has a future of its own.
+    items = [(0, b"k0", b"a"), (1, None, b"bb"), (0, None, b"ccc"), (1, b"k3", b"d")]
+    for partition, key, value in items:
+        assert h.acc.append_lazy("t", partition, 5, key, value, None, results) is not None
+    assert h.acc.append_lazy("t", 0, 9, None, b"eeeee", None, results) is first
+    assert h.acc.append_lazy("t", 1, 5, None, b"ffffff", None, results) is second
+    results.add_future(h.append(0, b"ggggggg", 0.0))
+    assert len(results) == 7
+    assert not results.done()
+    _finish(first, 100)
+    assert not results.done()
+    _finish(second, 200, log_append_time=1_700_000_000_000)
+    assert results.done()
+    metadata = await results
+    assert [(m.partition, m.offset) for m in metadata] == [
+        (0, 101), (1, 201), (0, 102), (1, 202), (0, 103), (1, 203), (0, 104),
+    ]
+    assert [m.timestamp for m in metadata] == [5, 1_700_000_000_000, 5, 1_700_000_000_000,
+                                               9, 1_700_000_000_000, 0]
+    assert [m.timestamp_type for m in metadata[:2]] == [
+        TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME,
+    ]
+    assert [m.serialized_key_size for m in metadata] == [2, -1, -1, 2, -1, -1, -1]
+    assert [m.serialized_value_size for m in metadata] == [1, 2, 3, 1, 5, 6, 7]
+    # The futures, made on demand, tell the same.
+    assert [f.result() for f in results.futures] == metadata
+    assert results.futures is results.futures
+
+
+async def test_bulk_values_make_no_object_per_record() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=1 << 16, buffer_memory=1 << 20)
+    batch = _open_batch(h, 0)
+    values = [b"%05d" % i for i in range(2000)]
+    results = BatchResults()
+    gc.collect()
+    before = len(gc.get_objects())
+    assert h.acc.append_values("t", 0, 7, values, 0, len(values), results) == len(values)
+    made = len(gc.get_objects()) - before
+    assert made < 20, f"{made} objects for the cyclic GC to walk for 2,000 records"
+    _finish(batch, 0)
+    metadata = await results
+    assert [m.offset for m in metadata] == list(range(1, 2001))
+    assert {m.serialized_value_size for m in metadata} == {5}
+
+
+async def test_split_batch_moves_lazy_records_with_their_offsets() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    cluster = make_cluster({0: 1})
+    batch = _open_batch(h, 0)
+    values = [f"{i:04d}".encode() * 50 for i in range(14)]
+    results = BatchResults()
+    assert h.acc.append_values("t", 0, 0, values, 0, len(values), results) == len(values)
+    (drained,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    assert drained is batch
+    records = decode_record_batches(bytes(batch.builder.close()))[0].records
+    h.acc.batch_size = 1024
+    assert h.acc.split_and_reenqueue(batch, list(records), 1.0) > 1
+    base = 50
+    for new_batch in list(h.acc.deque_for(("t", 0))):
+        _finish(new_batch, base)
+        base += new_batch.record_count
+    metadata = await results
+    assert [m.offset for m in metadata] == list(range(51, 65))
+    assert [f.result().offset for f in results.futures] == list(range(51, 65))
+
+
+async def test_batch_results_raise_the_error_of_the_first_failed_record() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    first = _open_batch(h, 0)
+    second = _open_batch(h, 1)
+    results = BatchResults()
+    for partition in (1, 0, 1, 0):
+        h.acc.append_lazy("t", partition, 0, None, b"v", None, results)
+    first.fail(KafkaError("partition 0 failed"))
+    second.fail(KafkaError("partition 1 failed"))
+    with pytest.raises(KafkaError, match="partition 1 failed"):
+        await results
+    # Each record's future fails with its own batch's error.
+    assert [str(f.exception()) for f in results.futures] == [
+        "partition 1 failed", "partition 0 failed", "partition 1 failed", "partition 0 failed",
+    ]
+
+
+async def test_batch_results_wait_for_a_batch_split_while_awaited() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    cluster = make_cluster({0: 1})
+    batch = _open_batch(h, 0)
+    values = [b"x" * 300 for _ in range(6)]
+    results = BatchResults()
+    h.acc.append_values("t", 0, 0, values, 0, len(values), results)
+
+    async def wait() -> list[Any]:
+        return await results
+
+    waiting = asyncio.ensure_future(wait())
+    await asyncio.sleep(0)
+    (drained,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    assert drained is batch
+    records = decode_record_batches(bytes(drained.builder.close()))[0].records
+    h.acc.batch_size = 1024
+    h.acc.split_and_reenqueue(drained, list(records), 1.0)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    base = 10
+    for new_batch in list(h.acc.deque_for(("t", 0))):
+        _finish(new_batch, base)
+        base += new_batch.record_count
+    metadata = await asyncio.wait_for(waiting, 1.0)
+    assert [m.offset for m in metadata] == list(range(11, 17))
