@@ -270,25 +270,45 @@ class RecordAccumulator:
         headers: Sequence[tuple[str, bytes | None]] | None,
     ) -> RecordFuture | None:
         """Append to the open batch of the partition; None when a new batch is needed."""
-        batches = self._existing_deque(topic, partition)
-        if not batches:
-            return None
-        batch = batches[-1]
-        if batch.full:
-            return None
-        offset = batch.builder.try_append(timestamp, key, value, headers)
-        if offset < 0:
-            batch.full = True
+        batch = self._append_to_open_batch(topic, partition, timestamp, key, value, headers)
+        if batch is None:
             return None
         future = RecordFuture(
             batch,
-            offset,
+            batch.builder.record_count - 1,
             timestamp,
             -1 if key is None else len(key),
             -1 if value is None else len(value),
         )
         batch.records.append(future)
         return future
+
+    def _open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
+        """The partition's last batch if it still takes records."""
+        batches = self._existing_deque(topic, partition)
+        if not batches:
+            return None
+        batch = batches[-1]
+        return None if batch.full else batch
+
+    def _append_to_open_batch(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> ProducerBatch | None:
+        """Write the record into the partition's open batch (at offset ``record_count - 1``
+        after); None, the batch marked full, when it has no room."""
+        batch = self._open_batch(topic, partition)
+        if batch is None:
+            return None
+        if batch.builder.try_append(timestamp, key, value, headers) < 0:
+            batch.full = True
+            return None
+        return batch
 
     def append_values(
         self,
@@ -306,11 +326,8 @@ class RecordAccumulator:
         index it stopped at (``start`` when there is no open batch with room: the caller then
         starts a new batch).
         """
-        batches = self._existing_deque(topic, partition)
-        if not batches:
-            return start
-        batch = batches[-1]
-        if batch.full:
+        batch = self._open_batch(topic, partition)
+        if batch is None:
             return start
         first_offset = batch.builder.record_count
         stopped = batch.builder.append_values(timestamp, values, start, stop)
@@ -331,19 +348,12 @@ class RecordAccumulator:
     ) -> ProducerBatch | None:
         """:meth:`try_append` for ``send_many``: the record joins ``results`` without a
         future of its own. Returns its batch, or None when a new batch is needed."""
-        batches = self._existing_deque(topic, partition)
-        if not batches:
-            return None
-        batch = batches[-1]
-        if batch.full:
-            return None
-        offset = batch.builder.try_append(timestamp, key, value, headers)
-        if offset < 0:
-            batch.full = True
+        batch = self._append_to_open_batch(topic, partition, timestamp, key, value, headers)
+        if batch is None:
             return None
         results.add_lazy(
             batch,
-            offset,
+            batch.builder.record_count - 1,
             timestamp,
             -1 if key is None else len(key),
             -1 if value is None else len(value),

@@ -394,32 +394,15 @@ class RecordAppender:
         """Append a prepared record without waiting; None when metadata or memory must be
         waited for (for memory alone, :attr:`pending_partition` says where it goes)."""
         self.pending_partition = -1
-        layout = self.topic_layout(topic)
-        if layout is None:
+        chosen = self._target_partition(topic, key, partition)
+        if chosen < 0:
             return None
-        count, available = layout
-        sticky = False
-        if partition is None:
-            chosen = self.choose_partition(topic, key, count, available)
-            sticky = key is None
-        elif 0 <= partition < count:
-            chosen = partition
-        else:
-            return None  # out of range: the slow path refreshes metadata, then raises
-        accumulator = self._accumulator
-        future = accumulator.try_append(topic, chosen, timestamp, key, value, headers)
+        sticky = partition is None and key is None
+        future = self._accumulator.try_append(topic, chosen, timestamp, key, value, headers)
         if future is None:
-            size = record_size(key, value, headers)
-            self.check_record_size(size)
-            buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
-            if buffer is None:
-                self.pending_partition = chosen
-                self._pending_sticky = sticky
+            future = self._start_batch(topic, chosen, timestamp, key, value, headers, sticky)
+            if future is None:
                 return None
-            future = accumulator.append_to_new_batch(
-                topic, chosen, timestamp, key, value, headers, buffer, time.monotonic()
-            )
-            self._after_new_batch(topic, chosen)
         if sticky:
             self.note_sticky_append(topic, chosen, value, future._batch)
         return future
@@ -438,37 +421,60 @@ class RecordAppender:
         a future of its own when it fits an open batch. False when metadata or memory must
         be waited for (as :meth:`append_prepared` returning None)."""
         self.pending_partition = -1
-        layout = self.topic_layout(topic)
-        if layout is None:
+        chosen = self._target_partition(topic, key, partition)
+        if chosen < 0:
             return False
-        count, available = layout
-        sticky = False
-        if partition is None:
-            chosen = self.choose_partition(topic, key, count, available)
-            sticky = key is None
-        elif 0 <= partition < count:
-            chosen = partition
-        else:
-            return False  # out of range: the slow path refreshes metadata, then raises
-        accumulator = self._accumulator
-        batch = accumulator.append_lazy(topic, chosen, timestamp, key, value, headers, results)
+        sticky = partition is None and key is None
+        batch = self._accumulator.append_lazy(
+            topic, chosen, timestamp, key, value, headers, results
+        )
         if batch is None:
-            size = record_size(key, value, headers)
-            self.check_record_size(size)
-            buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
-            if buffer is None:
-                self.pending_partition = chosen
-                self._pending_sticky = sticky
+            future = self._start_batch(topic, chosen, timestamp, key, value, headers, sticky)
+            if future is None:
                 return False
-            future = accumulator.append_to_new_batch(
-                topic, chosen, timestamp, key, value, headers, buffer, time.monotonic()
-            )
-            self._after_new_batch(topic, chosen)
             results.add_future(future)
             batch = future._batch
         if sticky:
             self.note_sticky_append(topic, chosen, value, batch)
         return True
+
+    def _target_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """Where a prepared record goes: ``partition``, or the partitioner's pick when None.
+        -1 when the topic's metadata is missing or ``partition`` is out of range (the slow
+        path refreshes metadata, then waits or raises)."""
+        layout = self.topic_layout(topic)
+        if layout is None:
+            return -1
+        count, available = layout
+        if partition is None:
+            return self.choose_partition(topic, key, count, available)
+        return partition if 0 <= partition < count else -1
+
+    def _start_batch(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        sticky: bool,
+    ) -> RecordFuture | None:
+        """Start a batch with the record if the pool has memory now. None when it has not:
+        :attr:`pending_partition` then says where the record goes once it has."""
+        accumulator = self._accumulator
+        size = record_size(key, value, headers)
+        self.check_record_size(size)
+        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
+        if buffer is None:
+            self.pending_partition = partition
+            self._pending_sticky = sticky
+            return None
+        future = accumulator.append_to_new_batch(
+            topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
+        )
+        self._after_new_batch(topic, partition)
+        return future
 
     # ---- send_many -----------------------------------------------------------------------------
 
