@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
+# The records of every finished batch (see RecordAccumulator.deallocate): shared, and never
+# appended to, since records join only batches still open in their partition's deque.
+_NO_RECORDS: list[RecordFuture | RecordRun] = []
+
 TopicPartition = tuple[str, int]
 
 
@@ -613,11 +617,15 @@ class RecordAccumulator:
             return
         batch.deallocate_pending = False
         builder = batch.builder
+        if builder.detached:
+            return  # deallocated before: the pool has the buffer already
         builder.release_view()
         self._pool.deallocate(builder.buffer, batch.buffer_size)
-        # Record futures point at their batch; dropping the way back breaks the cycle, so a
-        # finished batch is freed by reference counting instead of the cycle collector.
-        batch.records = []
+        # Callers keep record futures, and each points at its finished batch: leave that batch
+        # as little as possible to hold, and to the cycle collector to visit. Dropping the
+        # records breaks the future-batch cycle, so the batch is freed by reference counting.
+        builder.detach()
+        batch.records = _NO_RECORDS
         batch.open_run = None
 
     def split_and_reenqueue(

@@ -94,6 +94,13 @@ def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> i
     return _MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
 
 
+# What a detached builder points at instead of its buffer and parts (see detach()). Shared
+# and never written: a detached builder has no capacity, so no record is appended to it.
+_DETACHED_BUFFER = bytearray()
+_NO_PARTS: list[bytes] = []
+_NO_PARTS_EXTEND = _NO_PARTS.extend
+
+
 class RecordBatchBuilder:
     """Appends records into a pooled buffer and closes them into a v2 record batch.
 
@@ -423,9 +430,14 @@ class RecordBatchBuilder:
         return view
 
     @property
+    def detached(self) -> bool:
+        """True after :meth:`detach`: the buffer went back to the pool."""
+        return self._buffer is _DETACHED_BUFFER
+
+    @property
     def closed(self) -> bool:
-        """True once ``close()`` ran."""
-        return self._closed_view is not None
+        """True once ``close()`` ran, and after :meth:`detach`."""
+        return self._closed_view is not None or self._buffer is _DETACHED_BUFFER
 
     def rewrite_producer_state(
         self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool
@@ -450,3 +462,19 @@ class RecordBatchBuilder:
         """Drop the exported view so the buffer can be reused (resized) by the pool."""
         if self._closed_view is not None:
             self._closed_view.release()
+
+    def detach(self) -> None:
+        """Let go of the buffer and the record parts once the batch is done with them.
+
+        A finished batch lives on as long as its record futures do (callers often keep
+        thousands). Detached, it keeps only its counters, so it neither pins a pooled buffer
+        nor costs the cycle collector its part list, bound method and view on every pass.
+        The builder takes no more records: its capacity is zero.
+        """
+        self.release_view()
+        self._closed_view = None
+        self._precompressed = None
+        self._buffer = _DETACHED_BUFFER
+        self._capacity = 0
+        self._parts = _NO_PARTS
+        self._extend = _NO_PARTS_EXTEND

@@ -197,6 +197,33 @@ async def test_split_moves_record_futures() -> None:
     assert [m.offset for m in metadata] == list(range(15))
 
 
+async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
+    # Callers keep record futures long after delivery (a list of 100,000 of them is common).
+    # Each keeps its batch; a deallocated batch must no longer pin its pooled buffer, its
+    # parts or its view, nor give the cycle collector more than itself to visit.
+    h = Harness(asyncio.get_running_loop(), batch_size=4096, buffer_memory=8192)
+    futures = [h.append(0, b"%03d" % i * 100, 0.0) for i in range(3)]
+    batch = futures[0]._batch
+    buffer = batch.builder.buffer
+    _finish(batch, 10)
+    assert h.pool.available_memory() == 4096
+    h.acc.deallocate(batch)
+    assert h.pool.available_memory() == 8192
+    referents = gc.get_referents(batch.builder)
+    assert not any(r is buffer for r in referents)
+    assert not [r for r in referents if isinstance(r, memoryview)]
+    assert not [r for r in referents if isinstance(r, (bytearray, list)) and len(r)]
+    assert batch.builder.closed and batch.builder.remaining <= 0
+    assert batch.record_count == 3
+    assert [(await f).offset for f in futures] == [10, 11, 12]
+    # A second deallocate (a batch failed on two paths) must not give the buffer back twice.
+    h.acc.deallocate(batch)
+    assert h.pool.available_memory() == 8192
+    assert h.pool.allocate_nowait(4096) is buffer
+    assert h.pool.allocate_nowait(4096) is not None
+    assert h.pool.allocate_nowait(4096) is None
+
+
 # ---- RecordFuture callbacks ---------------------------------------------------------------
 
 
