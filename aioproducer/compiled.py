@@ -18,7 +18,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.buffer_pool",
     "aioproducer.futures",
     "aioproducer.metrics",
+    "aioproducer.net.connection",
     "aioproducer.partitioner",
+    "aioproducer.protocol.framing",
     "aioproducer.protocol.record_batch",
     "aioproducer.sender",
 )

@@ -15,8 +15,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol, TypeVar
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.config import ProducerConfig
@@ -31,9 +31,8 @@ from aioproducer.errors import (
 )
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
-from aioproducer.net.connection import BrokerConnection, ConnectionManager
 from aioproducer.partitioner import BrokerAvailability
-from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.api import ApiKey, Request, Response
 from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
@@ -49,6 +48,45 @@ from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.transactions import IdempotenceManager, TransactionalRequest, TransactionManager
 
 __all__ = ["Sender", "metadata_from_response"]
+
+_R = TypeVar("_R", bound=Response)
+
+
+class _Connection(Protocol):
+    """What the sender uses of a :class:`~aioproducer.net.connection.BrokerConnection`.
+
+    The sender and the connection module are both compiled: typed as the class itself, the
+    sender would check every connection it is handed is exactly that class, and the unit
+    tests' fakes could not stand in for it.
+    """
+
+    api_versions: dict[int, tuple[int, int]]
+
+    def can_send(self) -> bool: ...
+
+    def send(
+        self, request: Request[_R], version: int | None = None
+    ) -> asyncio.Future[_R | None]: ...
+
+
+class _Connections(Protocol):
+    """What the sender uses of the :class:`~aioproducer.net.connection.ConnectionManager`."""
+
+    def ready(self, node_id: int) -> _Connection | None: ...
+
+    def ensure_connecting(self, node_id: int, now: float) -> None: ...
+
+    def is_connecting(self, node_id: int) -> bool: ...
+
+    def connection_delay(self, node_id: int, now: float) -> float: ...
+
+    def least_loaded(self, now: float) -> _Connection | None: ...
+
+    def ensure_any_connecting(self, now: float) -> None: ...
+
+    def check_request_timeouts(self, now: float) -> None: ...
+
+    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
 
 log = logging.getLogger("aioproducer.sender")
 
@@ -107,7 +145,7 @@ class Sender:
         config: ProducerConfig,
         accumulator: RecordAccumulator,
         metadata: Metadata,
-        connections: ConnectionManager,
+        connections: _Connections,
         idempotence: IdempotenceManager | None,
         metrics: ProducerMetrics,
         partitioner: Any = None,
@@ -664,7 +702,7 @@ class Sender:
             batch.builder.close()
 
     def _send_produce(
-        self, node: int, connection: BrokerConnection, batches: list[ProducerBatch], now: float
+        self, node: int, connection: _Connection, batches: list[ProducerBatch], now: float
     ) -> None:
         by_topic: dict[str, list[ProducePartitionData]] = {}
         records = 0
