@@ -21,6 +21,7 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.net.connection",
     "aioproducer.partitioner",
     "aioproducer.protocol.framing",
+    "aioproducer.protocol.produce_codec",
     "aioproducer.protocol.record_batch",
     "aioproducer.sender",
 )

@@ -14,13 +14,13 @@ different on the wire from what the caller built).
 from __future__ import annotations
 
 import functools
-import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
 
 from aioproducer.errors import CorruptResponseError, UnsupportedVersionError
+from aioproducer.protocol import produce_codec
 from aioproducer.protocol.api import FIRST_FLEXIBLE_VERSION, ApiKey, Request, Response
 from aioproducer.protocol.primitives import (
     INT8,
@@ -608,11 +608,6 @@ class ProduceTopicData:
     partitions: list[ProducePartitionData]
 
 
-@functools.lru_cache(maxsize=4096)
-def _produce_topic_name(name: str, flexible: bool) -> bytes:
-    return write_compact_string(name) if flexible else write_string(name)
-
-
 @functools.lru_cache(maxsize=256)
 def _produce_head(
     transactional_id: str | None, acks: int, timeout_ms: int, flexible: bool
@@ -622,11 +617,6 @@ def _produce_head(
     else:
         txn = write_nullable_string(transactional_id)
     return txn + INT16.pack(acks) + INT32.pack(timeout_ms)
-
-
-# Records up to this size are copied into the surrounding framing bytes: one buffer is cheaper
-# to write than three for a small batch. Larger batches stay separate, uncopied buffers.
-_INLINE_RECORDS_LIMIT = 1024
 
 
 def _decode_batch_error(r: _BodyReader) -> BatchIndexAndErrorMessage:
@@ -647,105 +637,13 @@ def _decode_node_endpoint(r: _BodyReader) -> NodeEndpoint:
     return entry
 
 
-# The fixed part of one partition's result, up to and including what follows the offsets in
-# a result with nothing to report: no record errors, a null error message and no tagged
-# fields. v3-4 end at the log append time; v5-7 add the log start offset; v8 adds an empty
-# int32 array and a null int16 string; v9+ write those compactly (0x01, 0x00) and end with
-# an empty tag section (0x00).
-_PRODUCE_PARTITION_3 = struct.Struct(">ihqq")
-_PRODUCE_PARTITION_5 = struct.Struct(">ihqqq")
-_PRODUCE_PARTITION_8 = struct.Struct(">ihqqqih")
-_PRODUCE_PARTITION_9 = struct.Struct(">ihqqq3s")
-_EMPTY_FLEXIBLE_TAIL = b"\x01\x00\x00"
-
-
 def _decode_produce_common(data: memoryview, version: int) -> ProduceResponse | None:
-    """Decode the usual ProduceResponse quickly, or return None to leave it to the reader.
-
-    The usual response has short arrays and partitions with nothing but an error code and
-    offsets (no record errors, message or tagged fields). Anything else, and any truncated or
-    odd input, returns None: :func:`_decode_produce` then decodes it field by field and
-    reports what is wrong. Both give the same result for the inputs this one accepts.
-    """
-    flexible = version >= 9
-    if flexible:
-        layout = _PRODUCE_PARTITION_9
-    elif version >= 8:
-        layout = _PRODUCE_PARTITION_8
-    elif version >= 5:
-        layout = _PRODUCE_PARTITION_5
-    else:
-        layout = _PRODUCE_PARTITION_3
-    unpack = layout.unpack_from
-    step = layout.size
-    end = len(data)
-    try:
-        if flexible:
-            topic_count = data[0] - 1
-            pos = 1
-            if not 0 <= topic_count < 0x7F:
-                return None
-        else:
-            topic_count = INT32.unpack_from(data, 0)[0]
-            pos = 4
-            if topic_count < 0 or topic_count > end:
-                return None
-        topics: list[ProduceTopicResponse] = []
-        for _ in range(topic_count):
-            if flexible:
-                name_length = data[pos] - 1
-                pos += 1
-                if not 0 <= name_length < 0x7F:
-                    return None
-            else:
-                name_length = INT16.unpack_from(data, pos)[0]
-                pos += 2
-                if name_length < 0:
-                    return None
-            if pos + name_length > end:
-                return None
-            name = str(data[pos : pos + name_length], "utf-8")
-            pos += name_length
-            if flexible:
-                partition_count = data[pos] - 1
-                pos += 1
-                if not 0 <= partition_count < 0x7F:
-                    return None
-            else:
-                partition_count = INT32.unpack_from(data, pos)[0]
-                pos += 4
-                if partition_count < 0 or partition_count > end:
-                    return None
-            partitions: list[ProducePartitionResponse] = []
-            for _ in range(partition_count):
-                fields = unpack(data, pos)
-                pos += step
-                if flexible:
-                    if fields[5] != _EMPTY_FLEXIBLE_TAIL:
-                        return None
-                elif version >= 8 and (fields[5] != 0 or fields[6] != -1):
-                    return None
-                partitions.append(
-                    ProducePartitionResponse(
-                        fields[0],
-                        fields[1],
-                        fields[2],
-                        fields[3],
-                        fields[4] if version >= 5 else -1,
-                    )
-                )
-            if flexible:
-                if data[pos] != 0:
-                    return None
-                pos += 1
-            topics.append(ProduceTopicResponse(name, partitions))
-        throttle_time_ms = INT32.unpack_from(data, pos)[0]
-        pos += 4
-        if flexible and data[pos] != 0:
-            return None
-    except (struct.error, IndexError, UnicodeDecodeError):
-        return None
-    return ProduceResponse(topics, throttle_time_ms)
+    """Decode the usual ProduceResponse quickly (compiled), or return None to leave it to the
+    reader: see :func:`aioproducer.protocol.produce_codec.decode_common`."""
+    response: ProduceResponse | None = produce_codec.decode_common(
+        data, version, ProduceResponse, ProduceTopicResponse, ProducePartitionResponse
+    )
+    return response
 
 
 def _decode_produce(r: _BodyReader, version: int) -> ProduceResponse:
@@ -820,36 +718,8 @@ class ProduceRequest(Request[ProduceResponse]):
         if not 3 <= version <= 12:
             self.check_version(version)
         flexible = version >= 9
-        int32 = INT32.pack
-        parts: list[bytes | memoryview] = []
-        topics = self.topics
-        buffer = bytearray(
-            _produce_head(self.transactional_id, self.acks, self.timeout_ms, flexible)
-        )
-        buffer += write_uvarint(len(topics) + 1) if flexible else int32(len(topics))
-        for topic in topics:
-            partitions = topic.partitions
-            buffer += _produce_topic_name(topic.name, flexible)
-            buffer += write_uvarint(len(partitions) + 1) if flexible else int32(len(partitions))
-            for partition in partitions:
-                records = partition.records
-                size = records.nbytes if isinstance(records, memoryview) else len(records)
-                buffer += int32(partition.index)
-                buffer += write_uvarint(size + 1) if flexible else int32(size)
-                if size <= _INLINE_RECORDS_LIMIT:
-                    buffer += records
-                else:
-                    parts.append(bytes(buffer))
-                    parts.append(memoryview(records) if isinstance(records, bytearray) else records)
-                    buffer = bytearray()
-                if flexible:
-                    buffer += b"\x00"
-            if flexible:
-                buffer += b"\x00"
-        if flexible:
-            buffer += b"\x00"
-        parts.append(bytes(buffer))
-        return parts
+        head = _produce_head(self.transactional_id, self.acks, self.timeout_ms, flexible)
+        return produce_codec.encode_body(head, self.topics, flexible)
 
     def decode_response(self, data: memoryview, version: int) -> ProduceResponse:
         """Decode the response body sent for ``version``."""
