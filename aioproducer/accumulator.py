@@ -690,8 +690,11 @@ class RecordAccumulator:
         for new_batch in reversed(new_batches):
             batches.appendleft(new_batch)
         self._incomplete.discard(batch)
-        batch.builder.release_view()
-        batch.records = []
+        # The old batch lives on as the new ones' split_from (flush looks there), and through
+        # them in the callers' futures: it keeps nothing of its buffer. The buffer is not the
+        # pool's to take back: its share of buffer_memory went to the first new batch.
+        batch.builder.detach()
+        batch.records = _NO_RECORDS
         batch.open_run = None
         batch.future.set_result(SPLIT)
         return len(new_batches)

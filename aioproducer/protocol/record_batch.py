@@ -388,7 +388,12 @@ class RecordBatchBuilder:
 
         The returned view points into the pooled buffer (or a new one when the compressed
         block does not fit): it stays valid until the buffer goes back to the pool.
+
+        Raises:
+            RuntimeError: the builder was detached (its batch is done; the buffer is gone).
         """
+        if self._buffer is _DETACHED_BUFFER:
+            raise RuntimeError("a detached record batch builder cannot be closed")
         if self._closed_view is not None:
             raise RuntimeError("the batch is closed already")
         if self.record_count == 0:

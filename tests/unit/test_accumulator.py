@@ -195,6 +195,10 @@ async def test_split_moves_record_futures() -> None:
         base += new_batch.record_count
     metadata = [await f for f in futures]
     assert [m.offset for m in metadata] == list(range(15))
+    # The split batch stays reachable (split_from) but no longer holds its buffer.
+    assert all(b.split_from is batch for b in new_batches)
+    assert batch.builder.detached
+    assert not [r for r in gc.get_referents(batch.builder) if isinstance(r, bytearray) and r]
 
 
 async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
@@ -216,6 +220,8 @@ async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
     assert batch.builder.closed and batch.builder.remaining <= 0
     assert batch.record_count == 3
     assert [(await f).offset for f in futures] == [10, 11, 12]
+    with pytest.raises(RuntimeError, match="detached"):
+        batch.builder.close()
     # A second deallocate (a batch failed on two paths) must not give the buffer back twice.
     h.acc.deallocate(batch)
     assert h.pool.available_memory() == 8192
