@@ -28,9 +28,10 @@ HOT_PATH_MODULES: tuple[str, ...] = (
 """The modules ``setup.py`` compiles: every step a record passes through on its way into a
 batch (the appender, the accumulator, the record futures, the buffer pool, the partitioners
 and the record batch encoder), and the per-request work after it (the sender task, the
-metrics it updates, the broker connections, the request framing and the Produce codec). The classes users build or configure (``Producer``,
-``SyncProducer``, ...) stay interpreted on purpose: mypyc keeps no docstrings, which
-``help()``, ``inspect.signature`` and ``unittest.mock.create_autospec`` need.
+metrics it updates, the broker connections, the request framing and the Produce codec).
+The classes users build or configure (``Producer``, ``SyncProducer``, ...) stay
+interpreted on purpose: mypyc keeps no docstrings, which ``help()``,
+``inspect.signature`` and ``unittest.mock.create_autospec`` need.
 ``setup.py`` reads this tuple from this file's source, so it must stay a literal."""
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
+from aioproducer.protocol.primitives import write_uvarint
+
 __all__ = ["INLINE_RECORDS_LIMIT", "decode_common", "encode_body", "uvarint"]
 
 #: Record batches up to this size are copied into the surrounding framing bytes: one buffer
@@ -33,8 +35,6 @@ _PARTITION_8: Final = struct.Struct(">ihqqqih")
 _PARTITION_9: Final = struct.Struct(">ihqqq3s")
 _EMPTY_FLEXIBLE_TAIL: Final = b"\x01\x00\x00"
 
-_UINT32_MAX: Final = 0xFFFFFFFF
-
 # Encoded topic names, (name, flexible) -> bytes. Producers write to few topics; the cap only
 # keeps a producer fed endless topic names from growing without bound.
 _TOPIC_NAMES: dict[tuple[str, bool], bytes] = {}
@@ -42,17 +42,13 @@ _TOPIC_NAMES_MAX: Final = 4096
 
 
 def uvarint(value: int) -> bytes:
-    """An unsigned varint of at most 5 bytes (``value`` must fit in 32 bits)."""
+    """An unsigned varint of at most 5 bytes (``value`` must fit in 32 bits).
+
+    One byte is made here; longer ones by :func:`~aioproducer.protocol.primitives.write_uvarint`.
+    """
     if 0 <= value < 0x80:
         return bytes((value,))
-    if value < 0 or value > _UINT32_MAX:
-        raise ValueError(f"unsigned varint out of range: {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return write_uvarint(value)
 
 
 def _topic_name(name: str, flexible: bool) -> bytes:
