@@ -619,12 +619,13 @@ class RecordAccumulator:
         builder = batch.builder
         if builder.detached:
             return  # deallocated before: the pool has the buffer already
-        builder.release_view()
-        self._pool.deallocate(builder.buffer, batch.buffer_size)
+        buffer = builder.buffer
         # Callers keep record futures, and each points at its finished batch: leave that batch
-        # as little as possible to hold, and to the cycle collector to visit. Dropping the
-        # records breaks the future-batch cycle, so the batch is freed by reference counting.
+        # as little as possible to hold, and to the cycle collector to visit (detach() also
+        # releases the view, so the pool may reuse the buffer). Dropping the records breaks
+        # the future-batch cycle, so the batch is freed by reference counting.
         builder.detach()
+        self._pool.deallocate(buffer, batch.buffer_size)
         batch.records = _NO_RECORDS
         batch.open_run = None
 

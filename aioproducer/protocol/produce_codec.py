@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from aioproducer.protocol.primitives import write_uvarint
+from aioproducer.protocol.primitives import write_compact_string, write_string, write_uvarint
 
 __all__ = ["INLINE_RECORDS_LIMIT", "decode_common", "encode_body", "uvarint"]
 
@@ -55,13 +55,7 @@ def _topic_name(name: str, flexible: bool) -> bytes:
     key = (name, flexible)
     encoded = _TOPIC_NAMES.get(key)
     if encoded is None:
-        raw = name.encode("utf-8")
-        if flexible:
-            encoded = uvarint(len(raw) + 1) + raw
-        else:
-            if len(raw) > 0x7FFF:
-                raise ValueError(f"topic name of {len(raw)} bytes is too long")
-            encoded = _INT16.pack(len(raw)) + raw
+        encoded = write_compact_string(name) if flexible else write_string(name)
         if len(_TOPIC_NAMES) >= _TOPIC_NAMES_MAX:
             _TOPIC_NAMES.clear()
         _TOPIC_NAMES[key] = encoded

@@ -392,7 +392,7 @@ class RecordBatchBuilder:
         Raises:
             RuntimeError: the builder was detached (its batch is done; the buffer is gone).
         """
-        if self._buffer is _DETACHED_BUFFER:
+        if self.detached:
             raise RuntimeError("a detached record batch builder cannot be closed")
         if self._closed_view is not None:
             raise RuntimeError("the batch is closed already")
@@ -442,7 +442,7 @@ class RecordBatchBuilder:
     @property
     def closed(self) -> bool:
         """True once ``close()`` ran, and after :meth:`detach`."""
-        return self._closed_view is not None or self._buffer is _DETACHED_BUFFER
+        return self._closed_view is not None or self.detached
 
     def rewrite_producer_state(
         self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool
