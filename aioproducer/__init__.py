@@ -8,7 +8,13 @@ from __future__ import annotations
 from aioproducer.config import ProducerConfig
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.producer import Producer, ProducerState
-from aioproducer.records import Header, ProducerRecord, RecordMetadata, TimestampType
+from aioproducer.records import (
+    Header,
+    ProducerRecord,
+    RecordMetadata,
+    RecordMetadataSequence,
+    TimestampType,
+)
 from aioproducer.sync import SyncProducer
 from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
 
@@ -24,6 +30,7 @@ __all__ = [
     "ProducerState",
     "RecordFuture",
     "RecordMetadata",
+    "RecordMetadataSequence",
     "SyncProducer",
     "TimestampType",
     "TransactionState",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from aioproducer.records import RecordMetadata, TimestampType
+from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
 if TYPE_CHECKING:
     from aioproducer.accumulator import ProducerBatch
@@ -346,10 +346,12 @@ def _batch_waiter(batch: ProducerBatch) -> asyncio.Future[None]:
 
 
 class BatchResults:
-    """What ``send_many`` returns: awaitable, resolving to each record's metadata in order.
+    """What ``send_many`` returns: awaitable, resolving to a
+    :class:`~aioproducer.RecordMetadataSequence` of each record's metadata, in order.
 
-    ``len()`` is the number of records. The per-record futures are made only when
-    :attr:`futures` is read: awaiting the whole call needs none.
+    Awaiting it raises the error of the first failed record, if any. ``len()`` is the number
+    of records. The per-record futures are made only when :attr:`futures` is read, and the
+    metadata only when the awaited sequence is read: awaiting the whole call needs neither.
     """
 
     def __init__(self, futures: list[RecordFuture] | None = None) -> None:
@@ -447,7 +449,7 @@ class BatchResults:
                 return False
         return all(future.done() for future in self._futures)
 
-    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+    def __await__(self) -> Generator[Any, None, RecordMetadataSequence]:
         # Records of one batch complete together: this waits about once per batch.
         for run in self._runs:
             while run.futures is None and not run.batch.final:
@@ -459,30 +461,21 @@ class BatchResults:
         for future in self._futures:
             if not future._batch.final and not future._cancelled:
                 yield from future.__await__()
-        # The metadata of each record, built here with RecordFuture.result()'s checks inlined
-        # for the common case (acknowledged, not cancelled). A failed record raises its error;
-        # of several, the first in order.
-        results: list[Any] = [None] * self._total
+        # A failed record raises its error; of several, the first in order. The metadata of
+        # the others is made only when the sequence is first read.
         failed = self._total
         failure: RecordFuture | None = None
         for position, future in zip(self._positions, self._futures, strict=True):
-            batch = future._batch
-            if future._cancelled or batch.error is not None:
-                if position < failed:
-                    failed, failure = position, future
-            else:
-                results[position] = future._metadata(batch)
+            if (future._cancelled or future._batch.error is not None) and position < failed:
+                failed, failure = position, future
         for run in self._runs:
             run_futures = run.futures
             if run_futures is not None:
                 for index, future in enumerate(run_futures):
-                    batch = future._batch
-                    position = run.position(index)
-                    if future._cancelled or batch.error is not None:
+                    if future._cancelled or future._batch.error is not None:
+                        position = run.position(index)
                         if position < failed:
                             failed, failure = position, future
-                    else:
-                        results[position] = future._metadata(batch)
                 continue
             batch = run.batch
             if batch.error is not None:
@@ -490,10 +483,23 @@ class BatchResults:
                 if position < failed:
                     failed = position
                     failure = RecordFuture(batch, run.first_offset, run.timestamp, -1, -1)
-                continue
-            _fill_run(results, run, batch)
         if failure is not None:
             failure.result()  # raises the record's error
+        return RecordMetadataSequence(self._total, self._metadata)
+
+    def _metadata(self) -> list[RecordMetadata]:
+        # The metadata of each record of a call whose records were all acknowledged, built
+        # with RecordFuture.result()'s checks inlined.
+        results: list[Any] = [None] * self._total
+        for position, future in zip(self._positions, self._futures, strict=True):
+            results[position] = future._metadata(future._batch)
+        for run in self._runs:
+            run_futures = run.futures
+            if run_futures is not None:
+                for index, future in enumerate(run_futures):
+                    results[run.position(index)] = future._metadata(future._batch)
+            else:
+                _fill_run(results, run, run.batch)
         return results
 
 

@@ -593,9 +593,10 @@ class Producer:
         """Buffer many records at once: the bulk path.
 
         ``items`` holds values, ``(key, value)`` tuples, or :class:`ProducerRecord` objects
-        (whose own topic, partition, timestamp and headers are used). Returns an awaitable
-        that resolves to the list of :class:`RecordMetadata`, in order; its ``futures``
-        attribute has each record's future.
+        (whose own topic, partition, timestamp and headers are used). Returns a
+        :class:`BatchResults`: await it for a :class:`~aioproducer.RecordMetadataSequence` of each
+        record's :class:`RecordMetadata`, in order; its ``futures`` attribute has each
+        record's future.
         """
         appender = self._appender
         if appender is None:

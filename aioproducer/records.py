@@ -5,14 +5,15 @@ The futures of sent records are in :mod:`aioproducer.futures`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 __all__ = [
     "Header",
     "ProducerRecord",
     "RecordMetadata",
+    "RecordMetadataSequence",
     "TimestampType",
 ]
 
@@ -51,6 +52,64 @@ class RecordMetadata(NamedTuple):
     serialized_key_size: int
     serialized_value_size: int
     timestamp_type: int = TimestampType.CREATE_TIME
+
+
+class RecordMetadataSequence(Sequence[RecordMetadata]):
+    """The metadata of every record of a ``send_many`` call, in the order given: what
+    awaiting its :class:`~aioproducer.BatchResults` returns.
+
+    A read-only sequence (``len()``, indexing, slicing, iteration, ``==`` with a list or
+    tuple of :class:`RecordMetadata`). Each record's :class:`RecordMetadata` is made on
+    first access to any of them, not when the call completes: a caller that only awaits
+    the call (or takes its ``len()``) makes no object per record. Millions of metadata
+    tuples kept at once are also millions of objects for Python's cyclic garbage
+    collector to walk again and again, most of the cost of a bulk send that keeps them.
+
+    ``send_many`` makes these; there is no reason to make one yourself.
+    """
+
+    __slots__ = ("_build", "_items", "_length")
+
+    def __init__(self, length: int, build: Callable[[], list[RecordMetadata]]) -> None:
+        self._length = length
+        self._build: Callable[[], list[RecordMetadata]] | None = build
+        self._items: list[RecordMetadata] | None = None
+
+    def _list(self) -> list[RecordMetadata]:
+        items = self._items
+        if items is None:
+            build = self._build
+            assert build is not None
+            items = self._items = build()
+            self._build = None
+        return items
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordMetadataSequence):
+            return self._length == other._length and self._list() == other._list()
+        if isinstance(other, list | tuple):
+            return self._length == len(other) and self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RecordMetadataSequence({self._list()!r})"
 
 
 @dataclass(slots=True)

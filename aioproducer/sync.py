@@ -36,7 +36,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import IllegalStateError, ProducerClosedError, SenderCrashedError
 from aioproducer.producer import Producer
-from aioproducer.records import RecordMetadata
+from aioproducer.records import RecordMetadata, RecordMetadataSequence
 
 __all__ = ["SyncProducer"]
 
@@ -412,14 +412,14 @@ class SyncProducer:
 
     def send_many_nowait(
         self, topic: str, items: Iterable[Any], *, partition: int | None = None
-    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+    ) -> concurrent.futures.Future[RecordMetadataSequence]:
         """Queue many records at once; return a future of their metadata, in order.
 
         ``items`` are what :meth:`Producer.send_many <aioproducer.Producer.send_many>` takes:
         values, ``(key, value)`` tuples or :class:`~aioproducer.ProducerRecord` objects. The
         future fails with the first error if any record fails.
         """
-        future: concurrent.futures.Future[list[RecordMetadata]] = concurrent.futures.Future()
+        future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
         records = items if isinstance(items, list | tuple) else list(items)
         self._enqueue((_SEND_MANY, topic, records, partition, future))
         return future
@@ -431,13 +431,14 @@ class SyncProducer:
         *,
         partition: int | None = None,
         timeout: float | None = None,
-    ) -> list[RecordMetadata]:
-        """Send many records and block until every one is acknowledged.
+    ) -> RecordMetadataSequence:
+        """Send many records and block until every one is acknowledged; return their
+        metadata, in order (a :class:`~aioproducer.RecordMetadataSequence`).
 
         Raises:
             KafkaError: the first error of any record.
         """
-        result: list[RecordMetadata] = self._wait(
+        result: RecordMetadataSequence = self._wait(
             self.send_many_nowait(topic, items, partition=partition), timeout
         )
         return result

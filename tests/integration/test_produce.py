@@ -14,7 +14,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from aioproducer import Producer, ProducerRecord, RecordMetadata
+from aioproducer import Producer, ProducerRecord, RecordMetadata, RecordMetadataSequence
 from aioproducer.errors import (
     InvalidTopicError,
     PartitionerError,
@@ -153,6 +153,36 @@ async def test_send_many_keeps_order_and_returns_metadata(target: Target) -> Non
     assert [m.offset for m in metadata] == list(range(first, first + 5000))
     consumed = read_back(target.bootstrap, topic, expected=5000)
     assert [r.value for r in consumed] == values
+
+
+async def test_send_many_metadata_is_a_sequence_matching_each_records_future(
+    target: Target,
+) -> None:
+    # What awaiting send_many gives: a read-only sequence whose items are the metadata the
+    # per-record futures report, in the order given, across batches and partitions.
+    topic = target.make_topic(3)
+    items = [(b"k%d" % (i % 7), b"v%d" % i) for i in range(600)]
+    async with Producer(bootstrap_servers=target.bootstrap, batch_size=1024) as producer:
+        results = await producer.send_many(topic, items)
+        metadata = await results
+        from_futures = [await future for future in results.futures]
+    assert isinstance(metadata, RecordMetadataSequence)
+    assert len(metadata) == 600
+    assert metadata == from_futures
+    assert list(metadata) == from_futures
+    assert metadata[5] == from_futures[5] and metadata[-1] == from_futures[-1]
+    assert metadata[10:20] == from_futures[10:20]
+    assert metadata.index(from_futures[42]) == 42
+    assert metadata != from_futures[:-1]
+    with pytest.raises(TypeError):
+        hash(metadata)
+    # Each record's offset is where the consumer finds that record.
+    consumed = read_back(target.bootstrap, topic, expected=600)
+    stored = {(r.partition, r.offset): r.value for r in consumed}
+    for meta, (_, value) in zip(metadata, items, strict=True):
+        assert meta.topic == topic
+        assert stored[(meta.partition, meta.offset)] == value
+        assert meta.serialized_key_size == 2 and meta.serialized_value_size == len(value)
 
 
 async def test_send_many_waits_for_memory_mid_run_and_keeps_order(target: Target) -> None:
