@@ -35,9 +35,15 @@ TopicPartition = tuple[str, int]
 
 
 class ProducerBatch:
-    """Records for one partition, sent (and retried) together; one future for all of them."""
+    """Records for one partition, sent (and retried) together; one outcome for all of them.
+
+    The asyncio future of the batch (:attr:`future`) is made only when something awaits the
+    batch itself (``flush``, an awaited ``send_many``): a finished batch lives as long as
+    its records' futures, and most batches are never awaited as such.
+    """
 
     __slots__ = (
+        "_future",
         "attempts",
         "base_sequence",
         "buffer_size",
@@ -50,9 +56,9 @@ class ProducerBatch:
         "error",
         "final",
         "full",
-        "future",
         "in_retry",
         "last_attempt",
+        "loop",
         "offloaded",
         "open_run",
         "outcome",
@@ -61,6 +67,7 @@ class ProducerBatch:
         "producer_id",
         "records",
         "retry_backoff",
+        "split",
         "split_from",
         "topic",
         "tp",
@@ -76,7 +83,7 @@ class ProducerBatch:
         buffer_size: int,
         now: float,
         delivery_timeout: float,
-        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -95,7 +102,10 @@ class ProducerBatch:
         self.offloaded = False
         self.deallocate_pending = False
         self.in_retry = False
-        self.future = future
+        self.loop = loop
+        self._future: asyncio.Future[Any] | None = None
+        # True once the batch was split into smaller ones (its records moved there).
+        self.split = False
         # The records' futures in offset order; a run of send_many records stands for many.
         self.records: list[RecordFuture | RecordRun] = []
         # The run the last send_many record joined, which the next may extend.
@@ -112,15 +122,45 @@ class ProducerBatch:
         self.error: BaseException | None = None
         self.watchers: list[RecordFuture] | None = None
 
+    @property
+    def future(self) -> asyncio.Future[Any]:
+        """An asyncio future of the batch (made on first use): its result is
+        ``(base offset, log append time)``, or :data:`~aioproducer.records.SPLIT` once split;
+        its exception the batch's error."""
+        future = self._future
+        if future is None:
+            future = self._future = self.loop.create_future()
+            if self.final or self.split:
+                self._resolve(future)
+        return future
+
+    def _resolve(self, future: asyncio.Future[Any]) -> None:
+        error = self.error
+        if error is not None:
+            future.set_exception(error)
+            # Mark it retrieved: the sender logs failures itself, and a batch whose records
+            # nobody awaits should not print "exception was never retrieved" at exit.
+            future.exception()
+        else:
+            future.set_result(SPLIT if self.split else self.outcome)
+
+    def _finish(self) -> None:
+        # The batch was acknowledged, failed or split: resolve its future if one was made,
+        # and call the watching records soon after, as a future's callbacks are called.
+        future = self._future
+        if future is not None:
+            self._resolve(future)
+        if self.watchers is not None:
+            self.loop.call_soon(self._fan_out)
+
     def watch(self, record: RecordFuture) -> None:
-        """Call ``record._on_batch_done()`` when the batch's future is done (one future
-        callback in all; the record itself is kept, not a bound method made per record)."""
+        """Call ``record._on_batch_done()`` soon after the batch is done (one call in all for
+        the batch; the record itself is kept, not a bound method made per record)."""
         if self.watchers is None:
             self.watchers = []
-            self.future.add_done_callback(self._fan_out)
         self.watchers.append(record)
 
-    def _fan_out(self, _: asyncio.Future[Any]) -> None:
+    def _fan_out(self) -> None:
         watchers, self.watchers = self.watchers, None
         for record in watchers or ():
             record._on_batch_done()
@@ -151,29 +191,31 @@ class ProducerBatch:
         return self.base_sequence >= 0
 
     def done(self) -> bool:
-        """True once the batch was acknowledged or failed."""
-        return self.future.done()
+        """True once the batch was acknowledged, failed or split."""
+        return self.final or self.split
 
     def complete(self, base_offset: int, log_append_time: int) -> bool:
         """Resolve every record of the batch; False when it was already done."""
-        if self.final or self.future.done():
+        if self.final or self.split:
             return False
         self.outcome = (base_offset, log_append_time)
         self.final = True
-        self.future.set_result(self.outcome)
+        self._finish()
         return True
 
     def fail(self, exc: BaseException) -> bool:
         """Fail every record of the batch with ``exc``; False when it was already done."""
-        if self.final or self.future.done():
+        if self.final or self.split:
             return False
         self.error = exc
         self.final = True
-        self.future.set_exception(exc)
-        # Mark the exception as retrieved: the sender logs failures itself, and a batch whose
-        # records nobody awaits should not print "exception was never retrieved" at exit.
-        self.future.exception()
+        self._finish()
         return True
+
+    def mark_split(self) -> None:
+        """The batch was split: its records live on in the new batches."""
+        self.split = True
+        self._finish()
 
     def __repr__(self) -> str:
         return (
@@ -211,7 +253,7 @@ class RecordAccumulator:
         retry_backoff: float,
         compression: CompressionType,
         compression_level: int | None,
-        create_future: Callable[[], asyncio.Future[Any]],
+        loop: asyncio.AbstractEventLoop,
         on_batch_created: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self._pool = pool
@@ -223,7 +265,7 @@ class RecordAccumulator:
         self.retry_backoff = retry_backoff
         self._compression = compression
         self._compression_level = compression_level
-        self._create_future = create_future
+        self._loop = loop
         self._on_batch_created = on_batch_created
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         # The deque the last append went to: sticky partitioning appends to one partition
@@ -388,7 +430,7 @@ class RecordAccumulator:
             len(buffer),
             now,
             self.delivery_timeout,
-            self._create_future(),
+            self._loop,
         )
         offset = builder.try_append(timestamp, key, value, headers)
         future = RecordFuture(
@@ -674,7 +716,7 @@ class RecordAccumulator:
                     size,
                     batch.created,
                     0.0,
-                    self._create_future(),
+                    self._loop,
                 )
                 current.delivery_deadline = batch.delivery_deadline
                 current.split_from = batch
@@ -697,7 +739,7 @@ class RecordAccumulator:
         batch.builder.detach()
         batch.records = _NO_RECORDS
         batch.open_run = None
-        batch.future.set_result(SPLIT)
+        batch.mark_split()
         return len(new_batches)
 
     # ---- flush and close ------------------------------------------------------------------------

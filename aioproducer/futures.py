@@ -92,7 +92,7 @@ class RecordFuture:
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the record's batch belongs to."""
-        return self._batch.future.get_loop()
+        return self._batch.loop
 
     def done(self) -> bool:
         """True once the record was acknowledged or failed (or this future cancelled)."""

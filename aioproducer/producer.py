@@ -143,7 +143,7 @@ class Producer:
             retry_backoff=cfg.retry_backoff_ms / 1000.0,
             compression=CompressionType[cfg.compression_type.upper()],
             compression_level=cfg.compression_level,
-            create_future=loop.create_future,
+            loop=loop,
         )
         self._transactions = self._make_transaction_manager(loop)
         self._idempotence = self._transactions or (

@@ -41,7 +41,7 @@ class Harness:
             "compression_level": None,
         }
         options.update(kwargs)
-        self.acc = RecordAccumulator(pool=self.pool, create_future=loop.create_future, **options)
+        self.acc = RecordAccumulator(pool=self.pool, loop=loop, **options)
 
     def append(self, partition: int, value: bytes, now: float, topic: str = "t") -> RecordFuture:
         future = self.acc.try_append(topic, partition, 0, None, value, None)
@@ -219,7 +219,11 @@ async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
     assert not [r for r in referents if isinstance(r, (bytearray, list)) and len(r)]
     assert batch.builder.closed and batch.builder.remaining <= 0
     assert batch.record_count == 3
+    # Nothing awaited the batch itself: it has no asyncio future to keep either.
+    assert not [r for r in gc.get_referents(batch) if isinstance(r, asyncio.Future)]
     assert [(await f).offset for f in futures] == [10, 11, 12]
+    # One made late is already done, with the batch's outcome.
+    assert batch.future.done() and batch.future.result()[0] == 10
     with pytest.raises(RuntimeError, match="detached"):
         batch.builder.close()
     # A second deallocate (a batch failed on two paths) must not give the buffer back twice.

@@ -275,7 +275,7 @@ class Harness:
             retry_backoff=config.retry_backoff_ms / 1000.0,
             compression=CompressionType[config.compression_type.upper()],
             compression_level=config.compression_level,
-            create_future=loop.create_future,
+            loop=loop,
         )
         self.connections = FakeConnections(config.max_in_flight_requests_per_connection, self.clock)
         self.idempotence = IdempotenceManager() if idempotent else None

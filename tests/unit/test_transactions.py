@@ -178,8 +178,7 @@ async def open_txn(harness: Harness) -> Harness:
 def make_batch(topic: str = "t", partition: int = 0) -> ProducerBatch:
     builder = RecordBatchBuilder(bytearray(1024), CompressionType.NONE, None)
     assert builder.try_append(0, None, b"value", None) >= 0
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    return ProducerBatch(topic, partition, builder, 1024, 0.0, 120.0, future)
+    return ProducerBatch(topic, partition, builder, 1024, 0.0, 120.0, asyncio.get_running_loop())
 
 
 # ---- initialization -------------------------------------------------------------------------
