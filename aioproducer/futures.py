@@ -34,9 +34,9 @@ _tokens: Final = itertools.count()
 class RecordFuture:
     """The result of one sent record: await it for its :class:`RecordMetadata`.
 
-    There is one asyncio future per batch, not per record; this object derives the record's
-    metadata from its batch's result, so sending stays cheap. It behaves as an asyncio
-    future: awaitable, with ``done()``, ``result()``, ``exception()``,
+    No asyncio future is made per record (nor, unless awaited, per batch): this object
+    derives the record's metadata from its batch's outcome, so sending stays cheap. It
+    behaves as an asyncio future: awaitable, with ``done()``, ``result()``, ``exception()``,
     ``add_done_callback()``, ``cancel()``, and accepted as is by ``asyncio.gather``,
     ``asyncio.wait`` and ``asyncio.wait_for`` (no task is made per record).
 
@@ -174,7 +174,7 @@ class RecordFuture:
             self.get_loop().call_soon(callback, self, context=context)
             return
         if not self._watching:
-            # One callback on the batch's future serves every watching record of the batch.
+            # One call from the batch, when done, serves every watching record of it.
             self._watching = True
             self._batch.watch(self)
         if self._callback is None and not self._callbacks:
@@ -199,7 +199,7 @@ class RecordFuture:
         return removed
 
     def _on_batch_done(self) -> None:
-        # The batch's future is done; if the batch was split, _rebind already moved us on.
+        # The batch is done; if the batch was split, _rebind already moved us on.
         if not self._batch.final or self._cancelled:
             return
         callback, context, more = self._callback, self._context, self._callbacks

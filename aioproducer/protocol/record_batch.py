@@ -94,11 +94,6 @@ def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> i
     return _MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
 
 
-# write_pending() copies part by part when the pending parts average this many bytes or more
-# (records of KiBs), and joins them first when smaller (a slice assignment per part costs
-# more than copying a few hundred bytes twice).
-_PART_BY_PART: Final = 512
-
 # What a detached builder points at instead of its buffer and parts (see detach()). Shared
 # and never written: a detached builder has no capacity, so no record is appended to it.
 _DETACHED_BUFFER = bytearray()
@@ -346,19 +341,9 @@ class RecordBatchBuilder:
         if parts:
             written = self._written
             position = self._position
-            buffer = self._buffer
-            if position - written >= _PART_BY_PART * len(parts):
-                # Large values (KiBs each): copy each part in place, rather than join them
-                # into a temporary bytes object and copy that (twice the bytes moved).
-                for part in parts:
-                    end = written + len(part)
-                    buffer[written:end] = part
-                    written = end
-                assert written == position, "pending records and position disagree"
-            else:
-                data = b"".join(parts)
-                assert len(data) == position - written, "pending records and position disagree"
-                buffer[written:position] = data
+            data = b"".join(parts)
+            assert len(data) == position - written, "pending records and position disagree"
+            self._buffer[written:position] = data
             parts.clear()
             self._written = position
 
