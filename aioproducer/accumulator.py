@@ -196,7 +196,7 @@ class ProducerBatch:
 
     def complete(self, base_offset: int, log_append_time: int) -> bool:
         """Resolve every record of the batch; False when it was already done."""
-        if self.final or self.split:
+        if self.done():
             return False
         self.outcome = (base_offset, log_append_time)
         self.final = True
@@ -205,7 +205,7 @@ class ProducerBatch:
 
     def fail(self, exc: BaseException) -> bool:
         """Fail every record of the batch with ``exc``; False when it was already done."""
-        if self.final or self.split:
+        if self.done():
             return False
         self.error = exc
         self.final = True
