@@ -7,12 +7,14 @@ import json
 import sys
 from dataclasses import asdict
 
-from bench.micro import crc, produce_request, record_batch, send_path
+from bench.micro import buffer_pool, crc, partitioner, produce_request, record_batch, send_path
 from bench.micro._timer import report
 
 SUITES = (
     ("RecordBatchBuilder (protocol/record_batch.py)", record_batch.collect),
     ("CRC-32C over 16 KiB", crc.collect),
+    ("Partitioners (partitioner.py)", partitioner.collect),
+    ("Buffer pool (buffer_pool.py)", buffer_pool.collect),
     ("Produce request encoding / response decoding (protocol/)", produce_request.collect),
     ("Producer.send fast path (producer.py)", send_path.collect),
 )
