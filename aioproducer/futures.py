@@ -60,16 +60,18 @@ class RecordFuture:
         self.timestamp = timestamp
         self.key_size = key_size
         self.value_size = value_size
-        # The first callback sits in two slots, the others in a list: most records get one
-        # callback or none, and every object made per record is one more for the cyclic
-        # garbage collector to walk (its pauses are what a latency percentile sees).
-        self._callback: Callable[[Any], object] | None = None
-        self._context: Context | None = None
-        self._callbacks: list[tuple[Callable[[Any], object], Context | None]] | None = None
+        # Every object made per record is one more for the cyclic garbage collector to walk,
+        # again at each full collection while the caller keeps it (its pauses are what a
+        # latency percentile sees), and its cost grows with the object's size. So the rarely
+        # used state shares one slot, ``_callbacks``:
+        # - None: no callback;
+        # - a callable: the one callback, registered with no context (the usual case);
+        # - a list of (callback, context) pairs: several, or one with a context;
+        # - once cancelled: the cancel message (a cancelled future takes no more callbacks).
+        self._callbacks: Any = None
         # True once the batch calls _on_batch_done() for this record.
         self._watching = False
         self._cancelled = False
-        self._cancel_message: Any = None
 
     def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
         # Called when a too-large batch is split: the record now lives in ``batch``.
@@ -80,15 +82,13 @@ class RecordFuture:
 
     def _take_callbacks(self) -> list[tuple[Callable[[Any], object], Context | None]]:
         # Every registered callback in registration order; none are left registered.
-        taken: list[tuple[Callable[[Any], object], Context | None]] = []
-        if self._callback is not None:
-            taken.append((self._callback, self._context))
-        if self._callbacks:
-            taken.extend(self._callbacks)
-        self._callback = None
-        self._context = None
+        callbacks = self._callbacks
         self._callbacks = None
-        return taken
+        if callbacks is None:
+            return []
+        if isinstance(callbacks, list):
+            return callbacks
+        return [(callbacks, None)]
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the record's batch belongs to."""
@@ -106,20 +106,24 @@ class RecordFuture:
         """Detach this future: it reports cancelled; the record itself is still delivered."""
         if self.done():
             return False
-        self._cancelled = True
-        self._cancel_message = msg
         callbacks = self._take_callbacks()
+        self._cancelled = True
+        self._callbacks = msg  # the slot's last use: see __init__
         if callbacks:
             loop = self.get_loop()
             for callback, context in callbacks:
                 loop.call_soon(callback, self, context=context)
         return True
 
+    @property
+    def _cancel_message(self) -> Any:
+        # asyncio.gather() reads this attribute of a cancelled child, as of its own futures.
+        return self._callbacks if self._cancelled else None
+
     def _make_cancelled_error(self) -> asyncio.CancelledError:
         # asyncio.gather() calls this on a cancelled child, as on its own futures.
-        return asyncio.CancelledError(
-            *(() if self._cancel_message is None else (self._cancel_message,))
-        )
+        message = self._cancel_message
+        return asyncio.CancelledError(*(() if message is None else (message,)))
 
     def _metadata(self, batch: ProducerBatch) -> RecordMetadata:
         # The metadata of an acknowledged record of ``batch``. tuple.__new__ directly: the
@@ -177,39 +181,44 @@ class RecordFuture:
             # One call from the batch, when done, serves every watching record of it.
             self._watching = True
             self._batch.watch(self)
-        if self._callback is None and not self._callbacks:
-            self._callback = callback
-            self._context = context
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append((callback, context))
+        callbacks = self._callbacks
+        if callbacks is None:
+            if context is None:
+                self._callbacks = callback
+            else:
+                self._callbacks = [(callback, context)]
+        elif isinstance(callbacks, list):
+            callbacks.append((callback, context))
+        else:
+            self._callbacks = [(callbacks, None), (callback, context)]
 
     def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
         """Remove every registration of ``callback``; return how many there were."""
-        removed = 0
-        if self._callback is not None and self._callback == callback:
-            self._callback = None
-            self._context = None
-            removed = 1
-        if self._callbacks:
-            kept = [entry for entry in self._callbacks if entry[0] != callback]
-            removed += len(self._callbacks) - len(kept)
-            self._callbacks = kept
-        return removed
+        if self._cancelled:
+            return 0  # cancelling took every callback
+        registered = self._take_callbacks()
+        kept = [entry for entry in registered if entry[0] != callback]
+        if kept:
+            only_callback, only_context = kept[0]
+            if len(kept) == 1 and only_context is None:
+                self._callbacks = only_callback
+            else:
+                self._callbacks = kept
+        return len(registered) - len(kept)
 
     def _on_batch_done(self) -> None:
         # The batch is done; if the batch was split, _rebind already moved us on.
         if not self._batch.final or self._cancelled:
             return
-        callback, context, more = self._callback, self._context, self._callbacks
-        self._callback = None
-        self._context = None
+        callbacks = self._callbacks
+        if callbacks is None:
+            return
         self._callbacks = None
-        if callback is not None:
-            self._run_callback(callback, context)
-        for callback, context in more or ():
-            self._run_callback(callback, context)
+        if isinstance(callbacks, list):
+            for callback, context in callbacks:
+                self._run_callback(callback, context)
+        else:
+            self._run_callback(callbacks, None)
 
     def _run_callback(self, callback: Callable[[Any], object], context: Context | None) -> None:
         try:

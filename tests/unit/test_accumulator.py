@@ -5,6 +5,7 @@ expiry, retries in sequence order, and batch splitting."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 from typing import Any
 
@@ -330,6 +331,47 @@ async def test_a_cancelled_record_future_calls_its_callbacks_once() -> None:
     (outcome,) = await asyncio.gather(future, return_exceptions=True)
     assert isinstance(outcome, asyncio.CancelledError)
 
+
+
+async def test_a_cancel_message_reaches_gather_and_await_and_callbacks_keep_their_context() -> None:
+    h = Harness(asyncio.get_running_loop())
+    batch, (cancelled, kept) = _single_batch(h, 2)
+    seen: list[tuple[str, object]] = []
+    variable: contextvars.ContextVar[str] = contextvars.ContextVar("variable", default="unset")
+    context = contextvars.copy_context()
+    context.run(variable.set, "from the context")
+
+    def first(_: Any) -> None:
+        seen.append(("first", variable.get()))
+
+    def second(_: Any) -> None:
+        seen.append(("second", variable.get()))
+
+    # One callback with a context, one without; removing the first leaves the second alone.
+    kept.add_done_callback(first, context=context)
+    kept.add_done_callback(second)
+    kept.add_done_callback(first, context=context)
+    assert kept.remove_done_callback(second) == 1
+    cancelled.add_done_callback(second)
+    assert cancelled.cancel("stopped by the test")
+    assert cancelled.remove_done_callback(second) == 0  # cancelling took it
+    assert not cancelled.cancel("again")
+    (gathered,) = await asyncio.gather(cancelled, return_exceptions=True)
+    assert isinstance(gathered, asyncio.CancelledError)
+    assert gathered.args == ("stopped by the test",)
+    with pytest.raises(asyncio.CancelledError, match="stopped by the test"):
+        await cancelled
+    batch.builder.close()
+    batch.complete(7, -1)
+    await asyncio.sleep(0)
+    assert seen == [
+        ("second", "unset"),  # the cancelled record's, at cancel()
+        ("first", "from the context"),
+        ("first", "from the context"),
+    ]
+    assert (await kept).offset == 8
+    with pytest.raises(asyncio.CancelledError):
+        cancelled.result()
 
 # ---- send_many's records without futures (BatchResults runs) --------------------------------
 
