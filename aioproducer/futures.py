@@ -29,6 +29,18 @@ _CREATE_TIME: Final = TimestampType.CREATE_TIME
 _LOG_APPEND_TIME: Final = TimestampType.LOG_APPEND_TIME
 # Tells the BatchResults of different send_many calls apart (see RecordRun.owner).
 _tokens: Final = itertools.count()
+# RecordFuture keeps key_size + 1 and value_size + 1 in one int, the key's above this bit.
+# Kafka's sizes are int32, so both parts fit; compiled, the int stays unboxed for any key
+# under 1 GiB.
+_SIZE_SHIFT: Final = 32
+_SIZE_MASK: Final = (1 << 32) - 1
+
+
+class _Cancelled:
+    """What a cancelled :class:`RecordFuture` holds in its callback slot: the cancel message."""
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
 
 
 class RecordFuture:
@@ -55,29 +67,40 @@ class RecordFuture:
         key_size: int,
         value_size: int,
     ) -> None:
+        # Every object made per record is one more for the cyclic garbage collector to walk,
+        # again at each full collection while the caller keeps it (its pauses are what a
+        # latency percentile sees), and its cost grows with the object's size: five slots
+        # make 80 bytes, the smallest size class above four.
         self._batch = batch
         self.relative_offset = relative_offset
         self.timestamp = timestamp
-        self.key_size = key_size
-        self.value_size = value_size
-        # Every object made per record is one more for the cyclic garbage collector to walk,
-        # again at each full collection while the caller keeps it (its pauses are what a
-        # latency percentile sees), and its cost grows with the object's size. So the rarely
-        # used state shares one slot, ``_callbacks``:
+        self._sizes = (key_size + 1) << _SIZE_SHIFT | (value_size + 1)
+        # The rarely used state shares one slot:
         # - None: no callback;
         # - a callable: the one callback, registered with no context (the usual case);
         # - a list of (callback, context) pairs: several, or one with a context;
-        # - once cancelled: the cancel message (a cancelled future takes no more callbacks).
+        # - a _Cancelled: this future was cancelled (and takes no more callbacks).
+        # The batch is told to call _on_batch_done() when the first callback comes; a record
+        # whose callbacks were all removed and which gets another is told twice, and the
+        # second call finds nothing to run.
         self._callbacks: Any = None
-        # True once the batch calls _on_batch_done() for this record.
-        self._watching = False
-        self._cancelled = False
+
+    @property
+    def key_size(self) -> int:
+        """Bytes of the serialized key, -1 for a None key."""
+        return (self._sizes >> _SIZE_SHIFT) - 1
+
+    @property
+    def value_size(self) -> int:
+        """Bytes of the serialized value, -1 for a None value."""
+        return (self._sizes & _SIZE_MASK) - 1
 
     def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
         # Called when a too-large batch is split: the record now lives in ``batch``.
         self._batch = batch
         self.relative_offset = relative_offset
-        if self._watching:
+        callbacks = self._callbacks
+        if callbacks is not None and not isinstance(callbacks, _Cancelled):
             batch.watch(self)
 
     def _take_callbacks(self) -> list[tuple[Callable[[Any], object], Context | None]]:
@@ -96,19 +119,18 @@ class RecordFuture:
 
     def done(self) -> bool:
         """True once the record was acknowledged or failed (or this future cancelled)."""
-        return self._batch.final or self._cancelled
+        return self._batch.final or isinstance(self._callbacks, _Cancelled)
 
     def cancelled(self) -> bool:
         """True when this future (not the record's delivery) was cancelled."""
-        return self._cancelled
+        return isinstance(self._callbacks, _Cancelled)
 
     def cancel(self, msg: Any = None) -> bool:
         """Detach this future: it reports cancelled; the record itself is still delivered."""
         if self.done():
             return False
         callbacks = self._take_callbacks()
-        self._cancelled = True
-        self._callbacks = msg  # the slot's last use: see __init__
+        self._callbacks = _Cancelled(msg)
         if callbacks:
             loop = self.get_loop()
             for callback, context in callbacks:
@@ -118,7 +140,8 @@ class RecordFuture:
     @property
     def _cancel_message(self) -> Any:
         # asyncio.gather() reads this attribute of a cancelled child, as of its own futures.
-        return self._callbacks if self._cancelled else None
+        callbacks = self._callbacks
+        return callbacks.message if isinstance(callbacks, _Cancelled) else None
 
     def _make_cancelled_error(self) -> asyncio.CancelledError:
         # asyncio.gather() calls this on a cancelled child, as on its own futures.
@@ -149,7 +172,7 @@ class RecordFuture:
     def result(self) -> RecordMetadata:
         """The metadata; raises the record's error, or InvalidStateError when not done."""
         batch = self._batch
-        if self._cancelled:
+        if self.cancelled():
             raise self._make_cancelled_error()
         if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
@@ -159,7 +182,7 @@ class RecordFuture:
 
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
-        if self._cancelled:
+        if self.cancelled():
             raise self._make_cancelled_error()
         if not self._batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
@@ -177,12 +200,10 @@ class RecordFuture:
         if self.done():
             self.get_loop().call_soon(callback, self, context=context)
             return
-        if not self._watching:
-            # One call from the batch, when done, serves every watching record of it.
-            self._watching = True
-            self._batch.watch(self)
         callbacks = self._callbacks
         if callbacks is None:
+            # One call from the batch, when done, serves every watching record of it.
+            self._batch.watch(self)
             if context is None:
                 self._callbacks = callback
             else:
@@ -194,7 +215,7 @@ class RecordFuture:
 
     def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
         """Remove every registration of ``callback``; return how many there were."""
-        if self._cancelled:
+        if self.cancelled():
             return 0  # cancelling took every callback
         registered = self._take_callbacks()
         kept = [entry for entry in registered if entry[0] != callback]
@@ -208,10 +229,10 @@ class RecordFuture:
 
     def _on_batch_done(self) -> None:
         # The batch is done; if the batch was split, _rebind already moved us on.
-        if not self._batch.final or self._cancelled:
+        if not self._batch.final:
             return
         callbacks = self._callbacks
-        if callbacks is None:
+        if callbacks is None or isinstance(callbacks, _Cancelled):
             return
         self._callbacks = None
         if isinstance(callbacks, list):
@@ -240,7 +261,7 @@ class RecordFuture:
             )
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        if not self._batch.final and not self._cancelled:
+        if not self._batch.final and not self.cancelled():
             # A waiter of our own: cancelling the awaiting task must not cancel the batch.
             waiter: asyncio.Future[None] = self.get_loop().create_future()
             self.add_done_callback(functools.partial(_wake, waiter))
@@ -465,23 +486,23 @@ class BatchResults:
                 # Woken when the batch is done, or split (which gives the run futures).
                 yield from _batch_waiter(run.batch).__await__()
             for future in run.futures or ():
-                if not future._batch.final and not future._cancelled:
+                if not future._batch.final and not future.cancelled():
                     yield from future.__await__()
         for future in self._futures:
-            if not future._batch.final and not future._cancelled:
+            if not future._batch.final and not future.cancelled():
                 yield from future.__await__()
         # A failed record raises its error; of several, the first in order. The metadata of
         # the others is made only when the sequence is first read.
         failed = self._total
         failure: RecordFuture | None = None
         for position, future in zip(self._positions, self._futures, strict=True):
-            if (future._cancelled or future._batch.error is not None) and position < failed:
+            if (future.cancelled() or future._batch.error is not None) and position < failed:
                 failed, failure = position, future
         for run in self._runs:
             run_futures = run.futures
             if run_futures is not None:
                 for index, future in enumerate(run_futures):
-                    if future._cancelled or future._batch.error is not None:
+                    if future.cancelled() or future._batch.error is not None:
                         position = run.position(index)
                         if position < failed:
                             failed, failure = position, future

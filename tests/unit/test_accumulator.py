@@ -373,6 +373,24 @@ async def test_a_cancel_message_reaches_gather_and_await_and_callbacks_keep_thei
     with pytest.raises(asyncio.CancelledError):
         cancelled.result()
 
+
+@pytest.mark.parametrize(
+    ("key_size", "value_size"), [(-1, -1), (-1, 0), (0, -1), (3, 100), (2**31 - 1, 2**31 - 1)]
+)
+async def test_a_record_future_reports_the_sizes_it_was_given(
+    key_size: int, value_size: int
+) -> None:
+    # The two sizes share one int inside the future; None (-1) and Kafka's int32 limits
+    # must come back out as they went in, on the future and in the metadata.
+    h = Harness(asyncio.get_running_loop())
+    batch, _ = _single_batch(h, 1)
+    future = RecordFuture(batch, 0, 1_700_000_000_000, key_size, value_size)
+    assert (future.key_size, future.value_size) == (key_size, value_size)
+    batch.builder.close()
+    batch.complete(5, -1)
+    metadata = future.result()
+    assert (metadata.serialized_key_size, metadata.serialized_value_size) == (key_size, value_size)
+
 # ---- send_many's records without futures (BatchResults runs) --------------------------------
 
 
