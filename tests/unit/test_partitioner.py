@@ -88,7 +88,7 @@ def test_default_partitioner_places_keys_like_librdkafka() -> None:
     if not hasattr(confluent_kafka, "murmur2"):
         pytest.skip("confluent-kafka < 2.13 has no murmur2 helper")
     partitioner = DefaultPartitioner()
-    for _ in range(2):  # the second round is served from the hash cache
+    for _ in range(2):  # interpreted, the second round is served from the hash cache
         for key in random_keys(500, seed=11):
             chosen = partitioner.partition("t", key, 24, range(24))
             assert chosen == confluent_kafka.murmur2(key, 24)
