@@ -55,6 +55,7 @@ class ProducerBatch:
         "drained",
         "error",
         "final",
+        "forward",
         "full",
         "in_retry",
         "last_attempt",
@@ -106,7 +107,11 @@ class ProducerBatch:
         self._future: asyncio.Future[Any] | None = None
         # True once the batch was split into smaller ones (its records moved there).
         self.split = False
-        # The records' futures in offset order; a run of send_many records stands for many.
+        # The runs of send_many records, and, only for the producer's interceptors (see
+        # RecordAccumulator's keep_record_futures), each send() record's future, in offset
+        # order. Otherwise a future lives only as long as its caller keeps it: a batch that
+        # kept every future until acknowledged made the cyclic GC walk all of them, again
+        # and again (a quarter of the CPU of a caller who keeps none).
         self.records: list[RecordFuture | RecordRun] = []
         # The run the last send_many record joined, which the next may extend.
         self.open_run: RecordRun | None = None
@@ -115,6 +120,9 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.transactional = False
         self.split_from: ProducerBatch | None = None
+        # Once split: where each record went, by its offset here: (new batch, offset there).
+        # A record's future follows it there when next asked (see RecordFuture._current).
+        self.forward: list[tuple[ProducerBatch, int]] | None = None
         # The outcome, readable without touching the future: final is True once the batch
         # was acknowledged (outcome = (base offset, log append time)) or failed (error).
         self.final = False
@@ -255,8 +263,12 @@ class RecordAccumulator:
         compression_level: int | None,
         loop: asyncio.AbstractEventLoop,
         on_batch_created: Callable[[str, int, int], None] | None = None,
+        keep_record_futures: bool = False,
     ) -> None:
         self._pool = pool
+        # True when something reads every record of a finished batch (the producer's
+        # interceptors): batches then keep each send() record's future in ``records``.
+        self._keep_record_futures = keep_record_futures
         self.batch_size = batch_size
         # As the Java client, linger is counted in whole milliseconds: a batch started during
         # millisecond m may leave once the clock reads millisecond m + linger_ms (see ready()).
@@ -326,7 +338,8 @@ class RecordAccumulator:
             -1 if key is None else len(key),
             -1 if value is None else len(value),
         )
-        batch.records.append(future)
+        if self._keep_record_futures:
+            batch.records.append(future)
         return future
 
     def _open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
@@ -440,7 +453,8 @@ class RecordAccumulator:
             -1 if key is None else len(key),
             -1 if value is None else len(value),
         )
-        batch.records.append(future)
+        if self._keep_record_futures:
+            batch.records.append(future)
         batches.append(batch)
         self._incomplete.add(batch)
         if self._on_batch_created is not None:
@@ -681,15 +695,15 @@ class RecordAccumulator:
         """Split a batch the broker found too large into batch_size batches; return how many.
 
         ``records`` are the decoded records of the batch, in order. The new batches take the
-        place of the old one at the front of the partition; the old batch's record futures
-        move to them.
+        place of the old one at the front of the partition; the old batch's :attr:`forward`
+        tells each record's future where its record went.
         """
         new_batches: list[ProducerBatch] = []
         current: ProducerBatch | None = None
-        # Runs of send_many records get their futures now: each record may move elsewhere.
-        futures = batch.record_futures()
-        for index, record in enumerate(records):
-            future = futures[index]
+        # Where each record goes, by its offset here; futures (of send() records, and of
+        # send_many records whenever they are made) follow it there when next asked.
+        forward: list[tuple[ProducerBatch, int]] = []
+        for record in records:
             timestamp = batch.builder.base_timestamp + record.timestamp_delta
             while True:
                 if current is not None:
@@ -721,8 +735,13 @@ class RecordAccumulator:
                 current.delivery_deadline = batch.delivery_deadline
                 current.split_from = batch
                 new_batches.append(current)
-            future._rebind(current, offset)
-            current.records.append(future)
+            forward.append((current, offset))
+        if self._keep_record_futures:
+            # The interceptors read the records of each new batch when it finishes: hand
+            # them their futures (in offset order, as the records were appended).
+            for future in batch.record_futures():
+                forward[future.relative_offset][0].records.append(future)
+        batch.forward = forward
         # The old batch's share of buffer_memory passes to the first new batch (the others
         # account nothing), so the pool stays within its total while the split batches live.
         for index, new_batch in enumerate(new_batches):

@@ -95,13 +95,19 @@ class RecordFuture:
         """Bytes of the serialized value, -1 for a None value."""
         return (self._sizes & _SIZE_MASK) - 1
 
-    def _rebind(self, batch: ProducerBatch, relative_offset: int) -> None:
-        # Called when a too-large batch is split: the record now lives in ``batch``.
-        self._batch = batch
-        self.relative_offset = relative_offset
-        callbacks = self._callbacks
-        if callbacks is not None and not isinstance(callbacks, _Cancelled):
-            batch.watch(self)
+    def _current(self) -> ProducerBatch:
+        # The record's batch: the one it was appended to or, once that one was split (the
+        # broker found it too large), the batch the split moved the record to. Batches keep
+        # no futures (see ProducerBatch.records), so the future follows the split's
+        # forwarding table itself, and remembers where it led.
+        batch = self._batch
+        while batch.split:
+            forward = batch.forward
+            if forward is None:
+                raise AssertionError("a split batch without its forwarding table")
+            batch, self.relative_offset = forward[self.relative_offset]
+            self._batch = batch
+        return batch
 
     def _take_callbacks(self) -> list[tuple[Callable[[Any], object], Context | None]]:
         # Every registered callback in registration order; none are left registered.
@@ -115,11 +121,11 @@ class RecordFuture:
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the record's batch belongs to."""
-        return self._batch.loop
+        return self._current().loop
 
     def done(self) -> bool:
         """True once the record was acknowledged or failed (or this future cancelled)."""
-        return self._batch.final or isinstance(self._callbacks, _Cancelled)
+        return self._current().final or isinstance(self._callbacks, _Cancelled)
 
     def cancelled(self) -> bool:
         """True when this future (not the record's delivery) was cancelled."""
@@ -171,7 +177,7 @@ class RecordFuture:
 
     def result(self) -> RecordMetadata:
         """The metadata; raises the record's error, or InvalidStateError when not done."""
-        batch = self._batch
+        batch = self._current()
         if self.cancelled():
             raise self._make_cancelled_error()
         if not batch.final:
@@ -184,9 +190,10 @@ class RecordFuture:
         """The record's error, None on success; raises InvalidStateError when not done."""
         if self.cancelled():
             raise self._make_cancelled_error()
-        if not self._batch.final:
+        batch = self._current()
+        if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        return self._batch.error
+        return batch.error
 
     def add_done_callback(
         self, callback: Callable[[Any], object], *, context: Context | None = None
@@ -203,7 +210,7 @@ class RecordFuture:
         callbacks = self._callbacks
         if callbacks is None:
             # One call from the batch, when done, serves every watching record of it.
-            self._batch.watch(self)
+            self._current().watch(self)
             if context is None:
                 self._callbacks = callback
             else:
@@ -228,11 +235,14 @@ class RecordFuture:
         return len(registered) - len(kept)
 
     def _on_batch_done(self) -> None:
-        # The batch is done; if the batch was split, _rebind already moved us on.
-        if not self._batch.final:
-            return
+        # The watched batch is done: acknowledged, failed, or split.
         callbacks = self._callbacks
         if callbacks is None or isinstance(callbacks, _Cancelled):
+            return
+        batch = self._current()
+        if not batch.final:
+            # Split: the record moved to a new batch, which calls back when it is done.
+            batch.watch(self)
             return
         self._callbacks = None
         if isinstance(callbacks, list):
@@ -261,7 +271,7 @@ class RecordFuture:
             )
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        if not self._batch.final and not self.cancelled():
+        if not self.done():
             # A waiter of our own: cancelling the awaiting task must not cancel the batch.
             waiter: asyncio.Future[None] = self.get_loop().create_future()
             self.add_done_callback(functools.partial(_wake, waiter))
@@ -273,7 +283,8 @@ class RecordFuture:
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "pending"
-        return f"<RecordFuture {self._batch.topic}-{self._batch.partition} {state}>"
+        batch = self._current()
+        return f"<RecordFuture {batch.topic}-{batch.partition} {state}>"
 
 
 def _wake(waiter: asyncio.Future[None], _: object) -> None:
@@ -342,8 +353,16 @@ class RecordRun:
         positions = self.positions
         return self.start_position + index if positions is None else positions[index]
 
+    def futures_if_moved(self) -> list[RecordFuture] | None:
+        """The records' futures if they exist, made now if the run's batch was split (each
+        record may then be in another batch, which only a future can follow); else None."""
+        if self.futures is None and self.batch.split:
+            return self.materialize()
+        return self.futures
+
     def materialize(self) -> list[RecordFuture]:
-        """A future for each record (made once), bound to the batch where it is now."""
+        """A future for each record (made once); each follows its record if the batch is
+        split."""
         futures = self.futures
         if futures is None:
             batch = self.batch
@@ -472,37 +491,38 @@ class BatchResults:
     def done(self) -> bool:
         """True once every record was acknowledged or failed."""
         for run in self._runs:
-            if run.futures is None:
+            run_futures = run.futures_if_moved()
+            if run_futures is None:
                 if not run.batch.final:
                     return False
-            elif not all(future.done() for future in run.futures):
+            elif not all(future.done() for future in run_futures):
                 return False
         return all(future.done() for future in self._futures)
 
     def __await__(self) -> Generator[Any, None, RecordMetadataSequence]:
         # Records of one batch complete together: this waits about once per batch.
         for run in self._runs:
-            while run.futures is None and not run.batch.final:
-                # Woken when the batch is done, or split (which gives the run futures).
+            while run.futures_if_moved() is None and not run.batch.final:
+                # Woken when the batch is done, or split (its records then need futures).
                 yield from _batch_waiter(run.batch).__await__()
             for future in run.futures or ():
-                if not future._batch.final and not future.cancelled():
+                if not future.done():
                     yield from future.__await__()
         for future in self._futures:
-            if not future._batch.final and not future.cancelled():
+            if not future.done():
                 yield from future.__await__()
         # A failed record raises its error; of several, the first in order. The metadata of
         # the others is made only when the sequence is first read.
         failed = self._total
         failure: RecordFuture | None = None
         for position, future in zip(self._positions, self._futures, strict=True):
-            if (future.cancelled() or future._batch.error is not None) and position < failed:
+            if (future.cancelled() or future._current().error is not None) and position < failed:
                 failed, failure = position, future
         for run in self._runs:
-            run_futures = run.futures
+            run_futures = run.futures_if_moved()
             if run_futures is not None:
                 for index, future in enumerate(run_futures):
-                    if future.cancelled() or future._batch.error is not None:
+                    if future.cancelled() or future._current().error is not None:
                         position = run.position(index)
                         if position < failed:
                             failed, failure = position, future
@@ -522,12 +542,12 @@ class BatchResults:
         # with RecordFuture.result()'s checks inlined.
         results: list[Any] = [None] * self._total
         for position, future in zip(self._positions, self._futures, strict=True):
-            results[position] = future._metadata(future._batch)
+            results[position] = future._metadata(future._current())
         for run in self._runs:
-            run_futures = run.futures
+            run_futures = run.futures_if_moved()
             if run_futures is not None:
                 for index, future in enumerate(run_futures):
-                    results[run.position(index)] = future._metadata(future._batch)
+                    results[run.position(index)] = future._metadata(future._current())
             else:
                 _fill_run(results, run, run.batch)
         return results

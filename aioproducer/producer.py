@@ -144,6 +144,8 @@ class Producer:
             compression=CompressionType[cfg.compression_type.upper()],
             compression_level=cfg.compression_level,
             loop=loop,
+            # on_acknowledgement reads every record of a finished batch.
+            keep_record_futures=bool(self._interceptors),
         )
         self._transactions = self._make_transaction_manager(loop)
         self._idempotence = self._transactions or (
