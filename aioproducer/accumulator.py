@@ -740,6 +740,9 @@ class RecordAccumulator:
             # The interceptors read the records of each new batch when it finishes: hand
             # them their futures (in offset order, as the records were appended).
             for future in batch.record_futures():
+                # _current() first: a future handed on by an earlier split still names that
+                # split's batch and offset, not its offset in this one.
+                future._current()
                 forward[future.relative_offset][0].records.append(future)
         batch.forward = forward
         # The old batch's share of buffer_memory passes to the first new batch (the others

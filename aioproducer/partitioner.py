@@ -96,11 +96,11 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     Returns a signed 32-bit int, like Java. ``to_positive(murmur2(key)) % n`` is the partition
     the Java client picks for ``key`` among ``n`` partitions.
     """
+    # The hash is of the bytes: a memoryview of wider items counts its items in len().
+    key = data if type(data) is bytes else bytes(data)
     if _INTERPRETED:
-        return _murmur2_python(data)
-    if type(data) is bytes:
-        return _murmur2_bytes(data)
-    return _murmur2_bytes(bytes(data))
+        return _murmur2_python(key)
+    return _murmur2_bytes(key)
 
 
 def _murmur2_bytes(data: bytes) -> int:

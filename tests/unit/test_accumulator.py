@@ -254,6 +254,40 @@ async def test_a_split_forwards_futures_callbacks_and_kept_records(keep: bool) -
     held = [f for b in new_batches for f in b.record_futures()]
     assert held == (futures if keep else [])
 
+
+@pytest.mark.parametrize("keep", [False, True])
+async def test_a_batch_split_twice_forwards_every_future(keep: bool) -> None:
+    # The second split is of a batch the first one made: the futures handed on to it (for
+    # the interceptors) still name the first batch until asked, and must be followed there.
+    h = Harness(asyncio.get_running_loop(), batch_size=4096, keep_record_futures=keep)
+    cluster = make_cluster({0: 1})
+    futures = [h.append(0, f"{i:04d}".encode() * 50, 0.0) for i in range(15)]
+    (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    records = decode_record_batches(bytes(batch.builder.close()))[0].records
+    h.acc.batch_size = 2048
+    assert h.acc.split_and_reenqueue(batch, list(records), 1.0) > 1
+    # Split the last new batch again, into batches of one or two records.
+    second = h.acc.deque_for(("t", 0))[-1]
+    h.acc.deque_for(("t", 0)).remove(second)
+    again = decode_record_batches(bytes(second.builder.close()))[0].records
+    h.acc.batch_size = 512
+    assert h.acc.split_and_reenqueue(second, list(again), 2.0) > 1
+    # In record order: the first split's batches but the last, then that one's parts (the
+    # second split put them at the front of the deque, to be sent first).
+    queued = list(h.acc.deque_for(("t", 0)))
+    new_batches = [b for b in queued if b.split_from is batch]
+    new_batches += [b for b in queued if b.split_from is second]
+    assert len(new_batches) == len(queued)
+    base = 0
+    for new_batch in new_batches:
+        new_batch.builder.close()
+        new_batch.complete(base, -1)
+        base += new_batch.record_count
+    assert base == 15
+    assert [(await f).offset for f in futures] == list(range(15))
+    held = [f for b in new_batches for f in b.record_futures()]
+    assert held == (futures if keep else [])
+
 async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
     # Callers keep record futures long after delivery (a list of 100,000 of them is common).
     # Each keeps its batch; a deallocated batch must no longer pin its pooled buffer, its
