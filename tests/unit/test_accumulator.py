@@ -179,21 +179,31 @@ async def test_deallocate_returns_memory() -> None:
     assert not h.acc.has_incomplete()
 
 
+def _split(h: Harness, batch: ProducerBatch, batch_size: int, now: float = 1.0) -> int:
+    """Close ``batch``, then split it as the sender does after MESSAGE_TOO_LARGE, into batches
+    of ``batch_size``; return how many."""
+    records = decode_record_batches(bytes(batch.builder.close()))[0].records
+    h.acc.batch_size = batch_size
+    return h.acc.split_and_reenqueue(batch, list(records), now)
+
+
+def _complete_in_order(batches: list[ProducerBatch], base: int) -> int:
+    """Acknowledge ``batches`` one after another from offset ``base``; return the next."""
+    for batch in batches:
+        batch.builder.close()
+        batch.complete(base, -1)
+        base += batch.record_count
+    return base
+
+
 async def test_split_moves_record_futures() -> None:
     h = Harness(asyncio.get_running_loop(), batch_size=4096)
     cluster = make_cluster({0: 1})
     futures = [h.append(0, f"{i:04d}".encode() * 50, 0.0) for i in range(15)]
     (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
-    records = decode_record_batches(bytes(batch.builder.close()))[0].records
-    h.acc.batch_size = 1024
-    count = h.acc.split_and_reenqueue(batch, list(records), 1.0)
-    assert count > 1
+    assert _split(h, batch, 1024) > 1
     new_batches = list(h.acc.deque_for(("t", 0)))
-    base = 0
-    for new_batch in new_batches:
-        new_batch.builder.close()
-        new_batch.complete(base, -1)
-        base += new_batch.record_count
+    _complete_in_order(new_batches, 0)
     metadata = [await f for f in futures]
     assert [m.offset for m in metadata] == list(range(15))
     # The split batch stays reachable (split_from) but no longer holds its buffer.
@@ -235,18 +245,11 @@ async def test_a_split_forwards_futures_callbacks_and_kept_records(keep: bool) -
     futures[3].add_done_callback(lambda f: called.append(f.result().offset))
     futures[12].add_done_callback(lambda f: called.append(f.result().offset))
     (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
-    records = decode_record_batches(bytes(batch.builder.close()))[0].records
-    h.acc.batch_size = 1024
-    count = h.acc.split_and_reenqueue(batch, list(records), 1.0)
-    assert count > 1
+    assert _split(h, batch, 1024) > 1
     await asyncio.sleep(0)  # the split batch's watchers run: they must not fire yet
     assert called == [] and not any(f.done() for f in futures)
     new_batches = list(h.acc.deque_for(("t", 0)))
-    base = 100
-    for new_batch in new_batches:
-        new_batch.builder.close()
-        new_batch.complete(base, -1)
-        base += new_batch.record_count
+    _complete_in_order(new_batches, 100)
     await asyncio.sleep(0)
     assert sorted(called) == [103, 112]  # each callback once, with its record's new offset
     assert [(await f).offset for f in futures] == list(range(100, 115))
@@ -263,27 +266,18 @@ async def test_a_batch_split_twice_forwards_every_future(keep: bool) -> None:
     cluster = make_cluster({0: 1})
     futures = [h.append(0, f"{i:04d}".encode() * 50, 0.0) for i in range(15)]
     (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
-    records = decode_record_batches(bytes(batch.builder.close()))[0].records
-    h.acc.batch_size = 2048
-    assert h.acc.split_and_reenqueue(batch, list(records), 1.0) > 1
+    assert _split(h, batch, 2048) > 1
     # Split the last new batch again, into batches of one or two records.
     second = h.acc.deque_for(("t", 0))[-1]
     h.acc.deque_for(("t", 0)).remove(second)
-    again = decode_record_batches(bytes(second.builder.close()))[0].records
-    h.acc.batch_size = 512
-    assert h.acc.split_and_reenqueue(second, list(again), 2.0) > 1
+    assert _split(h, second, 512, now=2.0) > 1
     # In record order: the first split's batches but the last, then that one's parts (the
     # second split put them at the front of the deque, to be sent first).
     queued = list(h.acc.deque_for(("t", 0)))
     new_batches = [b for b in queued if b.split_from is batch]
     new_batches += [b for b in queued if b.split_from is second]
     assert len(new_batches) == len(queued)
-    base = 0
-    for new_batch in new_batches:
-        new_batch.builder.close()
-        new_batch.complete(base, -1)
-        base += new_batch.record_count
-    assert base == 15
+    assert _complete_in_order(new_batches, 0) == 15
     assert [(await f).offset for f in futures] == list(range(15))
     held = [f for b in new_batches for f in b.record_futures()]
     assert held == (futures if keep else [])
