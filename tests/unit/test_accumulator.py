@@ -190,8 +190,7 @@ def _split(h: Harness, batch: ProducerBatch, batch_size: int, now: float = 1.0) 
 def _complete_in_order(batches: list[ProducerBatch], base: int) -> int:
     """Acknowledge ``batches`` one after another from offset ``base``; return the next."""
     for batch in batches:
-        batch.builder.close()
-        batch.complete(base, -1)
+        _finish(batch, base)
         base += batch.record_count
     return base
 
@@ -210,7 +209,6 @@ async def test_split_moves_record_futures() -> None:
     assert all(b.split_from is batch for b in new_batches)
     assert batch.builder.detached
     assert not [r for r in gc.get_referents(batch.builder) if isinstance(r, bytearray) and r]
-
 
 
 def _live_record_futures() -> int:
@@ -281,6 +279,7 @@ async def test_a_batch_split_twice_forwards_every_future(keep: bool) -> None:
     assert [(await f).offset for f in futures] == list(range(15))
     held = [f for b in new_batches for f in b.record_futures()]
     assert held == (futures if keep else [])
+
 
 async def test_a_finished_batch_kept_by_its_futures_holds_no_buffer() -> None:
     # Callers keep record futures long after delivery (a list of 100,000 of them is common).
@@ -412,7 +411,6 @@ async def test_a_cancelled_record_future_calls_its_callbacks_once() -> None:
     assert isinstance(outcome, asyncio.CancelledError)
 
 
-
 async def test_a_cancel_message_reaches_gather_and_await_and_callbacks_keep_their_context() -> None:
     h = Harness(asyncio.get_running_loop())
     batch, (cancelled, kept) = _single_batch(h, 2)
@@ -470,6 +468,7 @@ async def test_a_record_future_reports_the_sizes_it_was_given(
     batch.complete(5, -1)
     metadata = future.result()
     assert (metadata.serialized_key_size, metadata.serialized_value_size) == (key_size, value_size)
+
 
 # ---- send_many's records without futures (BatchResults runs) --------------------------------
 
@@ -544,13 +543,8 @@ async def test_split_batch_moves_lazy_records_with_their_offsets() -> None:
     assert h.acc.append_values("t", 0, 0, values, 0, len(values), results) == len(values)
     (drained,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
     assert drained is batch
-    records = decode_record_batches(bytes(batch.builder.close()))[0].records
-    h.acc.batch_size = 1024
-    assert h.acc.split_and_reenqueue(batch, list(records), 1.0) > 1
-    base = 50
-    for new_batch in list(h.acc.deque_for(("t", 0))):
-        _finish(new_batch, base)
-        base += new_batch.record_count
+    assert _split(h, batch, 1024) > 1
+    _complete_in_order(list(h.acc.deque_for(("t", 0))), 50)
     metadata = await results
     assert [m.offset for m in metadata] == list(range(51, 65))
     assert [f.result().offset for f in results.futures] == list(range(51, 65))
@@ -588,14 +582,9 @@ async def test_batch_results_wait_for_a_batch_split_while_awaited() -> None:
     await asyncio.sleep(0)
     (drained,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
     assert drained is batch
-    records = decode_record_batches(bytes(drained.builder.close()))[0].records
-    h.acc.batch_size = 1024
-    h.acc.split_and_reenqueue(drained, list(records), 1.0)
+    _split(h, drained, 1024)
     await asyncio.sleep(0)
     assert not waiting.done()
-    base = 10
-    for new_batch in list(h.acc.deque_for(("t", 0))):
-        _finish(new_batch, base)
-        base += new_batch.record_count
+    _complete_in_order(list(h.acc.deque_for(("t", 0))), 10)
     metadata = await asyncio.wait_for(waiting, 1.0)
     assert [m.offset for m in metadata] == list(range(11, 17))
