@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aioproducer._gc import track as _gc_track
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.futures import BatchResults, RecordFuture, RecordRun
 from aioproducer.protocol.compression import CompressionType
@@ -340,6 +341,7 @@ class RecordAccumulator:
         )
         if self._keep_record_futures:
             batch.records.append(future)
+            _gc_track(future)  # the batch refers to it: a cycle the GC must see
         return future
 
     def _open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
@@ -455,6 +457,7 @@ class RecordAccumulator:
         )
         if self._keep_record_futures:
             batch.records.append(future)
+            _gc_track(future)  # the batch refers to it: a cycle the GC must see
         batches.append(batch)
         self._incomplete.add(batch)
         if self._on_batch_created is not None:

@@ -9,12 +9,15 @@ are the names to import.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import itertools
 from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from aioproducer._gc import track as _gc_track
+from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
 if TYPE_CHECKING:
@@ -41,6 +44,37 @@ class _Cancelled:
 
     def __init__(self, message: Any) -> None:
         self.message = message
+
+
+class _Failed:
+    """What a failed :class:`RecordFuture` holds in its callback slot once it handed out its
+    error: the copy it raises and returns (see :func:`_error_copy`)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _error_copy(error: BaseException) -> BaseException:
+    """A copy of a batch's error for one record's future to raise and return.
+
+    Raising an exception adds the frames it passes through to its traceback, and those
+    frames hold the caller's variables, often other futures of the same batch. Were the
+    batch's own error raised, it would refer through them back to the batch: a reference
+    cycle through futures the GC does not track (see :mod:`aioproducer._gc`). The copy keeps
+    the type, message, attributes, cause, context and the library's traceback; only the
+    caller's frames are its own.
+    """
+    try:
+        clone = copy.copy(error)
+    except Exception:  # pragma: no cover - an exception class that cannot be copied
+        return error
+    if type(clone) is not type(error):  # pragma: no cover - a __reduce__ that changes it
+        return error
+    clone.__traceback__ = error.__traceback__
+    clone.__cause__ = error.__cause__
+    clone.__context__ = error.__context__
+    clone.__suppress_context__ = error.__suppress_context__
+    return clone
 
 
 class RecordFuture:
@@ -79,7 +113,10 @@ class RecordFuture:
         # - None: no callback;
         # - a callable: the one callback, registered with no context (the usual case);
         # - a list of (callback, context) pairs: several, or one with a context;
-        # - a _Cancelled: this future was cancelled (and takes no more callbacks).
+        # - a _Cancelled: this future was cancelled (and takes no more callbacks);
+        # - a _Failed: the record failed, and this future handed out its copy of the error.
+        # Compiled, a future starts untracked by the cyclic GC (see aioproducer._gc): the
+        # batch is all it refers to. It is tracked as soon as this slot holds anything.
         # The batch is told to call _on_batch_done() when the first callback comes; a record
         # whose callbacks were all removed and which gets another is told twice, and the
         # second call finds nothing to run.
@@ -112,9 +149,9 @@ class RecordFuture:
     def _take_callbacks(self) -> list[tuple[Callable[[Any], object], Context | None]]:
         # Every registered callback in registration order; none are left registered.
         callbacks = self._callbacks
-        self._callbacks = None
-        if callbacks is None:
+        if callbacks is None or isinstance(callbacks, _Failed):
             return []
+        self._callbacks = None
         if isinstance(callbacks, list):
             return callbacks
         return [(callbacks, None)]
@@ -137,6 +174,7 @@ class RecordFuture:
             return False
         callbacks = self._take_callbacks()
         self._callbacks = _Cancelled(msg)
+        _gc_track(self)
         if callbacks:
             loop = self.get_loop()
             for callback, context in callbacks:
@@ -183,7 +221,7 @@ class RecordFuture:
         if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
         if batch.error is not None:
-            raise batch.error
+            raise self._error(batch.error)
         return self._metadata(batch)
 
     def exception(self) -> BaseException | None:
@@ -193,7 +231,20 @@ class RecordFuture:
         batch = self._current()
         if not batch.final:
             raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        return batch.error
+        error = batch.error
+        return None if error is None else self._error(error)
+
+    def _error(self, error: BaseException) -> BaseException:
+        # This future's copy of its batch's error (see _error_copy): the same one each time,
+        # kept once no callback waits any more (the callbacks themselves ask for it).
+        callbacks = self._callbacks
+        if isinstance(callbacks, _Failed):
+            return callbacks.error
+        clone = _error_copy(error)
+        if callbacks is None:
+            self._callbacks = _Failed(clone)
+            _gc_track(self)
+        return clone
 
     def add_done_callback(
         self, callback: Callable[[Any], object], *, context: Context | None = None
@@ -211,6 +262,7 @@ class RecordFuture:
         if callbacks is None:
             # One call from the batch, when done, serves every watching record of it.
             self._current().watch(self)
+            _gc_track(self)
             if context is None:
                 self._callbacks = callback
             else:
@@ -237,7 +289,7 @@ class RecordFuture:
     def _on_batch_done(self) -> None:
         # The watched batch is done: acknowledged, failed, or split.
         callbacks = self._callbacks
-        if callbacks is None or isinstance(callbacks, _Cancelled):
+        if callbacks is None or isinstance(callbacks, (_Cancelled, _Failed)):
             return
         batch = self._current()
         if not batch.final:
@@ -372,15 +424,16 @@ class RecordRun:
             value_sizes = self.value_sizes
             futures = []
             for index in range(self.count):
-                futures.append(
-                    RecordFuture(
-                        batch,
-                        first + index,
-                        timestamp,
-                        -1 if key_sizes is None else key_sizes[index],
-                        value_sizes[index],
-                    )
+                future = RecordFuture(
+                    batch,
+                    first + index,
+                    timestamp,
+                    -1 if key_sizes is None else key_sizes[index],
+                    value_sizes[index],
                 )
+                # Tracked: with interceptors the batch refers to this run, and so to them.
+                _gc_track(future)
+                futures.append(future)
             self.futures = futures
         return futures
 
@@ -580,3 +633,7 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
                 timestamp_type,
             ),
         )
+
+
+# Compiled, RecordFuture objects start untracked by the cyclic GC (see aioproducer._gc).
+_UNTRACKED: Final = _gc_untrack_new(RecordFuture)

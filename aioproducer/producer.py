@@ -539,7 +539,6 @@ class Producer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
@@ -548,7 +547,7 @@ class Producer:
 
         Returns as soon as the record is buffered: await the returned future for the broker's
         acknowledgement. Waits (up to ``max_block_ms``) only for topic metadata or buffer
-        memory.
+        memory. The arguments are aiokafka's ``send()``'s, in its order.
 
         Raises:
             SerializationError: key or value not bytes-like and no serializer set.
@@ -578,7 +577,6 @@ class Producer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,

@@ -363,7 +363,6 @@ class SyncProducer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,

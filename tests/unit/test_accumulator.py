@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import sys
+import weakref
 from typing import Any
 
 import pytest
 
+from aioproducer import futures as futures_module
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
-from aioproducer.errors import KafkaError
+from aioproducer.errors import KafkaError, UnknownServerError
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.protocol.compression import CompressionType
@@ -211,24 +214,25 @@ async def test_split_moves_record_futures() -> None:
     assert not [r for r in gc.get_referents(batch.builder) if isinstance(r, bytearray) and r]
 
 
-def _live_record_futures() -> int:
-    return sum(1 for o in gc.get_objects() if type(o) is RecordFuture)
+def _holders(objects: list[Any]) -> list[int]:
+    # How many references to each object there are besides the list's: counted against
+    # fresh objects held the same way. (gc.get_objects() would not do: compiled, a record
+    # future is not tracked by the GC.)
+    fresh = [object() for _ in objects]
+    return [sys.getrefcount(o) - sys.getrefcount(f) for o, f in zip(objects, fresh, strict=True)]
 
 
 async def test_a_batch_keeps_no_record_future_unless_asked() -> None:
     # A caller who drops the future of a send() must not leave it to the batch: kept until
     # the acknowledgement, every future was walked by the cyclic GC again and again (a
     # quarter of the CPU of a fire-and-forget caller).
-    before = _live_record_futures()
     h = Harness(asyncio.get_running_loop())
-    for i in range(50):
-        h.append(0, b"v%d" % i, 0.0)
-    assert _live_record_futures() == before
+    futures = [h.append(0, b"v%d" % i, 0.0) for i in range(50)]
+    assert _holders(futures) == [0] * 50
     # Interceptors read every record of a finished batch: then the batch keeps them.
     kept = Harness(asyncio.get_running_loop(), keep_record_futures=True)
-    for i in range(50):
-        kept.append(0, b"v%d" % i, 0.0)
-    assert _live_record_futures() == before + 50
+    futures = [kept.append(0, b"v%d" % i, 0.0) for i in range(50)]
+    assert _holders(futures) == [1] * 50
     batch = kept.acc.deque_for(("t", 0))[0]
     assert [f.relative_offset for f in batch.record_futures()] == list(range(len(batch.records)))
 
@@ -588,3 +592,90 @@ async def test_batch_results_wait_for_a_batch_split_while_awaited() -> None:
     _complete_in_order(list(h.acc.deque_for(("t", 0))), 10)
     metadata = await asyncio.wait_for(waiting, 1.0)
     assert [m.offset for m in metadata] == list(range(11, 17))
+
+
+# ---- RecordFuture and the cyclic GC -------------------------------------------------------
+
+untracked_futures = pytest.mark.skipif(
+    not futures_module._UNTRACKED,
+    reason="only compiled record futures start untracked (the C helper is not built)",
+)
+
+
+@untracked_futures
+async def test_a_record_future_is_tracked_once_it_holds_more_than_its_batch() -> None:
+    # Kept by the caller, an untracked future costs the cyclic GC nothing; one that holds a
+    # callback, a cancel message or an error can close a cycle, so the GC must see it.
+    h = Harness(asyncio.get_running_loop())
+    batch, (plain, called, cancelled, asked) = _single_batch(h, 4)
+    assert not any(gc.is_tracked(f) for f in (plain, called, cancelled, asked))
+    called.add_done_callback(lambda f: None)
+    assert cancelled.cancel()
+    batch.builder.close()
+    batch.fail(KafkaError("failed"))
+    assert isinstance(asked.exception(), KafkaError)
+    assert [gc.is_tracked(f) for f in (plain, called, cancelled, asked)] == [
+        False, True, True, True
+    ]
+    # A batch that keeps its futures (for interceptors) is in a cycle with each of them.
+    kept = Harness(asyncio.get_running_loop(), keep_record_futures=True)
+    assert gc.is_tracked(kept.append(0, b"v", 0.0))
+    # So are the futures a send_many call makes when asked for them.
+    results = BatchResults()
+    h.acc.append_lazy("t", 1, 0, None, b"v", None, results)
+    assert all(gc.is_tracked(f) for f in results.futures)
+
+
+class _Sentinel:
+    pass
+
+
+def _raise_first(futures: list[RecordFuture], sentinel: _Sentinel) -> BaseException:
+    # The raised error's traceback holds this frame, and so the futures and the sentinel.
+    try:
+        futures[0].result()
+    except KafkaError as exc:
+        return exc
+    raise AssertionError("the record did not fail")
+
+
+async def test_a_failed_record_raised_beside_its_batch_mates_leaves_no_cycle_behind() -> None:
+    # The frame that catches a record's error often holds other futures of the same batch.
+    # Were the batch's own error raised, it would refer through that frame back to the
+    # batch, in a cycle through futures the GC does not track: nothing of it would ever be
+    # freed. Each future raises a copy of the error instead.
+    h = Harness(asyncio.get_running_loop())
+    batch, futures = _single_batch(h, 3)
+    batch.builder.close()
+    batch.fail(KafkaError("failed"))
+    sentinel = _Sentinel()
+    alive = weakref.ref(sentinel)
+    error = _raise_first(futures, sentinel)
+    assert error.__traceback__ is not None and batch.error is not error
+    del h, batch, futures, sentinel, error
+    gc.collect()
+    assert alive() is None
+
+
+async def test_each_record_future_hands_out_one_faithful_copy_of_its_batch_error() -> None:
+    h = Harness(asyncio.get_running_loop())
+    batch, (first, second) = _single_batch(h, 2)
+    cause = ConnectionResetError("reset")
+    original = UnknownServerError("broker said no", retriable=True, code=7)
+    original.__cause__ = cause
+    batch.builder.close()
+    batch.fail(original)
+    error = first.exception()
+    assert type(error) is UnknownServerError and error is not original
+    assert (error.args, error.retriable, error.code) == (original.args, True, 7)
+    assert error.__cause__ is cause
+    # The same copy every time, from exception() and result() and await alike.
+    assert first.exception() is error
+    with pytest.raises(UnknownServerError) as raised:
+        first.result()
+    assert raised.value is error
+    with pytest.raises(UnknownServerError) as raised:
+        await first
+    assert raised.value is error
+    # Another record of the batch has its own.
+    assert second.exception() is not error and str(second.exception()) == "broker said no"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,26 @@ def test_the_build_under_test_is_the_expected_one() -> None:
     else:
         assert compiled_modules() == ()
 
+
+
+def test_without_the_gc_helper_every_record_future_stays_tracked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where the C helper was not built (the pure-Python install), aioproducer._gc falls back
+    # to doing nothing: futures are tracked by the cyclic GC as any object is.
+    import gc
+    import importlib.util
+
+    monkeypatch.setitem(sys.modules, "aioproducer._gcutil", None)  # import fails
+    spec = importlib.util.spec_from_file_location("_gc_without_helper", ROOT / "aioproducer/_gc.py")
+    assert spec is not None and spec.loader is not None
+    fallback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fallback)
+
+    class Plain:
+        pass
+
+    assert fallback.untrack_new(Plain) is False
+    obj = Plain()
+    fallback.track(obj)
+    assert gc.is_tracked(obj)

@@ -97,8 +97,11 @@ def _attribute_docstrings(module: types.ModuleType) -> dict[str, str]:
     # The .py file, as mkdocstrings reads it: for a module compiled with mypyc, __file__ is
     # the extension beside it (accumulator.cpython-311-x86_64-linux-gnu.so).
     path = Path(module.__file__ or "")
-    tree = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text())
+    source = path.with_name(path.name.split(".")[0] + ".py")
     found: dict[str, str] = {}
+    if not source.exists():
+        return found  # a hand-written C extension (aioproducer._gcutil): no Python source
+    tree = ast.parse(source.read_text())
     body = tree.body
     for statement, following in itertools.pairwise(body):
         targets: list[ast.expr] = []
