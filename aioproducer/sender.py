@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
+from aioproducer._timer import WakeTimer
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
@@ -241,24 +242,28 @@ class Sender:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        # Sub-millisecond wake-ups where the OS allows (see aioproducer._timer): a lingering
+        # batch leaves when its linger ends, not up to a millisecond later.
+        timer = WakeTimer(loop, self.wakeup)
+        clock = self._clock
         try:
             while True:
                 if self._force_close:
                     break
                 if not self._running and not self._has_pending_work():
                     break
-                delay = self.run_once(self._clock())
+                now = clock()
+                delay = self.run_once(now)
                 if delay <= 0:
                     # Yield once so callbacks (responses, appends) run between steps.
                     await asyncio.sleep(0)
                     continue
                 wake = loop.create_future()
                 self._wake = wake
-                handle = loop.call_later(min(delay, _MAX_POLL), _resolve, wake)
+                timer.arm(min(delay, _MAX_POLL), now)
                 try:
                     await wake
                 finally:
-                    handle.cancel()
                     self._wake = None
             if self._force_close:
                 exc = getattr(self, "_force_close_error", None) or ProducerClosedError(
@@ -276,6 +281,7 @@ class Sender:
             self._abort_all(error)
             raise
         finally:
+            timer.close()
             if self._offload_pool is not None:
                 # A job still running finishes on its own; its buffer is returned then.
                 self._offload_pool.shutdown(wait=False)
@@ -971,9 +977,3 @@ class Sender:
         """Wait for the task to finish."""
         if self._task is not None:
             await asyncio.shield(self._task)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -1196,6 +1198,20 @@ async def test_initiate_close_drains_everything_then_the_task_ends() -> None:
     await asyncio.wait_for(task, 10)
     assert offsets(futures) == [1, 2]
     assert h.memory_is_back()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd is Linux's")
+async def test_the_sender_task_frees_its_wake_timer() -> None:
+    # The sender sleeps on a timerfd (aioproducer._timer): closed when its task ends.
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        h = Harness(leaders={0: 1}, linger_ms=0)
+        task = h.sender.start()
+        await asyncio.sleep(0.01)
+        assert len(os.listdir("/proc/self/fd")) > len(before)
+        h.sender.force_close(ProducerClosedError("closed by the test"))
+        await asyncio.wait_for(task, 10)
+    assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 def _copy_of(error: BaseException, seen: BaseException | None) -> bool:
