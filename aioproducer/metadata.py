@@ -163,7 +163,7 @@ class Metadata:
         self._need_update = True
         self._last_refresh_attempt = float("-inf")
         self._last_successful_refresh = float("-inf")
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters: list[asyncio.Future[bool]] = []
         self._update_in_flight = False
         # Counts requests for a refresh. An answer satisfies only the requests made before
         # its Metadata request went out (as the Java client's Metadata.requestVersion): one
@@ -271,22 +271,22 @@ class Metadata:
             controller_id=controller_id,
         )
         self.version += 1
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self.wake_waiters()
         return self.cluster
 
     async def wait_for_update(self, timeout: float) -> bool:
         """Wait for the next update, at most ``timeout`` seconds; False on timeout."""
-        waiter: asyncio.Future[None] = self._loop.create_future()
+        # Not asyncio.wait_for: up to Python 3.11 it returns normally when the task is
+        # cancelled in the loop turn in which the update arrives, so a cancelled send went
+        # on waiting for metadata until max_block_ms. Awaiting the waiter itself, a cancel
+        # always reaches the caller.
+        waiter: asyncio.Future[bool] = self._loop.create_future()
         self._waiters.append(waiter)
+        timer = self._loop.call_later(timeout, _resolve_waiter, waiter, False)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await waiter
         finally:
+            timer.cancel()
             if not waiter.done():
                 waiter.cancel()
 
@@ -294,8 +294,7 @@ class Metadata:
         """Wake everyone waiting for an update (e.g. on close)."""
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+            _resolve_waiter(waiter, True)
 
     def check_topic(self, topic: str) -> None:
         """Raise the fatal metadata error of ``topic``, if the broker reported one."""
@@ -323,3 +322,8 @@ class Metadata:
             "topics": {t.name: t.partition_count for t in self.cluster.topics.values()},
             "version": self.version,
         }
+
+
+def _resolve_waiter(waiter: asyncio.Future[bool], updated: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(updated)
