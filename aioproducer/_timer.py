@@ -137,8 +137,11 @@ class WakeTimer:
         return self._fd >= 0
 
     def arm(self, delay: float, now: float) -> None:
-        """Call the callback ``delay`` seconds after ``now`` (the monotonic clock), instead of
-        at the time set before, if any. Arming the deadline already armed costs nothing."""
+        """Call the callback ``delay`` seconds from now, instead of at the time set before.
+
+        ``now`` is the clock reading ``delay`` was computed from: with it, arming again the
+        deadline already armed (``now + delay``) is recognized and costs nothing.
+        """
         deadline = now + delay
         armed = self._armed
         if armed is not None and abs(armed - deadline) < 1e-6:
