@@ -32,7 +32,7 @@ log = logging.getLogger("aioproducer")
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK if hasattr(os, "O_NONBLOCK") else 0o4000
-_TFD_CLOEXEC = 0o2000000
+_TFD_CLOEXEC = getattr(os, "O_CLOEXEC", 0o2000000)
 
 
 class _Timespec(ctypes.Structure):
@@ -124,7 +124,7 @@ class WakeTimer:
             return
         try:
             loop.add_reader(fd, self._on_readable)
-        except (NotImplementedError, OSError, RuntimeError) as exc:
+        except Exception as exc:  # NotImplementedError (Windows' proactor), OSError, ...
             os.close(fd)
             log.debug("the event loop cannot watch a timerfd (%s); using call_later", exc)
             return

@@ -48,13 +48,13 @@ class _Cancelled:
 
 class _Failed:
     """What a failed :class:`RecordFuture` holds in its callback slot once it handed out its
-    error: the copy it raises and returns (see :func:`_error_copy`)."""
+    error: the copy it raises and returns (see :func:`error_copy`)."""
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
-def _error_copy(error: BaseException) -> BaseException:
+def error_copy(error: BaseException) -> BaseException:
     """A copy of a batch's error for one record's future to raise and return.
 
     Raising an exception adds the frames it passes through to its traceback, and those
@@ -235,12 +235,12 @@ class RecordFuture:
         return None if error is None else self._error(error)
 
     def _error(self, error: BaseException) -> BaseException:
-        # This future's copy of its batch's error (see _error_copy): the same one each time,
+        # This future's copy of its batch's error (see error_copy): the same one each time,
         # kept once no callback waits any more (the callbacks themselves ask for it).
         callbacks = self._callbacks
         if isinstance(callbacks, _Failed):
             return callbacks.error
-        clone = _error_copy(error)
+        clone = error_copy(error)
         if callbacks is None:
             self._callbacks = _Failed(clone)
             _gc_track(self)

@@ -163,7 +163,7 @@ class Metadata:
         self._need_update = True
         self._last_refresh_attempt = float("-inf")
         self._last_successful_refresh = float("-inf")
-        self._waiters: list[asyncio.Future[bool]] = []
+        self._waiters: set[asyncio.Future[bool]] = set()
         self._update_in_flight = False
         # Counts requests for a refresh. An answer satisfies only the requests made before
         # its Metadata request went out (as the Java client's Metadata.requestVersion): one
@@ -281,18 +281,19 @@ class Metadata:
         # on waiting for metadata until max_block_ms. Awaiting the waiter itself, a cancel
         # always reaches the caller.
         waiter: asyncio.Future[bool] = self._loop.create_future()
-        self._waiters.append(waiter)
+        self._waiters.add(waiter)
         timer = self._loop.call_later(timeout, _resolve_waiter, waiter, False)
         try:
             return await waiter
         finally:
             timer.cancel()
+            self._waiters.discard(waiter)  # timed out or cancelled: no update will take it
             if not waiter.done():
                 waiter.cancel()
 
     def wake_waiters(self) -> None:
         """Wake everyone waiting for an update (e.g. on close)."""
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             _resolve_waiter(waiter, True)
 

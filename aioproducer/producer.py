@@ -35,7 +35,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
@@ -528,11 +528,14 @@ class Producer:
             if self._state is ProducerState.CREATED:
                 raise IllegalStateError("the producer is not started: call `await start()` first")
             raise ProducerClosedError("cannot send: the producer is closed")
+        # Copies: the sender's fatal error also failed the pending batches, and raised here
+        # as is it would take the caller's frame (and the record futures it holds) into its
+        # traceback, a cycle through futures the GC does not track (aioproducer._gc).
         if self._fatal is not None:
-            raise self._fatal
+            raise error_copy(self._fatal)
         sender = self._sender
         if sender is not None and sender.fatal_error is not None:
-            raise sender.fatal_error
+            raise error_copy(sender.fatal_error)
 
     async def send(
         self,

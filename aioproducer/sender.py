@@ -30,6 +30,7 @@ from aioproducer.errors import (
     SenderCrashedError,
     error_for_code,
 )
+from aioproducer.futures import error_copy
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability
@@ -294,7 +295,9 @@ class Sender:
 
     def _abort_all(self, exc: BaseException) -> None:
         if self._transactions is not None:
-            self._transactions.fail_all(exc)
+            # A copy: commit and abort raise it in the caller's frame, and ``exc`` itself
+            # stays with the failed batches (see futures.error_copy).
+            self._transactions.fail_all(error_copy(exc))
         for batch in self._accumulator.abort_undrained(exc):
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)

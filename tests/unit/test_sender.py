@@ -1215,7 +1215,7 @@ async def test_the_sender_task_frees_its_wake_timer() -> None:
 
 
 def _copy_of(error: BaseException, seen: BaseException | None) -> bool:
-    # A record future hands out its own copy of its batch's error (futures._error_copy).
+    # A record future hands out its own copy of its batch's error (futures.error_copy).
     return type(seen) is type(error) and seen is not None and seen.args == error.args
 
 
@@ -1450,3 +1450,60 @@ async def test_a_codec_error_in_the_thread_falls_back_to_the_loop(
     assert "compressing it on the event loop instead" in caplog.text
     await h.respond(h.last_produce(1), ok(0, 3))
     assert future.result().offset == 3
+
+
+async def test_a_producer_raises_its_own_copy_of_the_senders_fatal_error() -> None:
+    # The fatal error also failed every pending batch. Raised as is, each send() would add
+    # its caller's frame (and the record futures it holds) to that error's traceback: a
+    # cycle through futures the GC does not track (aioproducer._gc).
+    from aioproducer import Producer
+    from aioproducer.producer import ProducerState
+
+    h = Harness(idempotent=True, linger_ms=0)
+    h.append(0, b"a")
+    h.step()
+    (init,) = h.connections.all_sent(InitProducerIdRequest)
+    init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
+    await run_callbacks()
+    fatal = h.sender.fatal_error
+    assert isinstance(fatal, ClusterAuthorizationFailedError)
+    producer = Producer(bootstrap_servers="127.0.0.1:9")
+    producer._state = ProducerState.RUNNING
+    producer._sender = h.sender
+    raised = []
+    for _ in range(2):
+        with pytest.raises(ClusterAuthorizationFailedError) as info:
+            producer._check_running()
+        raised.append(info.value)
+    assert raised[0] is not fatal and raised[1] is not fatal and raised[0] is not raised[1]
+    assert [str(e) for e in raised] == [str(fatal)] * 2
+    assert fatal.__traceback__ is None or all(
+        "test_sender" not in (tb.tb_frame.f_code.co_filename or "")
+        for tb in _tracebacks(fatal.__traceback__)
+    )
+
+
+def _tracebacks(tb: Any) -> list[Any]:
+    found = []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    return found
+
+
+async def test_a_timed_out_or_cancelled_metadata_wait_leaves_no_waiter() -> None:
+    h = Harness(leaders={0: 1})
+    metadata = h.metadata
+    assert await metadata.wait_for_update(0.001) is False
+    waiting = asyncio.ensure_future(metadata.wait_for_update(10.0))
+    await asyncio.sleep(0)
+    assert len(metadata._waiters) == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not metadata._waiters
+    # An update wakes a waiter with True.
+    waiting = asyncio.ensure_future(metadata.wait_for_update(10.0))
+    await asyncio.sleep(0)
+    metadata.wake_waiters()
+    assert await waiting is True
