@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import enum
 import logging
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from aioproducer.futures import error_copy
 from aioproducer.protocol.api import ApiKey, Request
 from aioproducer.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -522,14 +522,13 @@ def copy_error(exc: KafkaError, prefix: str | None = None) -> KafkaError:
     With ``prefix`` the copy's message becomes ``"{prefix}: {message}"``. The copy keeps the
     original's cause and has the original as its context.
     """
-    try:
-        clone = copy.copy(exc)
-    except Exception:  # pragma: no cover - an exception class that cannot be copied
+    clone = error_copy(exc)  # the type, message, attributes and cause
+    if clone is exc or not isinstance(clone, KafkaError):  # pragma: no cover - not copyable
         return exc
     if prefix:
         clone.args = (f"{prefix}: {exc.message}",)
-    clone.__cause__ = exc.__cause__
     clone.__context__ = exc
+    clone.__suppress_context__ = False
     clone.__traceback__ = None
     return clone
 
