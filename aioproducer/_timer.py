@@ -31,7 +31,7 @@ __all__ = ["WakeTimer"]
 log = logging.getLogger("aioproducer")
 
 _CLOCK_MONOTONIC = 1
-_TFD_NONBLOCK = os.O_NONBLOCK if hasattr(os, "O_NONBLOCK") else 0o4000
+_TFD_NONBLOCK = getattr(os, "O_NONBLOCK", 0o4000)
 _TFD_CLOEXEC = getattr(os, "O_CLOEXEC", 0o2000000)
 
 
@@ -124,7 +124,7 @@ class WakeTimer:
             return
         try:
             loop.add_reader(fd, self._on_readable)
-        except Exception as exc:  # NotImplementedError (Windows' proactor), OSError, ...
+        except Exception as exc:  # e.g. NotImplementedError from Windows' proactor loop
             os.close(fd)
             log.debug("the event loop cannot watch a timerfd (%s); using call_later", exc)
             return
