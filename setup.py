@@ -90,7 +90,12 @@ def _ext_modules() -> list[Any]:
         # The compiled record futures start untracked by the cyclic GC; aioproducer/_gc.py
         # explains why, and runs without this helper in the pure-Python install.
         gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
-        return [*extensions, gcutil]
+        helpers = [gcutil]
+        if sys.platform.startswith("linux"):
+            # Broker connections write on a native thread (aioproducer/net/writer.py says
+            # why); elsewhere they write through the event loop's transport.
+            helpers.append(Extension("aioproducer._sockwriter", ["aioproducer/_sockwriter.c"]))
+        return [*extensions, *helpers]
     except (Exception, SystemExit) as exc:
         if mode == "1":
             raise

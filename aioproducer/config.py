@@ -775,6 +775,19 @@ class ProducerConfig:
             check=_int_between(-1),
         ),
     )
+    socket_writer_thread: bool = field(
+        default=True,
+        metadata=_meta(
+            java=None,
+            aliases=("socket.writer.thread",),
+            doc="Write requests to plaintext broker connections on a native thread, off the "
+            "event loop (Linux, compiled install). The event loop only copies each request's "
+            "bytes; the system call, which on loopback also runs the broker's side of TCP, "
+            "runs on another core. False, TLS connections and other platforms write through "
+            "the event loop's transport.",
+            check=_boolean,
+        ),
+    )
     client_software_name: str = field(
         default="aioproducer",
         metadata=_meta(

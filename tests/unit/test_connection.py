@@ -70,8 +70,22 @@ def run(request: pytest.FixtureRequest) -> Iterator[Runner[Any]]:
     yield runner
 
 
+# Which way connections write in the test running now (the ``writes`` fixture).
+_WRITER_THREAD = [True]
+
+
+@pytest.fixture(autouse=True, params=["writer-thread", "transport"])
+def writes(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test twice: writes on the native writer thread (where it is built, the
+    default) and through the event loop's transport (``socket_writer_thread=False``)."""
+    _WRITER_THREAD[0] = request.param == "writer-thread"
+    yield request.param
+    _WRITER_THREAD[0] = True
+
+
 def make_config(port: int | list[int] = 9092, **options: Any) -> ProducerConfig:
     ports = port if isinstance(port, list) else [port]
+    options.setdefault("socket_writer_thread", _WRITER_THREAD[0])
     return ProducerConfig(
         bootstrap_servers=",".join(f"{HOST}:{p}" for p in ports),
         client_id="test-client",
@@ -634,6 +648,92 @@ def test_close_after_acks_zero_lets_the_broker_read_everything(run: Runner[None]
         await asyncio.wait_for(connection.wait_closed(), PATIENCE)
 
     run(scenario())
+
+
+def test_a_broker_that_stops_reading_makes_the_connection_unwritable_until_it_reads(
+    run: Runner[None], writes: str
+) -> None:
+    # Above the high-water mark of bytes not yet on the wire, ``writable`` turns False (the
+    # sender holds back produce requests); once the broker reads, it turns True again and
+    # every request arrives whole and in order, by either way of writing.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server((HOST, 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+
+        async def exactly(sock: socket.socket, count: int) -> bytes:
+            data = bytearray()
+            while len(data) < count:
+                chunk = await loop.sock_recv(sock, min(1 << 20, count - len(data)))
+                if not chunk:
+                    raise ConnectionError("end of stream inside a frame")
+                data += chunk
+            return bytes(data)
+
+        async def accept_and_handshake() -> socket.socket:
+            sock, _ = await loop.sock_accept(listener)
+            sock.setblocking(False)
+            size = struct.unpack(">i", await exactly(sock, 4))[0]
+            request = await exactly(sock, size)
+            version, correlation_id = struct.unpack_from(">hi", request, 2)
+            body = api_versions_body(version, 0, DEFAULT_RANGES)
+            await loop.sock_sendall(sock, frame(correlation_id, body))
+            return sock
+
+        server = asyncio.ensure_future(accept_and_handshake())
+        connection = BrokerConnection(1, HOST, port, make_config(port))
+        await connection.connect()
+        broker_side = await server
+        try:
+            payloads = [bytes([i]) * (512 << 10) for i in range(24)]  # 12 MiB, unread
+            for payload in payloads:
+                connection.send(EchoRequest(payload, respond=False))
+            assert not connection.writable
+            for payload in payloads:
+                size = struct.unpack(">i", await exactly(broker_side, 4))[0]
+                assert (await exactly(broker_side, size)).endswith(payload)
+            deadline = time.monotonic() + PATIENCE
+            while not connection.writable:
+                assert time.monotonic() < deadline, "still not writable after the broker read"
+                await asyncio.sleep(0.001)
+        finally:
+            connection.abort()
+            broker_side.close()
+            listener.close()
+        await asyncio.wait_for(connection.wait_closed(), PATIENCE)
+
+    run(scenario())
+
+
+def test_plaintext_connections_write_on_the_native_thread_where_it_is_built(
+    run: Runner[None], writes: str
+) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(broker)
+            try:
+                expected = writes == "writer-thread" and _socket_writer_built()
+                assert (connection._writer is not None) is expected
+                future = connection.send(EchoRequest(b"ping"))
+                request = await asyncio.wait_for(broker.requests.get(), PATIENCE)
+                assert request.body.endswith(b"ping")
+                broker.reply(request, b"pong")
+                assert (await asyncio.wait_for(future, PATIENCE)).payload.endswith(b"pong")
+            finally:
+                connection.close()
+            assert connection._writer is None
+            await asyncio.wait_for(connection.wait_closed(), PATIENCE)
+
+    run(scenario())
+
+
+def _socket_writer_built() -> bool:
+    try:
+        import aioproducer._sockwriter  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_unexplained_correlation_id_closes_as_corrupt(run: Runner[None]) -> None:
