@@ -40,6 +40,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,8 +132,9 @@ notify(Shared *s)
     }
 }
 
-/* Write the chunks of `list` in order; returns 0, or the errno of a failed write. Stops
- * early (returning 0) when the writer is aborted. `written` gets the bytes written. */
+/* Write the chunks of `list` in order; returns 0, or the errno of a failed write. Gives
+ * up on a full socket (returning ETIMEDOUT) once aborted, or once a close's time is up.
+ * `written` gets the bytes written. */
 static int
 write_all(Shared *s, Chunk *list, size_t *written)
 {
@@ -324,7 +326,13 @@ SocketWriter_init(SocketWriter *self, PyObject *args, PyObject *kwds)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t thread;
+    /* The thread starts with every signal blocked (it inherits the mask), so signals keep
+     * going to the threads Python expects them on. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = pthread_create(&thread, &attr, run, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         close(s->fd);
