@@ -291,7 +291,7 @@ SocketWriter_init(SocketWriter *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"fd", "notify_fd", "poll_us", "idle_us", NULL};
     int fd;
     int notify_fd = -1;
-    long poll_us = 20;
+    long poll_us = 50;
     long idle_us = 1000;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|ill", kwlist, &fd, &notify_fd, &poll_us,
                                      &idle_us)) {
