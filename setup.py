@@ -92,7 +92,7 @@ def _ext_modules() -> list[Any]:
         gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
         helpers = [gcutil]
         if sys.platform.startswith("linux"):
-            # Broker connections write on a native thread (aioproducer/net/writer.py says
+            # Broker connections write on a native thread (aioproducer/_sockwriter.c says
             # why); elsewhere they write through the event loop's transport.
             helpers.append(Extension("aioproducer._sockwriter", ["aioproducer/_sockwriter.c"]))
         return [*extensions, *helpers]

@@ -142,6 +142,15 @@ write_all(Shared *s, Chunk *list, size_t *written)
     Chunk *c = list;
     *written = 0;
     while (c != NULL) {
+        if (c != list) {
+            /* Between writes of a long queue: abort() drops the rest. */
+            pthread_mutex_lock(&s->mu);
+            int aborting = s->state == ABORTING;
+            pthread_mutex_unlock(&s->mu);
+            if (aborting) {
+                return ETIMEDOUT;
+            }
+        }
         int n = 0;
         for (Chunk *d = c; d != NULL && n < MAX_IOV; d = d->next, n++) {
             iov[n].iov_base = d->data + d->off;
@@ -301,8 +310,8 @@ SocketWriter_init(SocketWriter *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "SocketWriter is already started");
         return -1;
     }
-    if (poll_us < 1 || poll_us > 1000000 || idle_us < 0) {
-        PyErr_SetString(PyExc_ValueError, "poll_us must be 1-1000000 and idle_us >= 0");
+    if (poll_us < 1 || poll_us > 999999 || idle_us < 0 || idle_us > 60000000) {
+        PyErr_SetString(PyExc_ValueError, "poll_us must be 1-999999 and idle_us 0-60000000");
         return -1;
     }
     Shared *s = calloc(1, sizeof(Shared));
@@ -486,6 +495,10 @@ SocketWriter_close(SocketWriter *self, PyObject *args, PyObject *kwds)
     int shutdown_write = 0;
     long timeout_ms = 30000;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pl", kwlist, &shutdown_write, &timeout_ms)) {
+        return NULL;
+    }
+    if (timeout_ms < 0 || timeout_ms > 86400000) {
+        PyErr_SetString(PyExc_ValueError, "timeout_ms must be 0-86400000");
         return NULL;
     }
     Shared *s = started(self);

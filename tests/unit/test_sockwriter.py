@@ -25,6 +25,9 @@ PATIENCE = 10.0
 @pytest.fixture
 def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     ours, peer = socket.socketpair()
+    # Small buffers, whatever the host's defaults: a few MiB queued cannot all fit in them.
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     ours.setblocking(False)
     peer.settimeout(PATIENCE)
     yield ours, peer
@@ -114,7 +117,7 @@ def test_abort_drops_the_backlog_and_ends_the_thread(pair: tuple[socket.socket, 
     received = 0
     while chunk := peer.recv(1 << 20):
         received += len(chunk)
-    assert received < 64 * (64 << 10)
+    assert received < 64 * (64 << 10)  # only what the (small) socket buffers held
 
 
 def test_a_failed_write_is_reported_and_later_writes_raise(
@@ -156,9 +159,12 @@ def test_bad_arguments_are_refused(pair: tuple[socket.socket, ...]) -> None:
     ours, _ = pair
     with pytest.raises(OSError):
         SocketWriter(-1)
-    with pytest.raises(ValueError):
-        SocketWriter(ours.fileno(), poll_us=0)
+    for bad in ({"poll_us": 0}, {"poll_us": 1_000_000}, {"idle_us": -1}):
+        with pytest.raises(ValueError):
+            SocketWriter(ours.fileno(), **bad)
     writer = SocketWriter(ours.fileno())
+    with pytest.raises(ValueError):
+        writer.close(timeout_ms=-1)
     with pytest.raises(TypeError):
         writer.write([object()])
     with pytest.raises(TypeError):
@@ -171,8 +177,23 @@ def test_bad_arguments_are_refused(pair: tuple[socket.socket, ...]) -> None:
 def test_a_writer_dropped_without_close_still_writes_what_it_queued(
     pair: tuple[socket.socket, ...],
 ) -> None:
-    # A connection lets go of its writer right after close(), often before the thread has
-    # even started: what was queued must still reach the peer.
+    # Dropping the object (no close() or abort()) leaves nobody to queue more: the thread
+    # flushes what was queued, as close() would, often before it has even started.
+    ours, peer = pair
+    writer = SocketWriter(ours.fileno())
+    chunk = os.urandom(64 << 10)
+    for _ in range(16):
+        writer.write([chunk])
+    del writer
+    ours.close()
+    assert _read_exactly(peer, 16 * len(chunk)) == chunk * 16
+    assert peer.recv(1) == b""
+
+
+def test_a_closed_writer_outlives_its_object_until_the_queue_is_written(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    # BrokerConnection lets go of its writer right after close(shutdown_write=True).
     ours, peer = pair
     writer = SocketWriter(ours.fileno())
     chunk = os.urandom(64 << 10)
@@ -180,9 +201,5 @@ def test_a_writer_dropped_without_close_still_writes_what_it_queued(
         writer.write([chunk])
     writer.close(shutdown_write=True)
     del writer
-    ours.close()
     assert _read_exactly(peer, 16 * len(chunk)) == chunk * 16
-    assert peer.recv(1) == b""
-    dropped = SocketWriter(peer.fileno())  # never closed: dropping it flushes as close() does
-    dropped.write([b"late"])
-    del dropped
+    assert peer.recv(1) == b""  # the write side was shut down though ``ours`` is open
