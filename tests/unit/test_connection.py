@@ -586,6 +586,47 @@ def test_unsolicited_response_is_ignored(run: Runner[None]) -> None:
     run(scenario())
 
 
+async def _exactly(sock: socket.socket, count: int) -> bytes:
+    """``count`` bytes from a non-blocking socket on the running loop."""
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    while len(data) < count:
+        chunk = await loop.sock_recv(sock, min(1 << 20, count - len(data)))
+        if not chunk:
+            raise ConnectionError("end of stream inside a frame")
+        data += chunk
+    return bytes(data)
+
+
+async def _read_frame(sock: socket.socket) -> bytes:
+    """One size-prefixed frame, without its size."""
+    return await _exactly(sock, struct.unpack(">i", await _exactly(sock, 4))[0])
+
+
+async def _accept_and_handshake(listener: socket.socket) -> socket.socket:
+    """A hand-driven broker: accept one connection and answer its ApiVersions."""
+    loop = asyncio.get_running_loop()
+    sock, _ = await loop.sock_accept(listener)
+    sock.setblocking(False)
+    request = await _read_frame(sock)
+    version, correlation_id = struct.unpack_from(">hi", request, 2)
+    body = api_versions_body(version, 0, DEFAULT_RANGES)
+    await loop.sock_sendall(sock, frame(correlation_id, body))
+    return sock
+
+
+async def _connect_hand_driven() -> tuple[BrokerConnection, socket.socket, socket.socket]:
+    """A connection to a broker the test drives by hand: (connection, broker's socket,
+    listener), handshaken."""
+    listener = socket.create_server((HOST, 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    server = asyncio.ensure_future(_accept_and_handshake(listener))
+    connection = BrokerConnection(1, HOST, port, make_config(port))
+    await connection.connect()
+    return connection, await server, listener
+
+
 def test_close_after_acks_zero_lets_the_broker_read_everything(run: Runner[None]) -> None:
     # Tansu and librdkafka's mock answer acks=0 produce requests. An answer that reaches a
     # fully closed socket makes its kernel send a TCP reset, and a broker that sees the reset
@@ -595,35 +636,7 @@ def test_close_after_acks_zero_lets_the_broker_read_everything(run: Runner[None]
     # read every request and a clean end of stream.
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        listener = socket.create_server((HOST, 0))
-        listener.setblocking(False)
-        port = listener.getsockname()[1]
-
-        async def read_frame(sock: socket.socket) -> bytes:
-            async def exactly(count: int) -> bytes:
-                data = b""
-                while len(data) < count:
-                    chunk = await loop.sock_recv(sock, count - len(data))
-                    if not chunk:
-                        raise ConnectionError("end of stream inside a frame")
-                    data += chunk
-                return data
-
-            return await exactly(struct.unpack(">i", await exactly(4))[0])
-
-        async def accept_and_handshake() -> socket.socket:
-            sock, _ = await loop.sock_accept(listener)
-            sock.setblocking(False)
-            request = await read_frame(sock)
-            version, correlation_id = struct.unpack_from(">hi", request, 2)
-            body = api_versions_body(version, 0, DEFAULT_RANGES)
-            await loop.sock_sendall(sock, frame(correlation_id, body))
-            return sock
-
-        server = asyncio.ensure_future(accept_and_handshake())
-        connection = BrokerConnection(1, HOST, port, make_config(port))
-        await connection.connect()
-        broker_side = await server
+        connection, broker_side, listener = await _connect_hand_driven()
         payloads = [bytes([i]) * 2000 for i in range(20)]
         for payload in payloads:
             assert connection.send(EchoRequest(payload, respond=False)).done()
@@ -635,7 +648,7 @@ def test_close_after_acks_zero_lets_the_broker_read_everything(run: Runner[None]
         bodies = []
         try:
             for _ in payloads:
-                body = await read_frame(broker_side)
+                body = await _read_frame(broker_side)
                 bodies.append(body)
                 correlation_id = struct.unpack_from(">i", body, 4)[0]
                 await loop.sock_sendall(broker_side, frame(correlation_id, b"ok"))
@@ -657,42 +670,14 @@ def test_a_broker_that_stops_reading_makes_the_connection_unwritable_until_it_re
     # sender holds back produce requests); once the broker reads, it turns True again and
     # every request arrives whole and in order, by either way of writing.
     async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        listener = socket.create_server((HOST, 0))
-        listener.setblocking(False)
-        port = listener.getsockname()[1]
-
-        async def exactly(sock: socket.socket, count: int) -> bytes:
-            data = bytearray()
-            while len(data) < count:
-                chunk = await loop.sock_recv(sock, min(1 << 20, count - len(data)))
-                if not chunk:
-                    raise ConnectionError("end of stream inside a frame")
-                data += chunk
-            return bytes(data)
-
-        async def accept_and_handshake() -> socket.socket:
-            sock, _ = await loop.sock_accept(listener)
-            sock.setblocking(False)
-            size = struct.unpack(">i", await exactly(sock, 4))[0]
-            request = await exactly(sock, size)
-            version, correlation_id = struct.unpack_from(">hi", request, 2)
-            body = api_versions_body(version, 0, DEFAULT_RANGES)
-            await loop.sock_sendall(sock, frame(correlation_id, body))
-            return sock
-
-        server = asyncio.ensure_future(accept_and_handshake())
-        connection = BrokerConnection(1, HOST, port, make_config(port))
-        await connection.connect()
-        broker_side = await server
+        connection, broker_side, listener = await _connect_hand_driven()
         try:
             payloads = [bytes([i]) * (512 << 10) for i in range(24)]  # 12 MiB, unread
             for payload in payloads:
                 connection.send(EchoRequest(payload, respond=False))
             assert not connection.writable
             for payload in payloads:
-                size = struct.unpack(">i", await exactly(broker_side, 4))[0]
-                assert (await exactly(broker_side, size)).endswith(payload)
+                assert (await _read_frame(broker_side)).endswith(payload)
             deadline = time.monotonic() + PATIENCE
             while not connection.writable:
                 assert time.monotonic() < deadline, "still not writable after the broker read"
