@@ -301,7 +301,7 @@ SocketWriter_init(SocketWriter *self, PyObject *args, PyObject *kwds)
     int fd;
     int notify_fd = -1;
     long poll_us = 50;
-    long idle_us = 1000;
+    long idle_us = 300;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|ill", kwlist, &fd, &notify_fd, &poll_us,
                                      &idle_us)) {
         return -1;
