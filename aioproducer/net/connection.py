@@ -61,13 +61,6 @@ from aioproducer.errors import (
     error_for_code,
 )
 from aioproducer.net.sasl import create_mechanism
-
-try:
-    from aioproducer._sockwriter import SocketWriter
-except ImportError:  # not Linux, or the pure-Python install: writes go through the transport
-    _SOCKET_WRITER_BUILT = False
-else:
-    _SOCKET_WRITER_BUILT = True
 from aioproducer.protocol.api import ApiKey, Request, Response, response_header_flexible
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
 from aioproducer.protocol.messages import (
@@ -76,6 +69,13 @@ from aioproducer.protocol.messages import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
+
+try:
+    from aioproducer._sockwriter import SocketWriter
+except ImportError:  # not Linux, or the pure-Python install: writes go through the transport
+    _SOCKET_WRITER_BUILT = False
+else:
+    _SOCKET_WRITER_BUILT = True
 
 if TYPE_CHECKING:
     from aioproducer.config import ProducerConfig
