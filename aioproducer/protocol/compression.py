@@ -34,6 +34,7 @@ import zlib
 from enum import IntEnum
 
 import cramjam
+import lz4.block
 import lz4.frame
 import zstandard
 
@@ -221,16 +222,57 @@ _LZ4_CHUNK = 1 << 20
 _LZ4_DEFAULT_LEVEL = 9
 
 
+# At the default level the frame is written here around lz4.block's raw blocks: the frame
+# format with Kafka's settings is a fixed 7-byte header, then each 64 KiB block as a
+# little-endian uint32 length and the block (the length's top bit set when the block is
+# stored uncompressed, because compressing did not make it smaller), then a zero end mark.
+# It is the frame lz4.frame.compress writes with those settings (the blocks' matches can
+# differ by a few bytes), for less: lz4.frame sets up a frame context on every call.
+# Measured on one machine, 16 KiB: 4.2 against 6.5 us per call on random letters (the
+# harness's payloads), 17.4 against 19.9 us on the JSON-like records of
+# bench/micro/compression.py. Other levels go through lz4.frame (its HC mode).
+_LZ4_BLOCK_SIZE = 64 * 1024
+_LZ4_UNCOMPRESSED = 0x80000000
+_LZ4_BLOCK_LENGTH = struct.Struct("<I")
+_LZ4_END_MARK = b"\x00\x00\x00\x00"
+
+
+def _lz4_frame_settings(level: int) -> dict[str, object]:
+    return {
+        "compression_level": 0 if level == _LZ4_DEFAULT_LEVEL else level,
+        "block_size": lz4.frame.BLOCKSIZE_MAX64KB,
+        "block_linked": False,
+        "content_checksum": False,
+        "block_checksum": False,
+        "store_size": False,
+    }
+
+
+# The header lz4.frame writes with these settings: magic, FLG, BD and the header checksum.
+_LZ4_HEADER: bytes = lz4.frame.compress(b"", **_lz4_frame_settings(9))[:7]
+
+
+def _lz4_compress_fast(data: _Buffer) -> bytes:
+    view = memoryview(data).cast("B")
+    parts: list[_Buffer] = [_LZ4_HEADER]
+    size = len(view)
+    for start in range(0, size, _LZ4_BLOCK_SIZE):
+        chunk = view[start : start + _LZ4_BLOCK_SIZE]
+        block: bytes = lz4.block.compress(chunk, store_size=False)
+        if len(block) < len(chunk):
+            parts.append(_LZ4_BLOCK_LENGTH.pack(len(block)))
+            parts.append(block)
+        else:
+            parts.append(_LZ4_BLOCK_LENGTH.pack(len(chunk) | _LZ4_UNCOMPRESSED))
+            parts.append(chunk)
+    parts.append(_LZ4_END_MARK)
+    return b"".join(parts)
+
+
 def _lz4_compress(data: _Buffer, level: int) -> bytes:
-    compressed: bytes = lz4.frame.compress(
-        data,
-        compression_level=0 if level == _LZ4_DEFAULT_LEVEL else level,
-        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-        block_linked=False,
-        content_checksum=False,
-        block_checksum=False,
-        store_size=False,
-    )
+    if level == _LZ4_DEFAULT_LEVEL:
+        return _lz4_compress_fast(data)
+    compressed: bytes = lz4.frame.compress(data, **_lz4_frame_settings(level))
     return compressed
 
 

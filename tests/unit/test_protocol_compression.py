@@ -145,6 +145,45 @@ def test_lz4_writes_frames_with_independent_64_kib_blocks_and_no_checksums() -> 
     assert (block_descriptor >> 4) & 0x7 == 4  # 64 KiB maximum block size
 
 
+@pytest.mark.parametrize(
+    "data",
+    [*SAMPLES, b"q" * 65536, b"q" * 65537, bytearray(RANDOM[:1000]) + bytearray(TEXT)],
+    ids=["empty", "one", "text", "random", "one-block", "two-blocks", "mixed"],
+)
+def test_lz4_at_the_default_level_frames_lz4_blocks_as_lz4_frame_does(data: bytes) -> None:
+    # At the default level the frame is put together here around lz4.block's blocks: the
+    # header must be the lz4 library's own, every block at most 64 KiB, and the lz4
+    # library's frame reader must read it back, from bytes or from a view into a buffer.
+    import lz4.frame
+
+    expected_header = lz4.frame.compress(
+        b"",
+        compression_level=0,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )[:7]
+    for source in (data, memoryview(bytearray(data))):
+        frame = compress(CompressionType.LZ4, source)
+        assert frame[:7] == expected_header
+        assert frame[-4:] == b"\x00\x00\x00\x00"
+        assert lz4.frame.decompress(frame) == data
+        position, blocks = 7, 0
+        while frame[position : position + 4] != b"\x00\x00\x00\x00":
+            length = int.from_bytes(frame[position : position + 4], "little")
+            stored = length & 0x7FFFFFFF
+            assert stored <= 64 * 1024
+            if length & 0x80000000:  # incompressible: stored as is
+                start = blocks * 64 * 1024
+                assert frame[position + 4 : position + 4 + stored] == data[start : start + stored]
+            position += 4 + stored
+            blocks += 1
+        assert blocks == -(-len(data) // (64 * 1024))
+        assert position + 4 == len(frame)
+
+
 def test_zstd_writes_a_zstd_frame() -> None:
     assert compress(CompressionType.ZSTD, TEXT)[:4] == b"\x28\xb5\x2f\xfd"
 
