@@ -529,7 +529,7 @@ class Producer:
                 raise IllegalStateError("the producer is not started: call `await start()` first")
             raise ProducerClosedError("cannot send: the producer is closed")
         # Copies: the sender's fatal error also failed the pending batches, and raised here
-        # as is it would take the caller's frame (and the record futures it holds) into its
+        # as is, it would take the caller's frame (and the record futures it holds) into its
         # traceback, a cycle through futures the GC does not track (aioproducer._gc).
         if self._fatal is not None:
             raise error_copy(self._fatal)

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -1477,18 +1478,10 @@ async def test_a_producer_raises_its_own_copy_of_the_senders_fatal_error() -> No
         raised.append(info.value)
     assert raised[0] is not fatal and raised[1] is not fatal and raised[0] is not raised[1]
     assert [str(e) for e in raised] == [str(fatal)] * 2
-    assert fatal.__traceback__ is None or all(
-        "test_sender" not in (tb.tb_frame.f_code.co_filename or "")
-        for tb in _tracebacks(fatal.__traceback__)
+    assert all(
+        "test_sender" not in (frame.f_code.co_filename or "")
+        for frame, _ in traceback.walk_tb(fatal.__traceback__)
     )
-
-
-def _tracebacks(tb: Any) -> list[Any]:
-    found = []
-    while tb is not None:
-        found.append(tb)
-        tb = tb.tb_next
-    return found
 
 
 async def test_a_timed_out_or_cancelled_metadata_wait_leaves_no_waiter() -> None:
