@@ -90,7 +90,11 @@ def _ext_modules() -> list[Any]:
         # The compiled record futures start untracked by the cyclic GC; aioproducer/_gc.py
         # explains why, and runs without this helper in the pure-Python install.
         gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
-        helpers = [gcutil]
+        # Record batches take the CRC of their records as they are written and combine it
+        # with the header's at close (aioproducer/_crcutil.c says why); without this helper
+        # the builder reads the whole batch again at close.
+        crcutil = Extension("aioproducer._crcutil", ["aioproducer/_crcutil.c"])
+        helpers = [gcutil, crcutil]
         if sys.platform.startswith("linux"):
             # Broker connections write on a native thread (aioproducer/_sockwriter.c says
             # why); elsewhere they write through the event loop's transport.

@@ -12,18 +12,26 @@ them), so it can be in no reference cycle until it holds more: a callback, a can
 message, or the error copy it hands out. Futures start untracked and are tracked from the
 moment they hold any of those (:func:`track`), as CPython itself untracks tuples and dicts
 that hold only atoms.
+
+Record batch builders refer only to buffers, bytes and lists of bytes, so they start
+untracked too. A batch that was acknowledged and has let go of its records and buffer
+(``RecordAccumulator.deallocate``) is :func:`untrack`-ed, unless it holds a future, an error
+or split batches; it is tracked again if it comes to hold a future or watchers later.
 """
 
 from __future__ import annotations
 
-__all__ = ["track", "untrack_new"]
+__all__ = ["track", "untrack", "untrack_new"]
 
 try:
-    from aioproducer._gcutil import track, untrack_new
+    from aioproducer._gcutil import track, untrack, untrack_new
 except ImportError:  # the pure-Python install
 
     def track(obj: object, /) -> None:
         """Have the cyclic GC track ``obj``: here every object already is."""
+
+    def untrack(obj: object, /) -> None:
+        """Stop the cyclic GC tracking ``obj``: not possible without the C helper."""
 
     def untrack_new(cls: type, /) -> bool:
         """Make new objects of ``cls`` start untracked: not possible without the C helper."""

@@ -13,6 +13,10 @@
  * ``untrack_new(cls)`` makes the objects of a compiled class start untracked;
  * ``track(obj)`` tracks one again (idempotent) when it comes to hold anything more.
  *
+ * The same holds for the record batch builders (they refer to buffers and bytes only) and
+ * for a batch once it is acknowledged and has let go of its records: the futures callers
+ * keep refer to it, and ``untrack(obj)`` takes it out of the walks too.
+ *
  * Built only with the mypyc-compiled modules (setup.py); aioproducer.futures runs without
  * it, with every future tracked as usual.
  */
@@ -61,10 +65,21 @@ track(PyObject *module, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+untrack(PyObject *module, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_UnTrack(obj);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"untrack_new", untrack_new, METH_O,
      "Make the new objects of a class start untracked by the cyclic GC; False if it cannot."},
     {"track", track, METH_O, "Have the cyclic GC track obj (again); no-op if it does."},
+    {"untrack", untrack, METH_O,
+     "Stop the cyclic GC tracking obj, which must be in no reference cycle; no-op if untracked."},
     {NULL, NULL, 0, NULL},
 };
 

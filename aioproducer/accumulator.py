@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aioproducer._gc import track as _gc_track
+from aioproducer._gc import untrack as _gc_untrack
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.futures import BatchResults, RecordFuture, RecordRun
 from aioproducer.protocol.compression import CompressionType
@@ -139,6 +140,7 @@ class ProducerBatch:
         future = self._future
         if future is None:
             future = self._future = self.loop.create_future()
+            _gc_track(self)  # the future's callbacks may lead back here: a cycle the GC must see
             if self.final or self.split:
                 self._resolve(future)
         return future
@@ -167,12 +169,33 @@ class ProducerBatch:
         the batch; the record itself is kept, not a bound method made per record)."""
         if self.watchers is None:
             self.watchers = []
+            _gc_track(self)  # the batch refers to the record, which refers to the batch
         self.watchers.append(record)
 
     def _fan_out(self) -> None:
         watchers, self.watchers = self.watchers, None
         for record in watchers or ():
             record._on_batch_done()
+
+    def untrack_if_acyclic(self) -> None:
+        """Take an acknowledged batch that let go of its records out of the cyclic GC.
+
+        Callers keep record futures, and each refers to its batch: a hundred thousand kept
+        futures keep as many batches, which every full collection would walk. Once the
+        batch holds only atoms, the loop and its detached builder, it can be in no reference
+        cycle (see :mod:`aioproducer._gc`). A batch with an error, a future, watchers or
+        split relations stays tracked; ``future`` and ``watch`` track it again.
+        """
+        if (
+            self.final
+            and self.error is None
+            and self._future is None
+            and self.watchers is None
+            and self.split_from is None
+            and self.forward is None
+            and not self.records
+        ):
+            _gc_untrack(self)
 
     def record_futures(self) -> list[RecordFuture]:
         """A future for each record, in offset order (the futures of runs are made now)."""
@@ -687,6 +710,7 @@ class RecordAccumulator:
         self._pool.deallocate(buffer, batch.buffer_size)
         batch.records = _NO_RECORDS
         batch.open_run = None
+        batch.untrack_if_acyclic()
 
     def split_and_reenqueue(
         self,

@@ -2,7 +2,9 @@
 
 Records are encoded straight into a pooled ``bytearray`` (the BufferPool hands it out), after
 a 61-byte header that is filled in when the batch is closed. Varints for small numbers come
-from a precomputed table, and the CRC-32C runs in C (the ``crc32c`` package).
+from a precomputed table, and the CRC-32C runs in C (the ``crc32c`` package). Where the C
+helper ``aioproducer._crcutil`` is built, the records' CRC is taken as they are copied into
+the buffer and combined with the header's at close, so closing reads only the header.
 
 Layout (see Kafka's DefaultRecordBatch): baseOffset int64, batchLength int32,
 partitionLeaderEpoch int32, magic int8 (2), crc uint32, attributes int16, lastOffsetDelta
@@ -14,11 +16,12 @@ is set). The CRC covers everything from the attributes to the end.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import crc32c as _crc32c
 
+from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.protocol.compression import CompressionType, compress
 
 __all__ = [
@@ -48,6 +51,20 @@ _PRODUCER_STATE_OFFSET: Final = 43
 _CRC: Final = struct.Struct(">I")
 
 _crc: Final = _crc32c.crc32c
+
+
+def _load_crc_combine() -> Callable[[int, int, int], int] | None:
+    # The C helper is built with the compiled hot path; without it (the pure-Python
+    # install) close() takes the CRC of the whole batch.
+    try:
+        from aioproducer._crcutil import combine
+    except ImportError:
+        return None
+    return combine
+
+
+#: crc(a + b) from crc(a), crc(b) and len(b), where aioproducer._crcutil is built.
+_crc_combine: Final = _load_crc_combine()
 
 
 def _encode_varint_slow(value: int) -> bytes:
@@ -119,6 +136,7 @@ class RecordBatchBuilder:
         "_parts",
         "_position",
         "_precompressed",
+        "_records_crc",
         "_written",
         "base_timestamp",
         "max_timestamp",
@@ -141,6 +159,9 @@ class RecordBatchBuilder:
         self._parts: list[bytes] = []
         self._extend = self._parts.extend
         self._written = RECORD_BATCH_OVERHEAD
+        # With aioproducer._crcutil: the CRC-32C of the records written so far, taken while
+        # they are in the cache; close() combines it with the header's (see _crcutil.c).
+        self._records_crc = 0
         self._compression = compression
         self._compression_level = compression_level
         self._closed_view: memoryview | None = None
@@ -343,6 +364,8 @@ class RecordBatchBuilder:
             position = self._position
             data = b"".join(parts)
             assert len(data) == position - written, "pending records and position disagree"
+            if _crc_combine is not None:
+                self._records_crc = _crc(data, self._records_crc)
             self._buffer[written:position] = data
             parts.clear()
             self._written = position
@@ -430,7 +453,16 @@ class RecordBatchBuilder:
             self.record_count,
         )
         view = memoryview(buffer)[:end]
-        _CRC.pack_into(buffer, _CRC_OFFSET, _crc(view[_ATTRIBUTES_OFFSET:]))
+        if _crc_combine is not None and self._compression is CompressionType.NONE:
+            # The records' CRC was taken as they were written: only the header is read here.
+            crc = _crc_combine(
+                _crc(view[_ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]),
+                self._records_crc,
+                end - RECORD_BATCH_OVERHEAD,
+            )
+        else:
+            crc = _crc(view[_ATTRIBUTES_OFFSET:])
+        _CRC.pack_into(buffer, _CRC_OFFSET, crc)
         self._closed_view = view
         return view
 
@@ -483,3 +515,8 @@ class RecordBatchBuilder:
         self._capacity = 0
         self._parts = _NO_PARTS
         self._extend = _NO_PARTS_EXTEND
+
+
+# Compiled, builders start untracked by the cyclic GC: they refer only to buffers, bytes and
+# lists of bytes, so they can be in no reference cycle (see aioproducer._gc).
+_UNTRACKED: Final = _gc_untrack_new(RecordBatchBuilder)

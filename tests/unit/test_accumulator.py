@@ -626,6 +626,45 @@ async def test_a_record_future_is_tracked_once_it_holds_more_than_its_batch() ->
     assert all(gc.is_tracked(f) for f in results.futures)
 
 
+@untracked_futures
+async def test_a_done_batch_leaves_the_cyclic_gc_only_while_it_can_be_in_no_cycle() -> None:
+    # Kept futures keep their batches: an acknowledged batch that let go of its records and
+    # buffer holds only atoms, so the GC need not walk it. Builders never can be in a cycle.
+    h = Harness(asyncio.get_running_loop())
+    batch, futures = _single_batch(h, 2)
+    assert not gc.is_tracked(batch.builder)
+    assert gc.is_tracked(batch)
+    batch.builder.close()
+    batch.complete(40, -1)
+    h.acc.deallocate(batch)
+    assert not gc.is_tracked(batch)
+    assert [f.result().offset for f in futures] == [40, 41]
+    # Asked for its asyncio future later, it can be in a cycle through the callbacks again.
+    assert await batch.future == (40, -1)
+    assert gc.is_tracked(batch)
+
+    # A failed batch keeps its error (a traceback can lead back to it): it stays tracked.
+    failed = h.append(1, b"f", 0.0)._batch
+    failed.builder.close()
+    failed.fail(KafkaError("failed"))
+    h.acc.deallocate(failed)
+    assert gc.is_tracked(failed)
+
+    # So does one whose records wait on it (until it calls them), and one with a future.
+    record = h.append(2, b"w", 0.0)
+    watched = record._batch
+    waiting = asyncio.ensure_future(asyncio.wait_for(record, 1.0))
+    await asyncio.sleep(0)
+    awaited = h.append(3, b"a", 0.0)._batch
+    assert awaited.future is not None
+    for each in (watched, awaited):
+        each.builder.close()
+        each.complete(7, -1)
+        h.acc.deallocate(each)
+        assert gc.is_tracked(each)
+    assert (await waiting).offset == 7
+
+
 class _Sentinel:
     pass
 

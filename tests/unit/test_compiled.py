@@ -125,3 +125,28 @@ def test_without_the_gc_helper_every_record_future_stays_tracked(
     obj = Plain()
     fallback.track(obj)
     assert gc.is_tracked(obj)
+
+
+def test_without_the_crc_helper_a_batch_takes_the_crc_of_all_its_bytes_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where aioproducer._crcutil was not built, record_batch takes the CRC of the whole batch
+    # at close instead of combining the records' CRC with the header's: the same bytes.
+    import importlib.util
+
+    import crc32c
+
+    monkeypatch.setitem(sys.modules, "aioproducer._crcutil", None)  # import fails
+    path = ROOT / "aioproducer/protocol/record_batch.py"
+    spec = importlib.util.spec_from_file_location("_record_batch_without_helper", path)
+    assert spec is not None and spec.loader is not None
+    fallback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fallback)
+    assert fallback._crc_combine is None
+
+    builder = fallback.RecordBatchBuilder(bytearray(4096))
+    for i in range(20):
+        assert builder.try_append(1_000 + i, None, b"v" * i, []) == i
+        builder.write_pending()
+    batch = bytes(builder.close())
+    assert int.from_bytes(batch[17:21], "big") == crc32c.crc32c(batch[21:])

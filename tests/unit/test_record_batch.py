@@ -137,3 +137,37 @@ def test_bulk_append_matches_single_appends() -> None:
     batch = DefaultRecordBatch(bytes(single.buffer[: single.size_in_bytes]))
     assert batch.validate_crc()
     assert [r.value for r in batch] == values[:reached]
+
+
+def test_the_crc_of_records_written_in_several_copies_covers_the_whole_batch() -> None:
+    # With aioproducer._crcutil the records' CRC is taken as each group of records is copied
+    # into the buffer, and combined with the header's at close: the result must be the CRC
+    # of the bytes from the attributes to the end, however the records were written.
+    builder = RecordBatchBuilder(bytearray(8192))
+    for i in range(40):
+        assert builder.try_append(1_000 + i, b"k%d" % i, b"v" * (i * 7), []) == i
+        if i % 9 == 0:
+            builder.write_pending()  # as a full batch or a worker hand-off does
+    builder.write_pending()
+    assert builder.append_values(2_000, [b"x" * 50, b"y" * 60], 0, 2) == 2
+    batch = bytes(builder.close(producer_id=3, producer_epoch=1, base_sequence=9))
+    (stored,) = struct.unpack_from(">I", batch, 17)
+    assert stored == crc32c.crc32c(batch[21:])
+    parsed = DefaultRecordBatch(batch)
+    assert parsed.validate_crc()
+    assert len(list(parsed)) == 42
+
+
+def test_crc_combine_joins_the_crcs_of_two_strings() -> None:
+    crcutil = pytest.importorskip(
+        "aioproducer._crcutil", reason="the C helper is built with the compiled hot path"
+    )
+    pieces = [b"", b"a", b"header-bytes" * 3, bytes(range(256)) * 70, b"\xff" * 16_384]
+    for a in pieces:
+        for b in pieces:
+            joined = crcutil.combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b))
+            assert joined == crc32c.crc32c(a + b)
+    with pytest.raises(ValueError, match="32-bit CRCs"):
+        crcutil.combine(1 << 32, 0, 1)
+    with pytest.raises(ValueError, match="4 GiB"):
+        crcutil.combine(0, 0, -1)

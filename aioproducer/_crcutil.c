@@ -1,0 +1,124 @@
+/* aioproducer._crcutil: the CRC-32C of two byte strings joined, from the CRCs of each.
+ *
+ * A record batch's CRC covers its header fields and then its records. The records are
+ * written into the batch's buffer as it fills, but the header is known only when the batch
+ * is closed, at drain time, and by then a producer with a full accumulator has written
+ * megabytes since: reading the records again for the CRC read them from far-away memory
+ * (measured with 10 KiB records: 2 us per record against 0.46 us for the same bytes in the
+ * cache). The record batch builder therefore takes the CRC of the records as it copies
+ * them into the buffer, and at close combines the header's CRC with it:
+ *
+ *     crc(A || B) = crc(A) * x^(8 * len(B)) mod P  xor  crc(B)
+ *
+ * for a CRC whose initial value and final xor are both all ones, as CRC-32C's are. The
+ * product is in GF(2)[x] modulo the Castagnoli polynomial P, in the reflected bit order
+ * of the CRC (bit 31 holds the coefficient of x^0). x^(8n) is the product of x^(2^k) over
+ * the set bits k of 8n, from a table of repeated squares: at most 35 multiplications of
+ * 32 steps each for any length below 4 GiB, fewer than a microsecond.
+ *
+ * combine(crc_a, crc_b, len_b) -> int. Built only with the mypyc-compiled modules
+ * (setup.py); without it the builder takes the CRC of the whole batch at close.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+/* The Castagnoli polynomial, reflected. */
+#define POLY 0x82f63b78u
+/* 8 * len < 2^35 for any len below 4 GiB. */
+#define SQUARES 35
+
+static uint32_t x2k[SQUARES]; /* x^(2^k) mod P */
+
+/* a * b mod P, both reflected. */
+static uint32_t
+multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t product = 0;
+    for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
+        if (a & m) {
+            product ^= b;
+            if ((a & (m - 1)) == 0) {
+                break;
+            }
+        }
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return product;
+}
+
+/* x^(8 * n) mod P. Full batches of like records have like lengths: the last one is kept
+ * (only ever called with the GIL held). */
+static uint64_t last_n = 0;
+static uint32_t last_power = 1u << 31;
+
+static uint32_t
+x8nmodp(uint64_t n)
+{
+    if (n == last_n) {
+        return last_power;
+    }
+    last_n = n;
+    uint32_t power = 1u << 31; /* x^0 */
+    for (int k = 3; n != 0 && k < SQUARES; k++, n >>= 1) {
+        if (n & 1) {
+            power = multmodp(x2k[k], power);
+        }
+    }
+    last_power = power;
+    return power;
+}
+
+static PyObject *
+combine(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "combine() takes crc_a, crc_b and len_b");
+        return NULL;
+    }
+    unsigned long crc_a = PyLong_AsUnsignedLong(args[0]);
+    if (crc_a == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long crc_b = PyLong_AsUnsignedLong(args[1]);
+    if (crc_b == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t len_b = PyLong_AsSsize_t(args[2]);
+    if (len_b == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (crc_a > 0xffffffffUL || crc_b > 0xffffffffUL || len_b < 0 ||
+        (uint64_t)len_b >= ((uint64_t)1 << (SQUARES - 3))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "combine() takes 32-bit CRCs and a length from 0 to 4 GiB - 1");
+        return NULL;
+    }
+    uint32_t shifted = multmodp(x8nmodp((uint64_t)len_b), (uint32_t)crc_a);
+    return PyLong_FromUnsignedLong(shifted ^ (uint32_t)crc_b);
+}
+
+static PyMethodDef methods[] = {
+    {"combine", (PyCFunction)(void (*)(void))combine, METH_FASTCALL,
+     "combine(crc_a, crc_b, len_b): the CRC-32C of a + b from the CRC-32C of each."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "aioproducer._crcutil",
+    "The CRC-32C of two byte strings joined, from the CRC-32C of each.",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__crcutil(void)
+{
+    x2k[0] = 1u << 30; /* x^1 */
+    for (int k = 1; k < SQUARES; k++) {
+        x2k[k] = multmodp(x2k[k - 1], x2k[k - 1]);
+    }
+    return PyModule_Create(&module_def);
+}
