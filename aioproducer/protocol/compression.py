@@ -28,9 +28,11 @@ block of its size can expand to. Corrupt input raises
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
 
 import cramjam
@@ -43,6 +45,7 @@ from aioproducer.errors import ConfigurationError, CorruptResponseError
 __all__ = [
     "CompressionType",
     "compress",
+    "compressor",
     "decompress",
     "default_level",
     "offload_threshold",
@@ -230,7 +233,9 @@ _LZ4_DEFAULT_LEVEL = 9
 # differ by a few bytes), for less: lz4.frame sets up a frame context on every call.
 # Measured on one machine, 16 KiB: 4.2 against 6.5 us per call on random letters (the
 # harness's payloads), 17.4 against 19.9 us on the JSON-like records of
-# bench/micro/compression.py. Other levels go through lz4.frame (its HC mode).
+# bench/micro/compression.py. Other levels go through lz4.frame (its HC mode). Input of one
+# block (up to 64 KiB, the usual batch) is framed without slicing: 10 KiB of random letters,
+# through compress(), 3.5 -> 2.3 us with the cached compressor() below.
 _LZ4_BLOCK_SIZE = 64 * 1024
 _LZ4_UNCOMPRESSED = 0x80000000
 _LZ4_BLOCK_LENGTH = struct.Struct("<I")
@@ -253,12 +258,22 @@ _LZ4_HEADER: bytes = lz4.frame.compress(b"", **_lz4_frame_settings(9))[:7]
 
 
 def _lz4_compress_fast(data: _Buffer) -> bytes:
+    size = len(data) if not isinstance(data, memoryview) else data.nbytes
+    if size == 0:
+        return _LZ4_HEADER + _LZ4_END_MARK
+    if size <= _LZ4_BLOCK_SIZE:
+        # One block, the usual case (batch.size is 16 KiB by default): no slicing.
+        block: bytes = lz4.block.compress(data, store_size=False)
+        if len(block) < size:
+            return b"".join((_LZ4_HEADER, _LZ4_BLOCK_LENGTH.pack(len(block)), block, _LZ4_END_MARK))
+        return b"".join(
+            (_LZ4_HEADER, _LZ4_BLOCK_LENGTH.pack(size | _LZ4_UNCOMPRESSED), data, _LZ4_END_MARK)
+        )
     view = memoryview(data).cast("B")
     parts: list[_Buffer] = [_LZ4_HEADER]
-    size = len(view)
     for start in range(0, size, _LZ4_BLOCK_SIZE):
         chunk = view[start : start + _LZ4_BLOCK_SIZE]
-        block: bytes = lz4.block.compress(chunk, store_size=False)
+        block = lz4.block.compress(chunk, store_size=False)
         if len(block) < len(chunk):
             parts.append(_LZ4_BLOCK_LENGTH.pack(len(block)))
             parts.append(block)
@@ -326,26 +341,47 @@ _DECOMPRESS_ERRORS = (
 )
 
 
+def compressor(codec: CompressionType, level: int | None = None) -> Callable[[_Buffer], bytes]:
+    """The function that compresses with ``codec`` at ``level`` (None: the Java client's
+    default), made once per codec and level: :func:`compress` without the checks per call.
+
+    An invalid level raises :class:`~aioproducer.errors.ConfigurationError`.
+    """
+    key = (int(codec), level)
+    function = _COMPRESSORS.get(key)
+    if function is None:
+        function = _COMPRESSORS[key] = _make_compressor(CompressionType(codec), level)
+    return function
+
+
+def _make_compressor(codec: CompressionType, level: int | None) -> Callable[[_Buffer], bytes]:
+    chosen = validate_level(codec, level)
+    if codec is CompressionType.SNAPPY:
+        return _snappy_compress
+    if codec is CompressionType.NONE:
+        return bytes
+    assert chosen is not None
+    if codec is CompressionType.LZ4 and chosen == _LZ4_DEFAULT_LEVEL:
+        return _lz4_compress_fast
+    compress_at = {
+        CompressionType.GZIP: _gzip_compress,
+        CompressionType.LZ4: _lz4_compress,
+        CompressionType.ZSTD: _zstd_compress,
+    }[codec]
+    return functools.partial(compress_at, level=chosen)
+
+
+# (codec, level) -> its compressor; a handful of entries at most.
+_COMPRESSORS: dict[tuple[int, int | None], Callable[[_Buffer], bytes]] = {}
+
+
 def compress(codec: CompressionType, data: _Buffer, level: int | None = None) -> bytes:
     """Compress ``data`` with ``codec`` at ``level`` (None: the Java client's default).
 
     ``CompressionType.NONE`` returns the bytes unchanged. An invalid level raises
     :class:`~aioproducer.errors.ConfigurationError`.
     """
-    codec = CompressionType(codec)
-    chosen = validate_level(codec, level)
-    if codec is CompressionType.GZIP:
-        assert chosen is not None
-        return _gzip_compress(data, chosen)
-    if codec is CompressionType.SNAPPY:
-        return _snappy_compress(data)
-    if codec is CompressionType.LZ4:
-        assert chosen is not None
-        return _lz4_compress(data, chosen)
-    if codec is CompressionType.ZSTD:
-        assert chosen is not None
-        return _zstd_compress(data, chosen)
-    return bytes(data)
+    return compressor(codec, level)(data)
 
 
 def decompress(codec: CompressionType, data: _Buffer) -> bytes:

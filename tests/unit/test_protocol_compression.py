@@ -17,6 +17,7 @@ from aioproducer.errors import ConfigurationError, CorruptResponseError
 from aioproducer.protocol.compression import (
     CompressionType,
     compress,
+    compressor,
     decompress,
     default_level,
     offload_threshold,
@@ -97,6 +98,23 @@ def test_invalid_levels_are_configuration_errors(codec: CompressionType, level: 
         validate_level(codec, level)
     with pytest.raises(ConfigurationError):
         compress(codec, b"data", level)
+    with pytest.raises(ConfigurationError):
+        compressor(codec, level)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_compressor_is_made_once_per_codec_and_level_and_matches_compress(
+    codec: CompressionType,
+) -> None:
+    data = os.urandom(300) * 40  # 12,000 bytes: one LZ4 block, compressible
+    function = compressor(codec)
+    assert compressor(codec) is function
+    assert compressor(codec, default_level(codec)) is not None
+    assert decompress(codec, function(data)) == data
+    assert decompress(codec, compress(codec, memoryview(data))) == data
+    big = os.urandom(70_000)  # incompressible, more than one LZ4 block
+    assert decompress(codec, function(big)) == big
+    assert compressor(CompressionType.NONE)(memoryview(b"raw")) == b"raw"
 
 
 def test_validate_level_returns_the_default_for_none() -> None:
