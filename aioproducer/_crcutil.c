@@ -77,19 +77,21 @@ combine(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "combine() takes crc_a, crc_b and len_b");
         return NULL;
     }
-    unsigned long crc_a = PyLong_AsUnsignedLong(args[0]);
-    if (crc_a == (unsigned long)-1 && PyErr_Occurred()) {
+    /* unsigned long long: 64 bits everywhere (unsigned long is 32 on Windows), so that a
+     * CRC above 32 bits gets the ValueError below; a negative one is an OverflowError. */
+    unsigned long long crc_a = PyLong_AsUnsignedLongLong(args[0]);
+    if (crc_a == (unsigned long long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    unsigned long crc_b = PyLong_AsUnsignedLong(args[1]);
-    if (crc_b == (unsigned long)-1 && PyErr_Occurred()) {
+    unsigned long long crc_b = PyLong_AsUnsignedLongLong(args[1]);
+    if (crc_b == (unsigned long long)-1 && PyErr_Occurred()) {
         return NULL;
     }
     Py_ssize_t len_b = PyLong_AsSsize_t(args[2]);
     if (len_b == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (crc_a > 0xffffffffUL || crc_b > 0xffffffffUL || len_b < 0 ||
+    if (crc_a > 0xffffffffULL || crc_b > 0xffffffffULL || len_b < 0 ||
         (uint64_t)len_b >= ((uint64_t)1 << (SQUARES - 3))) {
         PyErr_SetString(PyExc_ValueError,
                         "combine() takes 32-bit CRCs and a length from 0 to 4 GiB - 1");

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class ProducerBatch:
 
     __slots__ = (
         "_future",
+        "_loop_ref",
         "attempts",
         "base_sequence",
         "buffer_size",
@@ -61,7 +63,6 @@ class ProducerBatch:
         "full",
         "in_retry",
         "last_attempt",
-        "loop",
         "offloaded",
         "open_run",
         "outcome",
@@ -105,7 +106,10 @@ class ProducerBatch:
         self.offloaded = False
         self.deallocate_pending = False
         self.in_retry = False
-        self.loop = loop
+        # A weak reference (one per loop, shared): a finished batch is untracked by the
+        # cyclic GC (untrack_if_acyclic), and a strong one would make the loop, and every
+        # cycle through it, look referenced from outside to the collector.
+        self._loop_ref = weakref.ref(loop)
         self._future: asyncio.Future[Any] | None = None
         # True once the batch was split into smaller ones (its records moved there).
         self.split = False
@@ -131,6 +135,18 @@ class ProducerBatch:
         self.outcome: tuple[int, int] = (-1, -1)
         self.error: BaseException | None = None
         self.watchers: list[RecordFuture] | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the batch belongs to.
+
+        Raises:
+            RuntimeError: the loop was garbage-collected (the producer's loop is gone).
+        """
+        loop = self._loop_ref()
+        if loop is None:
+            raise RuntimeError("the event loop of this batch no longer exists")
+        return loop
 
     @property
     def future(self) -> asyncio.Future[Any]:
@@ -182,9 +198,10 @@ class ProducerBatch:
 
         Callers keep record futures, and each refers to its batch: a hundred thousand kept
         futures keep as many batches, which every full collection would walk. Once the
-        batch holds only atoms, the loop and its detached builder, it can be in no reference
-        cycle (see :mod:`aioproducer._gc`). A batch with an error, a future, watchers or
-        split relations stays tracked; ``future`` and ``watch`` track it again.
+        batch holds only atoms, a weak reference to its loop and its detached builder, it
+        can be in no reference cycle, nor make anything else look referenced from outside
+        (see :mod:`aioproducer._gc`). A batch with an error, a future, watchers or split
+        relations stays tracked; ``future`` and ``watch`` track it again.
         """
         if (
             self.final

@@ -258,7 +258,8 @@ _LZ4_HEADER: bytes = lz4.frame.compress(b"", **_lz4_frame_settings(9))[:7]
 
 
 def _lz4_compress_fast(data: _Buffer) -> bytes:
-    size = len(data) if not isinstance(data, memoryview) else data.nbytes
+    # Bytes, not items: len() of an array.array or a memoryview of ints counts items.
+    size = len(data) if type(data) in (bytes, bytearray) else memoryview(data).nbytes
     if size == 0:
         return _LZ4_HEADER + _LZ4_END_MARK
     if size <= _LZ4_BLOCK_SIZE:
@@ -347,10 +348,15 @@ def compressor(codec: CompressionType, level: int | None = None) -> Callable[[_B
 
     An invalid level raises :class:`~aioproducer.errors.ConfigurationError`.
     """
-    key = (int(codec), level)
-    function = _COMPRESSORS.get(key)
+    # Only int (or None) levels are cached: 3.0 == 3 as a dict key, and a compressor made
+    # for a float level must not answer for the int one.
+    cacheable = level is None or type(level) is int
+    key = (codec, level)
+    function = _COMPRESSORS.get(key) if cacheable else None
     if function is None:
-        function = _COMPRESSORS[key] = _make_compressor(CompressionType(codec), level)
+        function = _make_compressor(CompressionType(codec), level)
+        if cacheable:
+            _COMPRESSORS[key] = function
     return function
 
 
@@ -372,7 +378,7 @@ def _make_compressor(codec: CompressionType, level: int | None) -> Callable[[_Bu
 
 
 # (codec, level) -> its compressor; a handful of entries at most.
-_COMPRESSORS: dict[tuple[int, int | None], Callable[[_Buffer], bytes]] = {}
+_COMPRESSORS: dict[tuple[CompressionType, int | None], Callable[[_Buffer], bytes]] = {}
 
 
 def compress(codec: CompressionType, data: _Buffer, level: int | None = None) -> bytes:

@@ -665,6 +665,34 @@ async def test_a_done_batch_leaves_the_cyclic_gc_only_while_it_can_be_in_no_cycl
     assert (await waiting).offset == 7
 
 
+@untracked_futures
+def test_an_untracked_batch_leaves_no_cycle_through_its_loop_uncollected() -> None:
+    # An untracked object's references look like outside references to the collector. A
+    # finished batch refers to its loop only weakly, so a garbage cycle through the loop
+    # (its exception handler holding the caller's results, which hold the batch) is freed.
+    loop = asyncio.new_event_loop()
+    h = Harness(loop)
+    batch = h.append(0, b"v", 0.0)._batch
+    results = BatchResults()
+    h.acc.append_values("t", 0, 0, [b"a", b"b"], 0, 2, results)  # a run refers to the batch
+    batch.builder.close()
+    batch.complete(0, -1)
+    h.acc.deallocate(batch)
+    assert not gc.is_tracked(batch)
+
+    class App:
+        results: BatchResults
+
+    app = App()
+    app.results = results
+    loop.set_exception_handler(lambda _loop, _context, app=app: None)
+    loop.close()
+    app_alive, loop_alive = weakref.ref(app), weakref.ref(loop)
+    del app, results, batch, loop, h
+    gc.collect()
+    assert app_alive() is None and loop_alive() is None
+
+
 class _Sentinel:
     pass
 

@@ -117,6 +117,25 @@ def test_a_compressor_is_made_once_per_codec_and_level_and_matches_compress(
     assert compressor(CompressionType.NONE)(memoryview(b"raw")) == b"raw"
 
 
+def test_lz4_counts_bytes_not_items_of_other_buffers() -> None:
+    # len() of an array of 4-byte ints counts ints; the frame must state bytes.
+    import array
+
+    lz4 = CompressionType.LZ4
+    data = os.urandom(400)
+    assert decompress(lz4, compress(lz4, array.array("I", data))) == data
+    wide = memoryview(os.urandom(100_000)).cast("I")  # 25,000 items, two 64 KiB blocks
+    assert decompress(lz4, compress(lz4, wide)) == wide.tobytes()
+
+
+def test_a_float_level_is_not_cached_for_the_int_level() -> None:
+    # 3.0 == 3 as a dict key: a compressor made for 3.0 must not answer for 3.
+    zstd = CompressionType.ZSTD
+    with contextlib.suppress(Exception):
+        compress(zstd, b"data" * 10, 3.0)  # type: ignore[arg-type]
+    assert decompress(zstd, compress(zstd, b"x" * 99, 3)) == b"x" * 99
+
+
 def test_validate_level_returns_the_default_for_none() -> None:
     assert validate_level(CompressionType.ZSTD, None) == 3
     assert validate_level(CompressionType.ZSTD, -131072) == -131072
