@@ -16,7 +16,9 @@ that hold only atoms.
 Record batch builders refer only to buffers, bytes and lists of bytes, so they start
 untracked too. A batch that was acknowledged and has let go of its records and buffer
 (``RecordAccumulator.deallocate``) is :func:`untrack`-ed, unless it holds a future, an error
-or split batches; it is tracked again if it comes to hold a future or watchers later.
+or split batches; it is tracked again if it comes to hold a future or watchers later. A
+batch refers to its event loop weakly: an untracked object's references look like outside
+references to the collector, and a strong one would keep every cycle through the loop.
 """
 
 from __future__ import annotations
