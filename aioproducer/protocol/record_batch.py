@@ -130,6 +130,7 @@ class RecordBatchBuilder:
         "_buffer",
         "_capacity",
         "_closed_view",
+        "_combine_crc",
         "_compression",
         "_compression_level",
         "_extend",
@@ -159,8 +160,10 @@ class RecordBatchBuilder:
         self._parts: list[bytes] = []
         self._extend = self._parts.extend
         self._written = RECORD_BATCH_OVERHEAD
-        # With aioproducer._crcutil: the CRC-32C of the records written so far, taken while
-        # they are in the cache; close() combines it with the header's (see _crcutil.c).
+        # With aioproducer._crcutil, for uncompressed batches (a codec's block gets its CRC
+        # at close, while it is in the cache anyway): the CRC-32C of the records written so
+        # far, taken as they are copied in; close() combines it with the header's.
+        self._combine_crc = _crc_combine is not None and compression is CompressionType.NONE
         self._records_crc = 0
         self._compression = compression
         self._compression_level = compression_level
@@ -364,7 +367,7 @@ class RecordBatchBuilder:
             position = self._position
             data = b"".join(parts)
             assert len(data) == position - written, "pending records and position disagree"
-            if _crc_combine is not None:
+            if self._combine_crc:
                 self._records_crc = _crc(data, self._records_crc)
             self._buffer[written:position] = data
             parts.clear()
@@ -453,7 +456,7 @@ class RecordBatchBuilder:
             self.record_count,
         )
         view = memoryview(buffer)[:end]
-        if _crc_combine is not None and self._compression is CompressionType.NONE:
+        if self._combine_crc and _crc_combine is not None:
             # The records' CRC was taken as they were written: only the header is read here.
             crc = _crc_combine(
                 _crc(view[_ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]),
