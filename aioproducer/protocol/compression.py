@@ -286,8 +286,8 @@ def _lz4_compress_fast(data: _Buffer) -> bytes:
 
 
 def _lz4_compress(data: _Buffer, level: int) -> bytes:
-    if level == _LZ4_DEFAULT_LEVEL:
-        return _lz4_compress_fast(data)
+    # Levels other than the default (HC mode); _make_compressor picks _lz4_compress_fast
+    # for the default.
     compressed: bytes = lz4.frame.compress(data, **_lz4_frame_settings(level))
     return compressed
 
