@@ -18,11 +18,19 @@
  *
  * combine(crc_a, crc_b, len_b) -> int. Built only with the mypyc-compiled modules
  * (setup.py); without it the builder takes the CRC of the whole batch at close.
+ *
+ * The module also has the builder's other native step on that path:
+ * copy_parts(buffer, offset, parts) -> int copies a list of bytes objects (a record's
+ * length prefix, key, value and so on) into the bytearray at offset, one after another,
+ * and returns where they end. It replaces b"".join(parts) and a slice assignment, which
+ * went over every byte twice and made a temporary bytes object as large as the records
+ * (with 10 KiB records, a tenth of the event loop's time was in those two copies).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdint.h>
+#include <string.h>
 
 /* The Castagnoli polynomial, reflected. */
 #define POLY 0x82f63b78u
@@ -101,7 +109,60 @@ combine(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(shifted ^ (uint32_t)crc_b);
 }
 
+static PyObject *
+copy_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() takes buffer, offset and parts");
+        return NULL;
+    }
+    PyObject *buffer = args[0];
+    PyObject *parts = args[2];
+    if (!PyByteArray_CheckExact(buffer)) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() writes into a bytearray");
+        return NULL;
+    }
+    if (!PyList_CheckExact(parts)) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (!PyBytes_Check(part)) {
+            PyErr_Format(PyExc_TypeError, "copy_parts() takes bytes parts, not %.200s",
+                         Py_TYPE(part)->tp_name);
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(part);
+    }
+    Py_ssize_t size = PyByteArray_GET_SIZE(buffer);
+    if (offset < 0 || offset > size || total > size - offset) {
+        PyErr_Format(PyExc_ValueError,
+                     "copy_parts(): %zd bytes at offset %zd do not fit a buffer of %zd",
+                     total, offset, size);
+        return NULL;
+    }
+    /* Nothing above ran Python code, so the list and the buffer are as they were. */
+    char *at = PyByteArray_AS_STRING(buffer) + offset;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(part);
+        memcpy(at, PyBytes_AS_STRING(part), (size_t)len);
+        at += len;
+    }
+    return PyLong_FromSsize_t(offset + total);
+}
+
 static PyMethodDef methods[] = {
+    {"copy_parts", (PyCFunction)(void (*)(void))copy_parts, METH_FASTCALL,
+     "copy_parts(buffer, offset, parts): copy the bytes parts into the bytearray at offset, "
+     "in order; return where they end."},
     {"combine", (PyCFunction)(void (*)(void))combine, METH_FASTCALL,
      "combine(crc_a, crc_b, len_b): the CRC-32C of a + b from the CRC-32C of each."},
     {NULL, NULL, 0, NULL},
@@ -110,7 +171,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     "aioproducer._crcutil",
-    "The CRC-32C of two byte strings joined, from the CRC-32C of each.",
+    "The record batch builder's native helpers: CRC-32C combination and part copies.",
     -1,
     methods,
 };

@@ -67,6 +67,19 @@ def _load_crc_combine() -> Callable[[int, int, int], int] | None:
 _crc_combine: Final = _load_crc_combine()
 
 
+def _load_copy_parts() -> Callable[[bytearray, int, list[bytes]], int] | None:
+    # Without the C helper, write_pending() joins the parts and assigns the slice.
+    try:
+        from aioproducer._crcutil import copy_parts
+    except ImportError:
+        return None
+    return copy_parts
+
+
+#: Copies a list of bytes into a bytearray at an offset, where aioproducer._crcutil is built.
+_copy_parts: Final = _load_copy_parts()
+
+
 def _encode_varint_slow(value: int) -> bytes:
     zigzag = (value << 1) ^ (value >> 63)
     zigzag &= 0xFFFFFFFFFFFFFFFF
@@ -365,11 +378,21 @@ class RecordBatchBuilder:
         if parts:
             written = self._written
             position = self._position
-            data = b"".join(parts)
-            assert len(data) == position - written, "pending records and position disagree"
-            if self._combine_crc:
-                self._records_crc = _crc(data, self._records_crc)
-            self._buffer[written:position] = data
+            if _copy_parts is not None:
+                # Straight into the buffer: one pass over the bytes, no temporary.
+                end = _copy_parts(self._buffer, written, parts)
+                assert end == position, "pending records and position disagree"
+                if self._combine_crc:
+                    # Read back while the copy is still in the cache.
+                    self._records_crc = _crc(
+                        memoryview(self._buffer)[written:position], self._records_crc
+                    )
+            else:
+                data = b"".join(parts)
+                assert len(data) == position - written, "pending records and position disagree"
+                if self._combine_crc:
+                    self._records_crc = _crc(data, self._records_crc)
+                self._buffer[written:position] = data
             parts.clear()
             self._written = position
 

@@ -158,6 +158,34 @@ def test_the_crc_of_records_written_in_several_copies_covers_the_whole_batch() -
     assert len(list(parsed)) == 42
 
 
+def test_copy_parts_writes_the_parts_in_order_and_refuses_what_does_not_fit() -> None:
+    crcutil = pytest.importorskip(
+        "aioproducer._crcutil", reason="the C helper is built with the compiled hot path"
+    )
+
+    class Tagged(bytes):
+        pass
+
+    buffer = bytearray(b"." * 32)
+    parts = [b"ab", b"", Tagged(b"cde"), b"f" * 10]
+    assert crcutil.copy_parts(buffer, 4, parts) == 19
+    assert bytes(buffer) == b"...." + b"abcde" + b"f" * 10 + b"." * 13
+    assert crcutil.copy_parts(buffer, 32, []) == 32
+    # Refused before anything is written: the buffer keeps its bytes and its size.
+    before = bytes(buffer)
+    with pytest.raises(ValueError, match="do not fit"):
+        crcutil.copy_parts(buffer, 20, [b"x" * 10, b"y" * 3])
+    with pytest.raises(ValueError, match="do not fit"):
+        crcutil.copy_parts(buffer, -1, [b"x"])
+    with pytest.raises(TypeError, match="bytes parts, not bytearray"):
+        crcutil.copy_parts(buffer, 0, [b"x", bytearray(b"y")])
+    with pytest.raises(TypeError, match="into a bytearray"):
+        crcutil.copy_parts(memoryview(buffer), 0, [b"x"])
+    with pytest.raises(TypeError, match="list of bytes"):
+        crcutil.copy_parts(buffer, 0, (b"x",))
+    assert bytes(buffer) == before
+
+
 def test_crc_combine_joins_the_crcs_of_two_strings() -> None:
     crcutil = pytest.importorskip(
         "aioproducer._crcutil", reason="the C helper is built with the compiled hot path"
