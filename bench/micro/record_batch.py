@@ -65,6 +65,8 @@ def collect() -> list[Measurement]:
         ("try_append 100 B value + 12 B key", 100, b"key-00000001", None),
         ("try_append 100 B value + 2 headers", 100, None, headers),
         ("try_append 1 KiB value", 1024, None, None),
+        # One record per batch: write_pending's copy into the buffer dominates.
+        ("try_append 10 KiB value", 10240, None, None),
     ]
     for name, size, key, record_headers in cases:
         pool = _payloads(size)
