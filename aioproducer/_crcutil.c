@@ -139,7 +139,12 @@ copy_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          Py_TYPE(part)->tp_name);
             return NULL;
         }
-        total += PyBytes_GET_SIZE(part);
+        Py_ssize_t len = PyBytes_GET_SIZE(part);
+        if (len > PY_SSIZE_T_MAX - total) {
+            PyErr_SetString(PyExc_ValueError, "copy_parts(): the parts are too large");
+            return NULL;
+        }
+        total += len;
     }
     Py_ssize_t size = PyByteArray_GET_SIZE(buffer);
     if (offset < 0 || offset > size || total > size - offset) {

@@ -306,7 +306,7 @@ class RecordBatchBuilder:
         stopped (``stop`` when all fit).
 
         The bulk path of ``send_many``: every record shares ``timestamp``, and the records are
-        joined once and copied into the buffer with one slice assignment. Each value must be
+        copied into the buffer together (see :meth:`write_pending`). Each value must be
         ``bytes``.
         """
         count = self.record_count
