@@ -128,7 +128,6 @@ def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> i
 # and never written: a detached builder has no capacity, so no record is appended to it.
 _DETACHED_BUFFER = bytearray()
 _NO_PARTS: list[bytes] = []
-_NO_PARTS_EXTEND = _NO_PARTS.extend
 
 
 class RecordBatchBuilder:
@@ -146,7 +145,6 @@ class RecordBatchBuilder:
         "_combine_crc",
         "_compression",
         "_compression_level",
-        "_extend",
         "_parts",
         "_position",
         "_precompressed",
@@ -172,7 +170,6 @@ class RecordBatchBuilder:
         # batch instead of per record (aioproducer._crcutil.copy_parts; without it, a join
         # and a slice assignment). _written is where the buffer's copy ends.
         self._parts: list[bytes] = []
-        self._extend = self._parts.extend
         self._written = RECORD_BATCH_OVERHEAD
         # With aioproducer._crcutil, for uncompressed batches (a codec's block gets its CRC
         # at close, while it is in the cache anyway): the CRC-32C of the records written so
@@ -280,7 +277,7 @@ class RecordBatchBuilder:
             raise ValueError(
                 f"the buffer ({self._capacity} bytes) cannot hold the first record ({end} bytes)"
             )
-        self._extend(
+        self._parts.extend(
             (
                 length_prefix,
                 b"\x00",
@@ -327,7 +324,7 @@ class RecordBatchBuilder:
         fixed = len(head) + 1 + 1  # + key length (-1) + header count (0)
         position = self._position
         capacity = self._capacity
-        extend = self._extend
+        parts = self._parts
         index = start
         limit = 65534
         while index < stop:
@@ -353,7 +350,7 @@ class RecordBatchBuilder:
                         f"({end} bytes)"
                     )
                 break
-            extend((length_prefix, head, offset_bytes, b"\x01", value_prefix, value, b"\x00"))
+            parts.extend((length_prefix, head, offset_bytes, b"\x01", value_prefix, value, b"\x00"))
             position = end
             count += 1
             index += 1
@@ -532,7 +529,7 @@ class RecordBatchBuilder:
 
         A finished batch lives on as long as its record futures do (callers often keep
         thousands). Detached, it keeps only its counters, so it neither pins a pooled buffer
-        nor costs the cycle collector its part list, bound method and view on every pass.
+        nor costs the cycle collector its part list and view on every pass.
         The builder takes no more records: its capacity is zero.
         """
         self.release_view()
@@ -541,7 +538,6 @@ class RecordBatchBuilder:
         self._buffer = _DETACHED_BUFFER
         self._capacity = 0
         self._parts = _NO_PARTS
-        self._extend = _NO_PARTS_EXTEND
 
 
 # Compiled, builders start untracked by the cyclic GC: they refer only to buffers, bytes and
