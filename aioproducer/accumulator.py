@@ -30,6 +30,18 @@ if TYPE_CHECKING:
 
 __all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
+# The Java client's CompressionRatioEstimator: with a codec, ``batch_size`` bounds a batch's
+# *estimated compressed* size, the records' bytes times the topic's expected ratio times 1.05.
+# The estimate starts at 1.0; each batch sent moves it towards the ratio it had: down by at
+# most 0.005 per batch when it compressed better, up by at least 0.05 when worse.
+COMPRESSION_RATIO_IMPROVING_STEP = 0.005
+COMPRESSION_RATIO_DETERIORATE_STEP = 0.05
+COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
+#: Unlike Java's, a batch here holds its records uncompressed until it is closed: the buffer
+#: of a compressed batch is at most this many times ``batch_size``, however well records
+#: compress (the records of 16 KiB batches compressed 8:1 or better then fill 128 KiB).
+MAX_COMPRESSED_BATCH_FACTOR = 8
+
 # The records of every finished batch (see RecordAccumulator.deallocate): shared, and never
 # appended to, since records join only batches still open in their partition's deque.
 _NO_RECORDS: list[RecordFuture | RecordRun] = []
@@ -318,6 +330,11 @@ class RecordAccumulator:
         self.retry_backoff = retry_backoff
         self._compression = compression
         self._compression_level = compression_level
+        #: True with a codec: batches are then sized by the expected compression ratio.
+        self.compressed = compression is not CompressionType.NONE
+        # Per topic, the expected compressed/uncompressed ratio of its batches' records
+        # (only with a codec; see compression_ratio()).
+        self._compression_ratios: dict[str, float] = {}
         self._loop = loop
         self._on_batch_created = on_batch_created
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -504,9 +521,56 @@ class RecordAccumulator:
             self._on_batch_created(topic, partition, len(batches))
         return future
 
-    def buffer_size_for(self, record_size: int) -> int:
-        """The buffer a new batch needs: max(batch_size, the record plus the batch header)."""
-        return max(self.batch_size, record_size + RECORD_BATCH_OVERHEAD)
+    def buffer_size_for(self, record_size: int, topic: str = "") -> int:
+        """The buffer a new batch of ``topic`` needs: max(batch_size, the record plus the
+        batch header), or with a codec, the records that are expected to compress to
+        ``batch_size`` (as the Java client fills compressed batches; see
+        :meth:`compression_ratio`), at most ``MAX_COMPRESSED_BATCH_FACTOR * batch_size`` and
+        an eighth of ``buffer_memory``."""
+        batch_size = self.batch_size
+        size = batch_size
+        if self.compressed:
+            ratio = self._compression_ratios.get(topic, 1.0)
+            expected = RECORD_BATCH_OVERHEAD + math.ceil(
+                (batch_size - RECORD_BATCH_OVERHEAD)
+                / (ratio * COMPRESSION_RATE_ESTIMATION_FACTOR)
+            )
+            if expected > size:
+                # Nor more than an eighth of buffer_memory: a small pool keeps room for
+                # several batches.
+                size = max(
+                    size,
+                    min(
+                        expected,
+                        MAX_COMPRESSED_BATCH_FACTOR * batch_size,
+                        self._pool.total_memory // 8,
+                    ),
+                )
+        return max(size, record_size + RECORD_BATCH_OVERHEAD)
+
+    def compression_ratio(self, topic: str) -> float:
+        """The compressed/uncompressed size ratio expected of ``topic``'s next batch.
+
+        1.0 without a codec, and for a topic none of whose batches was sent yet. The Java
+        client's estimate: each batch sent moves it (:meth:`observe_compression`).
+        """
+        return self._compression_ratios.get(topic, 1.0)
+
+    def observe_compression(self, topic: str, compressed: int, uncompressed: int) -> None:
+        """A batch of ``topic`` was closed: its records took ``uncompressed`` bytes, and
+        ``compressed`` once compressed. Updates :meth:`compression_ratio` as Java does."""
+        if not self.compressed or uncompressed <= 0:
+            return
+        observed = compressed / uncompressed
+        current = self._compression_ratios.get(topic, 1.0)
+        if observed > current:
+            self._compression_ratios[topic] = max(
+                current + COMPRESSION_RATIO_DETERIORATE_STEP, observed
+            )
+        elif observed < current:
+            self._compression_ratios[topic] = max(
+                current - COMPRESSION_RATIO_IMPROVING_STEP, observed
+            )
 
     # ---- readiness and draining -------------------------------------------------------------
 

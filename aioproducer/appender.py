@@ -20,7 +20,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.accumulator import (
+    COMPRESSION_RATE_ESTIMATION_FACTOR,
+    ProducerBatch,
+    RecordAccumulator,
+)
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
 from aioproducer.futures import BatchResults, RecordFuture
@@ -262,6 +266,13 @@ class RecordAppender:
     def _tell_record_appended(
         self, topic: str, partition: int, size: int, switch_allowed: bool
     ) -> None:
+        accumulator = self._accumulator
+        if accumulator.compressed:
+            # Counted as the batch is expected to take them compressed (Java counts its
+            # estimated batch size), so the partition is left once its batch is full.
+            size = int(
+                size * accumulator.compression_ratio(topic) * COMPRESSION_RATE_ESTIMATION_FACTOR
+            )
         # The hook exists (checked by the caller); the built-in partitioner gets a native call.
         default = self._default_partitioner
         if default is not None:
@@ -362,7 +373,7 @@ class RecordAppender:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is None:
             pool = self._pool
-            buffer_size = accumulator.buffer_size_for(record_size(key, value, headers))
+            buffer_size = accumulator.buffer_size_for(record_size(key, value, headers), topic)
             buffer = await pool.allocate(buffer_size, max_block)
             try:
                 self._check_running()
@@ -465,7 +476,7 @@ class RecordAppender:
         accumulator = self._accumulator
         size = record_size(key, value, headers)
         self.check_record_size(size)
-        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size))
+        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size, topic))
         if buffer is None:
             self.pending_partition = partition
             self._pending_sticky = sticky

@@ -46,6 +46,7 @@ from aioproducer.protocol.messages import (
     ProduceResponse,
     ProduceTopicData,
 )
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.transactions import IdempotenceManager, TransactionalRequest, TransactionManager
 
@@ -191,9 +192,9 @@ class Sender:
         else:
             accumulator.prepare_batch = self._close_batch
         self._offload_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        threshold = offload_threshold(
-            CompressionType[config.compression_type.upper()], config.compression_offload_bytes
-        )
+        codec = CompressionType[config.compression_type.upper()]
+        self._compressed = codec is not CompressionType.NONE
+        threshold = offload_threshold(codec, config.compression_offload_bytes)
         if threshold is not None:
             accumulator.offload = self._offload
             accumulator.offload_threshold = threshold
@@ -718,6 +719,8 @@ class Sender:
         size = 0
         metrics = self._metrics
         acks_zero = self._acks == 0
+        accumulator = self._accumulator
+        compressed = self._compressed
         for batch in batches:
             view = batch.builder.close() if not batch.builder.closed else batch.builder._closed_view
             assert view is not None
@@ -729,13 +732,17 @@ class Sender:
             records += batch.record_count
             size += len(view)
             if batch.attempts == 0:
+                uncompressed = batch.builder.uncompressed_size
                 metrics.batch_drained(
-                    len(view),
-                    batch.builder.uncompressed_size,
-                    batch.record_count,
-                    now - batch.created,
-                    now,
+                    len(view), uncompressed, batch.record_count, now - batch.created, now
                 )
+                if compressed:
+                    # The estimate that sizes the topic's next batches (as Java's).
+                    accumulator.observe_compression(
+                        batch.topic,
+                        len(view) - RECORD_BATCH_OVERHEAD,
+                        uncompressed - RECORD_BATCH_OVERHEAD,
+                    )
             if self._guarantee_order:
                 self._accumulator.mute(batch.tp)
         idempotence = self._idempotence

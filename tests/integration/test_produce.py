@@ -5,6 +5,7 @@ per-partition order exactly as sent."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -24,6 +25,9 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
+from aioproducer.net.connection import BrokerConnection
+from aioproducer.protocol.messages import ProduceRequest
+from aioproducer.protocol.record_reader import decode_record_batches
 from tests.support.readback import read_back
 
 
@@ -457,6 +461,60 @@ async def test_batches_compressed_in_worker_threads_read_back_in_order(
     for key in {f"k{i}".encode() for i in range(7)}:
         got = [r.value for r in consumed if r.key == key]
         assert got == [v for i, v in enumerate(values) if f"k{i % 7}".encode() == key]
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+async def test_compressed_batches_fill_batch_size_once_compressed_like_javas(
+    target: Target, codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a codec, ``batch_size`` bounds a batch's expected compressed size (the Java
+    client's compression ratio estimate), so batches of records that compress well hold
+    more than ``batch_size`` of them, and what goes on the wire stays about ``batch_size``."""
+    topic = target.make_topic(1)
+    sent: list[bytes] = []
+    original = BrokerConnection.send
+
+    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+        if isinstance(request, ProduceRequest):
+            sent.extend(bytes(p.records) for t in request.topics for p in t.partitions)
+        return original(self, request, version)
+
+    monkeypatch.setattr(BrokerConnection, "send", send)
+    # Four letters at random: about 2 bits of information a byte.
+    letters = bytes(b"abcd"[i % 4] for i in range(256))
+    rng = random.Random(7)
+    values = [f"{i:06d}".encode() + rng.randbytes(1018).translate(letters) for i in range(5000)]
+    batch_size = 16384
+    async with Producer(
+        bootstrap_servers=target.bootstrap,
+        compression_type=codec,
+        batch_size=batch_size,
+        linger_ms=100,
+    ) as producer:
+        futures = []
+        for i, value in enumerate(values):
+            futures.append(await producer.send(topic, value))
+            if i % 20 == 0:
+                # Let the sender take the full batches, as it would in a steady stream: the
+                # estimate follows the batches sent.
+                await asyncio.sleep(0.001)
+        await asyncio.gather(*futures)
+    # (bytes on the wire, bytes of the records' values) of every batch, in order.
+    batches = [
+        (len(data), sum(len(r.value) for r in batch.records))
+        for data in sent
+        for batch in decode_record_batches(data)
+    ]
+    # The first batch: no estimate yet, so batch_size of records, as without a codec.
+    assert batches[0][1] <= batch_size
+    # Once the estimate has settled, more than batch_size of records per batch (these
+    # compress about 0.57:1 with lz4 and 0.33:1 with zstd: 1.66 and 2.9 times batch_size)...
+    settled = batches[len(batches) // 2 :]
+    assert min(count for _, count in settled[:-1]) > 1.3 * batch_size
+    # ... that compress to about batch_size.
+    assert max(size for size, _ in settled) <= 1.1 * batch_size
+    consumed = read_back(target.bootstrap, topic, expected=len(values))
+    assert [r.value for r in consumed] == values
 
 
 async def test_a_broker_without_idempotence_fails_start_clearly(mock_cluster: Any) -> None:

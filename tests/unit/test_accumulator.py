@@ -51,7 +51,7 @@ class Harness:
         future = self.acc.try_append(topic, partition, 0, None, value, None)
         if future is not None:
             return future
-        size = self.acc.buffer_size_for(len(value) + 30)
+        size = self.acc.buffer_size_for(len(value) + 30, topic)
         buffer = self.pool.allocate_nowait(size)
         assert buffer is not None
         return self.acc.append_to_new_batch(topic, partition, 0, None, value, None, buffer, now)
@@ -746,3 +746,101 @@ async def test_each_record_future_hands_out_one_faithful_copy_of_its_batch_error
     assert raised.value is error
     # Another record of the batch has its own.
     assert second.exception() is not error and str(second.exception()) == "broker said no"
+
+
+# ---- compressed batches sized by the expected compression ratio (Java's estimator) ---------
+
+
+async def test_the_compression_ratio_estimate_moves_as_the_java_clients_does() -> None:
+    h = Harness(asyncio.get_running_loop(), compression=CompressionType.ZSTD)
+    acc = h.acc
+    assert acc.compression_ratio("t") == 1.0
+    # Better than expected: down by 0.005 per batch, never below what was seen.
+    acc.observe_compression("t", 300, 1000)
+    assert acc.compression_ratio("t") == pytest.approx(0.995)
+    for _ in range(200):
+        acc.observe_compression("t", 300, 1000)
+    assert acc.compression_ratio("t") == pytest.approx(0.3)
+    # Worse than expected: up at once, by at least 0.05.
+    acc.observe_compression("t", 320, 1000)
+    assert acc.compression_ratio("t") == pytest.approx(0.35)
+    acc.observe_compression("t", 900, 1000)
+    assert acc.compression_ratio("t") == pytest.approx(0.9)
+    # Per topic.
+    assert acc.compression_ratio("other") == 1.0
+
+
+async def test_without_a_codec_there_is_no_estimate() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=16384, buffer_memory=1 << 24)
+    h.acc.observe_compression("t", 100, 1000)
+    assert h.acc.compression_ratio("t") == 1.0
+    assert h.acc.buffer_size_for(100, "t") == 16384
+
+
+async def test_compressed_batches_get_buffers_for_what_compresses_to_batch_size() -> None:
+    h = Harness(
+        asyncio.get_running_loop(),
+        compression=CompressionType.LZ4,
+        batch_size=16384,
+        buffer_memory=1 << 24,
+    )
+    acc = h.acc
+    # No estimate yet: batch_size, the size the pool keeps for reuse.
+    assert acc.buffer_size_for(100, "t") == 16384
+    for _ in range(200):
+        acc.observe_compression("t", 40, 100)
+    # Records of (16384 - 61) / (0.4 * 1.05) bytes are expected to compress to batch_size.
+    assert acc.buffer_size_for(100, "t") == 61 + -(-(16384 - 61) * 100 // 42)
+    # A record bigger than that still gets a buffer of its own size.
+    assert acc.buffer_size_for(100_000, "t") == 100_000 + 61
+    # However well records compress, at most 8 batch sizes.
+    for _ in range(200):
+        acc.observe_compression("t", 1, 1000)
+    assert acc.buffer_size_for(100, "t") == 8 * 16384
+    assert acc.buffer_size_for(100, "another topic") == 16384
+
+
+async def test_a_small_buffer_memory_caps_compressed_batches() -> None:
+    h = Harness(
+        asyncio.get_running_loop(),
+        compression=CompressionType.ZSTD,
+        batch_size=16384,
+        buffer_memory=256 * 1024,
+    )
+    for _ in range(200):
+        h.acc.observe_compression("t", 1, 10)
+    # An eighth of buffer_memory, so the pool still holds several batches...
+    assert h.acc.buffer_size_for(100, "t") == 32 * 1024
+    tiny = Harness(
+        asyncio.get_running_loop(),
+        compression=CompressionType.ZSTD,
+        batch_size=16384,
+        buffer_memory=64 * 1024,
+    )
+    for _ in range(200):
+        tiny.acc.observe_compression("t", 1, 10)
+    # ... but never less than batch_size.
+    assert tiny.acc.buffer_size_for(100, "t") == 16384
+
+
+async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> None:
+    h = Harness(
+        asyncio.get_running_loop(),
+        compression=CompressionType.ZSTD,
+        batch_size=4096,
+        buffer_memory=1 << 22,
+    )
+    for _ in range(200):
+        h.acc.observe_compression("t", 25, 100)
+    values = [bytes([65 + i % 4]) * 100 for i in range(200)]
+    futures = [h.append(0, value, 0.0) for value in values]
+    batches = list(h.acc.deque_for(("t", 0)))
+    first = batches[0]
+    # About (4096 - 61) / (0.25 * 1.05) bytes of records went into the first batch.
+    assert first.builder.size_in_bytes > 3 * 4096
+    assert first.record_count == sum(1 for f in futures if f._batch is first)
+    view = first.builder.close()
+    # Compressed, it is back within batch_size; and it decodes to the records appended.
+    assert len(view) <= 4096
+    (decoded,) = decode_record_batches(bytes(view))
+    assert [r.value for r in decoded.records] == values[: first.record_count]
