@@ -15,7 +15,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack as _gc_untrack
@@ -34,13 +34,16 @@ __all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 # *estimated compressed* size, the records' bytes times the topic's expected ratio times 1.05.
 # The estimate starts at 1.0; each batch sent moves it towards the ratio it had: down by at
 # most 0.005 per batch when it compressed better, up by at least 0.05 when worse.
-COMPRESSION_RATIO_IMPROVING_STEP = 0.005
-COMPRESSION_RATIO_DETERIORATE_STEP = 0.05
-COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
-#: Unlike Java's, a batch here holds its records uncompressed until it is closed: the buffer
-#: of a compressed batch is at most this many times ``batch_size``, however well records
-#: compress (the records of 16 KiB batches compressed 8:1 or better then fill 128 KiB).
-MAX_COMPRESSED_BATCH_FACTOR = 8
+# A split batch (the broker found it too large) sets the estimate back to at least 1.0.
+COMPRESSION_RATIO_IMPROVING_STEP: Final = 0.005
+COMPRESSION_RATIO_DETERIORATE_STEP: Final = 0.05
+COMPRESSION_RATE_ESTIMATION_FACTOR: Final = 1.05
+#: Unlike Java's, a batch here holds its records uncompressed until it is closed, and takes
+#: that much of ``buffer_memory``: so a compressed batch gets a larger buffer only when its
+#: partition's previous batch filled up (many partitions with a few records each keep
+#: ``batch_size`` buffers), and at most this many times ``batch_size`` (records of 16 KiB
+#: batches that compress 8:1 or better fill 128 KiB), and an eighth of ``buffer_memory``.
+MAX_COMPRESSED_BATCH_FACTOR: Final = 8
 
 # The records of every finished batch (see RecordAccumulator.deallocate): shared, and never
 # appended to, since records join only batches still open in their partition's deque.
@@ -521,31 +524,34 @@ class RecordAccumulator:
             self._on_batch_created(topic, partition, len(batches))
         return future
 
-    def buffer_size_for(self, record_size: int, topic: str = "") -> int:
-        """The buffer a new batch of ``topic`` needs: max(batch_size, the record plus the
-        batch header), or with a codec, the records that are expected to compress to
-        ``batch_size`` (as the Java client fills compressed batches; see
-        :meth:`compression_ratio`), at most ``MAX_COMPRESSED_BATCH_FACTOR * batch_size`` and
-        an eighth of ``buffer_memory``."""
+    def buffer_size_for(self, record_size: int, topic: str, partition: int) -> int:
+        """The buffer a new batch of ``topic``'s ``partition`` needs.
+
+        max(batch_size, the record plus the batch header); with a codec, while the
+        partition's last batch is full (records come faster than batches leave), the records
+        expected to compress to ``batch_size`` instead (as the Java client fills compressed
+        batches; see :meth:`compression_ratio`), within ``MAX_COMPRESSED_BATCH_FACTOR *
+        batch_size`` and an eighth of ``buffer_memory``.
+        """
         batch_size = self.batch_size
         size = batch_size
         if self.compressed:
             ratio = self._compression_ratios.get(topic, 1.0)
-            expected = RECORD_BATCH_OVERHEAD + math.ceil(
-                (batch_size - RECORD_BATCH_OVERHEAD)
-                / (ratio * COMPRESSION_RATE_ESTIMATION_FACTOR)
-            )
-            if expected > size:
-                # Nor more than an eighth of buffer_memory: a small pool keeps room for
-                # several batches.
-                size = max(
-                    size,
-                    min(
-                        expected,
-                        MAX_COMPRESSED_BATCH_FACTOR * batch_size,
-                        self._pool.total_memory // 8,
-                    ),
-                )
+            if ratio < 1.0:
+                batches = self._existing_deque(topic, partition)
+                if batches:
+                    expected = RECORD_BATCH_OVERHEAD + math.ceil(
+                        (batch_size - RECORD_BATCH_OVERHEAD)
+                        / (ratio * COMPRESSION_RATE_ESTIMATION_FACTOR)
+                    )
+                    size = max(
+                        size,
+                        min(
+                            expected,
+                            MAX_COMPRESSED_BATCH_FACTOR * batch_size,
+                            self._pool.total_memory // 8,
+                        ),
+                    )
         return max(size, record_size + RECORD_BATCH_OVERHEAD)
 
     def compression_ratio(self, topic: str) -> float:
@@ -571,6 +577,19 @@ class RecordAccumulator:
             self._compression_ratios[topic] = max(
                 current - COMPRESSION_RATIO_IMPROVING_STEP, observed
             )
+
+    def estimated_size(self, batch: ProducerBatch) -> int:
+        """The bytes ``batch`` is expected to take in a request: compressed, with a codec."""
+        size = batch.size_in_bytes
+        if self.compressed:
+            closed = batch.builder.closed_size
+            if closed:
+                return closed
+            ratio = self._compression_ratios.get(batch.topic, 1.0)
+            return RECORD_BATCH_OVERHEAD + math.ceil(
+                (size - RECORD_BATCH_OVERHEAD) * ratio * COMPRESSION_RATE_ESTIMATION_FACTOR
+            )
+        return size
 
     # ---- readiness and draining -------------------------------------------------------------
 
@@ -668,7 +687,8 @@ class RecordAccumulator:
                 continue
             if offload_threshold is not None and self._offload_head(batches, offload_threshold):
                 continue
-            batch_size = first.size_in_bytes
+            # As Java's: a compressed batch counts what it is expected to take compressed.
+            batch_size = self.estimated_size(first) if self.compressed else first.size_in_bytes
             if ready and size + batch_size > max_request_size:
                 # Start after this partition next time so it is not starved.
                 self._drain_index[node] = (start + i) % count
@@ -806,6 +826,17 @@ class RecordAccumulator:
         place of the old one at the front of the partition; the old batch's :attr:`forward`
         tells each record's future where its record went.
         """
+        if self.compressed:
+            # As Java's: the estimate failed for this topic, so it starts over from at least
+            # 1.0 (batch_size of records) rather than make the next batches too large too.
+            closed = batch.builder.closed_size
+            uncompressed = batch.builder.uncompressed_size - RECORD_BATCH_OVERHEAD
+            observed = (
+                (closed - RECORD_BATCH_OVERHEAD) / uncompressed
+                if closed and uncompressed > 0
+                else 1.0
+            )
+            self._compression_ratios[batch.topic] = max(1.0, observed)
         new_batches: list[ProducerBatch] = []
         current: ProducerBatch | None = None
         # Where each record goes, by its offset here; futures (of send() records, and of

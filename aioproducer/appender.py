@@ -20,11 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aioproducer.accumulator import (
-    COMPRESSION_RATE_ESTIMATION_FACTOR,
-    ProducerBatch,
-    RecordAccumulator,
-)
+from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
 from aioproducer.futures import BatchResults, RecordFuture
@@ -260,19 +256,19 @@ class RecordAppender:
         # It may switch early only once the partition's open batch is full.
         size = (0 if value is None else len(value)) + 10
         self._tell_record_appended(
-            topic, partition, size, batch.full or batch.builder.remaining < size
+            topic, partition, size, batch.full or batch.builder.remaining < size, batch
         )
 
     def _tell_record_appended(
-        self, topic: str, partition: int, size: int, switch_allowed: bool
+        self, topic: str, partition: int, size: int, switch_allowed: bool, batch: ProducerBatch
     ) -> None:
-        accumulator = self._accumulator
-        if accumulator.compressed:
-            # Counted as the batch is expected to take them compressed (Java counts its
-            # estimated batch size), so the partition is left once its batch is full.
-            size = int(
-                size * accumulator.compression_ratio(topic) * COMPRESSION_RATE_ESTIMATION_FACTOR
-            )
+        batch_size = self._accumulator.batch_size
+        buffer_size = batch.buffer_size
+        if buffer_size > batch_size and self._accumulator.compressed:
+            # A compressed batch sized to compress to batch_size (RecordAccumulator.
+            # buffer_size_for): its records count in that proportion, as Java counts the
+            # batch's estimated compressed size, so its partition is left once it is full.
+            size = -(-size * batch_size // buffer_size)
         # The hook exists (checked by the caller); the built-in partitioner gets a native call.
         default = self._default_partitioner
         if default is not None:
@@ -373,7 +369,9 @@ class RecordAppender:
         future = accumulator.try_append(topic, partition, timestamp, key, value, headers)
         if future is None:
             pool = self._pool
-            buffer_size = accumulator.buffer_size_for(record_size(key, value, headers), topic)
+            buffer_size = accumulator.buffer_size_for(
+                record_size(key, value, headers), topic, partition
+            )
             buffer = await pool.allocate(buffer_size, max_block)
             try:
                 self._check_running()
@@ -476,7 +474,7 @@ class RecordAppender:
         accumulator = self._accumulator
         size = record_size(key, value, headers)
         self.check_record_size(size)
-        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size, topic))
+        buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size, topic, partition))
         if buffer is None:
             self.pending_partition = partition
             self._pending_sticky = sticky
@@ -675,6 +673,6 @@ class RecordAppender:
                     size += len(values[position])
                 last = results.last_batch
                 assert last is not None
-                self._tell_record_appended(topic, chosen, size, last.full)
+                self._tell_record_appended(topic, chosen, size, last.full, last)
             index = reached
         return index

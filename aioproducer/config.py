@@ -399,7 +399,8 @@ class ProducerConfig:
             doc="The size in bytes a batch is filled to before it is sent; also the unit the "
             "sticky partitioner switches partitions at. With a codec, as in the Java client, "
             "the size the batch is expected to have once compressed (from the ratio of the "
-            "topic's batches so far; at most 8 times batch_size of records).",
+            "topic's batches so far; at most 8 times batch_size and an eighth of "
+            "buffer_memory of records).",
             check=_int_between(0),
         ),
     )

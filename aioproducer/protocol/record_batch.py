@@ -491,6 +491,12 @@ class RecordBatchBuilder:
         return view
 
     @property
+    def closed_size(self) -> int:
+        """The batch's bytes once closed (compressed, with a codec); 0 before ``close()``."""
+        view = self._closed_view
+        return 0 if view is None else len(view)
+
+    @property
     def detached(self) -> bool:
         """True after :meth:`detach`: the buffer went back to the pool."""
         return self._buffer is _DETACHED_BUFFER

@@ -51,7 +51,7 @@ class Harness:
         future = self.acc.try_append(topic, partition, 0, None, value, None)
         if future is not None:
             return future
-        size = self.acc.buffer_size_for(len(value) + 30, topic)
+        size = self.acc.buffer_size_for(len(value) + 30, topic, partition)
         buffer = self.pool.allocate_nowait(size)
         assert buffer is not None
         return self.acc.append_to_new_batch(topic, partition, 0, None, value, None, buffer, now)
@@ -774,7 +774,13 @@ async def test_without_a_codec_there_is_no_estimate() -> None:
     h = Harness(asyncio.get_running_loop(), batch_size=16384, buffer_memory=1 << 24)
     h.acc.observe_compression("t", 100, 1000)
     assert h.acc.compression_ratio("t") == 1.0
-    assert h.acc.buffer_size_for(100, "t") == 16384
+    h.append(0, b"x" * 100, 0.0)
+    assert h.acc.buffer_size_for(100, "t", 0) == 16384
+
+
+def _settle(acc: RecordAccumulator, compressed: int, uncompressed: int, topic: str = "t") -> None:
+    for _ in range(300):
+        acc.observe_compression(topic, compressed, uncompressed)
 
 
 async def test_compressed_batches_get_buffers_for_what_compresses_to_batch_size() -> None:
@@ -786,18 +792,23 @@ async def test_compressed_batches_get_buffers_for_what_compresses_to_batch_size(
     )
     acc = h.acc
     # No estimate yet: batch_size, the size the pool keeps for reuse.
-    assert acc.buffer_size_for(100, "t") == 16384
-    for _ in range(200):
-        acc.observe_compression("t", 40, 100)
-    # Records of (16384 - 61) / (0.4 * 1.05) bytes are expected to compress to batch_size.
-    assert acc.buffer_size_for(100, "t") == 61 + -(-(16384 - 61) * 100 // 42)
-    # A record bigger than that still gets a buffer of its own size.
-    assert acc.buffer_size_for(100_000, "t") == 100_000 + 61
+    h.append(0, b"x" * 100, 0.0)
+    assert acc.buffer_size_for(100, "t", 0) == 16384
+    _settle(acc, 40, 100)
+    # While the partition's last batch is full: records of (16384 - 61) / (0.4 * 1.05)
+    # bytes, which are expected to compress to batch_size.
+    assert acc.buffer_size_for(100, "t", 0) == 61 + -(-(16384 - 61) * 100 // 42)
+    # A partition without a batch waiting (its records come slower than batches leave)
+    # keeps batch_size buffers: many quiet partitions do not hold big buffers.
+    assert acc.buffer_size_for(100, "t", 1) == 16384
+    # A record bigger than either still gets a buffer of its own size.
+    assert acc.buffer_size_for(100_000, "t", 0) == 100_000 + 61
+    assert acc.buffer_size_for(100_000, "t", 1) == 100_000 + 61
     # However well records compress, at most 8 batch sizes.
-    for _ in range(200):
-        acc.observe_compression("t", 1, 1000)
-    assert acc.buffer_size_for(100, "t") == 8 * 16384
-    assert acc.buffer_size_for(100, "another topic") == 16384
+    _settle(acc, 1, 1000)
+    assert acc.buffer_size_for(100, "t", 0) == 8 * 16384
+    h.append(0, b"x" * 100, 0.0, topic="another topic")
+    assert acc.buffer_size_for(100, "another topic", 0) == 16384
 
 
 async def test_a_small_buffer_memory_caps_compressed_batches() -> None:
@@ -807,20 +818,20 @@ async def test_a_small_buffer_memory_caps_compressed_batches() -> None:
         batch_size=16384,
         buffer_memory=256 * 1024,
     )
-    for _ in range(200):
-        h.acc.observe_compression("t", 1, 10)
+    h.append(0, b"x" * 100, 0.0)
+    _settle(h.acc, 1, 10)
     # An eighth of buffer_memory, so the pool still holds several batches...
-    assert h.acc.buffer_size_for(100, "t") == 32 * 1024
+    assert h.acc.buffer_size_for(100, "t", 0) == 32 * 1024
     tiny = Harness(
         asyncio.get_running_loop(),
         compression=CompressionType.ZSTD,
         batch_size=16384,
         buffer_memory=64 * 1024,
     )
-    for _ in range(200):
-        tiny.acc.observe_compression("t", 1, 10)
+    tiny.append(0, b"x" * 100, 0.0)
+    _settle(tiny.acc, 1, 10)
     # ... but never less than batch_size.
-    assert tiny.acc.buffer_size_for(100, "t") == 16384
+    assert tiny.acc.buffer_size_for(100, "t", 0) == 16384
 
 
 async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> None:
@@ -830,17 +841,38 @@ async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> Non
         batch_size=4096,
         buffer_memory=1 << 22,
     )
-    for _ in range(200):
-        h.acc.observe_compression("t", 25, 100)
-    values = [bytes([65 + i % 4]) * 100 for i in range(200)]
+    _settle(h.acc, 25, 100)
+    values = [bytes([65 + i % 4]) * 100 for i in range(400)]
     futures = [h.append(0, value, 0.0) for value in values]
-    batches = list(h.acc.deque_for(("t", 0)))
-    first = batches[0]
-    # About (4096 - 61) / (0.25 * 1.05) bytes of records went into the first batch.
-    assert first.builder.size_in_bytes > 3 * 4096
-    assert first.record_count == sum(1 for f in futures if f._batch is first)
-    view = first.builder.close()
+    first, second, *_ = list(h.acc.deque_for(("t", 0)))
+    # The partition's first batch: batch_size. The next one, started when the first was
+    # full: about (4096 - 61) / (0.25 * 1.05) bytes of records.
+    assert first.builder.size_in_bytes <= 4096
+    assert second.builder.size_in_bytes > 3 * 4096
+    assert second.record_count == sum(1 for f in futures if f._batch is second)
+    # Counted for a request as what it is expected to take compressed.
+    assert h.acc.estimated_size(second) < 4096 < second.size_in_bytes
+    view = second.builder.close()
     # Compressed, it is back within batch_size; and it decodes to the records appended.
     assert len(view) <= 4096
+    assert h.acc.estimated_size(second) == len(view)
     (decoded,) = decode_record_batches(bytes(view))
-    assert [r.value for r in decoded.records] == values[: first.record_count]
+    start = first.record_count
+    assert [r.value for r in decoded.records] == values[start : start + second.record_count]
+
+
+async def test_a_split_sets_the_estimate_back_to_at_least_one() -> None:
+    h = Harness(
+        asyncio.get_running_loop(),
+        compression=CompressionType.ZSTD,
+        batch_size=4096,
+        buffer_memory=1 << 22,
+    )
+    _settle(h.acc, 25, 100)
+    for i in range(100):
+        h.append(0, bytes([65 + i % 4]) * 100, 0.0)
+    batch = h.acc.deque_for(("t", 0)).popleft()
+    view = batch.builder.close()
+    records = decode_record_batches(bytes(view))[0].records
+    assert h.acc.split_and_reenqueue(batch, records, 1.0) >= 1
+    assert h.acc.compression_ratio("t") == 1.0

@@ -321,7 +321,7 @@ class Harness:
         if future is not None:
             return future
         size = estimate_record_size(-1 if key is None else len(key), len(value), 0)
-        buffer = self.pool.allocate_nowait(self.accumulator.buffer_size_for(size))
+        buffer = self.pool.allocate_nowait(self.accumulator.buffer_size_for(size, TOPIC, partition))
         assert buffer is not None
         return self.accumulator.append_to_new_batch(
             TOPIC, partition, TIMESTAMP, key, value, None, buffer, self.now
