@@ -463,6 +463,26 @@ async def test_batches_compressed_in_worker_threads_read_back_in_order(
         assert got == [v for i, v in enumerate(values) if f"k{i % 7}".encode() == key]
 
 
+async def _send_steadily(
+    target: Target, topic: str, values: list[bytes], codec: str, batch_size: int
+) -> list[RecordMetadata]:
+    """Send key-less ``values`` with long linger, pausing every 20 records so the sender
+    takes the full batches as it would in a steady stream (the compression estimate
+    follows the batches sent); return their metadata."""
+    async with Producer(
+        bootstrap_servers=target.bootstrap,
+        compression_type=codec,
+        batch_size=batch_size,
+        linger_ms=100,
+    ) as producer:
+        futures = []
+        for i, value in enumerate(values):
+            futures.append(await producer.send(topic, value))
+            if i % 20 == 0:
+                await asyncio.sleep(0.001)
+        return list(await asyncio.gather(*futures))
+
+
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
 async def test_compressed_batches_fill_batch_size_once_compressed_like_javas(
     target: Target, codec: str, monkeypatch: pytest.MonkeyPatch
@@ -485,20 +505,7 @@ async def test_compressed_batches_fill_batch_size_once_compressed_like_javas(
     rng = random.Random(7)
     values = [f"{i:06d}".encode() + rng.randbytes(1018).translate(letters) for i in range(5000)]
     batch_size = 16384
-    async with Producer(
-        bootstrap_servers=target.bootstrap,
-        compression_type=codec,
-        batch_size=batch_size,
-        linger_ms=100,
-    ) as producer:
-        futures = []
-        for i, value in enumerate(values):
-            futures.append(await producer.send(topic, value))
-            if i % 20 == 0:
-                # Let the sender take the full batches, as it would in a steady stream: the
-                # estimate follows the batches sent.
-                await asyncio.sleep(0.001)
-        await asyncio.gather(*futures)
+    await _send_steadily(target, topic, values, codec, batch_size)
     # (bytes on the wire, bytes of the records' values) of every batch, in order.
     batches = [
         (len(data), sum(len(r.value) for r in batch.records))
@@ -527,18 +534,7 @@ async def test_key_less_compressed_records_stick_to_a_partition_until_its_batch_
     letters = bytes(b"abcd"[i % 4] for i in range(256))
     rng = random.Random(11)
     values = [rng.randbytes(1024).translate(letters) for _ in range(6000)]
-    async with Producer(
-        bootstrap_servers=target.bootstrap,
-        compression_type="zstd",
-        batch_size=16384,
-        linger_ms=100,
-    ) as producer:
-        futures = []
-        for i, value in enumerate(values):
-            futures.append(await producer.send(topic, value))
-            if i % 20 == 0:
-                await asyncio.sleep(0.001)
-        metadata = await asyncio.gather(*futures)
+    metadata = await _send_steadily(target, topic, values, "zstd", 16384)
     # Runs of consecutive records that went to one partition, once the estimate settled.
     runs: list[int] = []
     previous = -1

@@ -811,30 +811,29 @@ async def test_compressed_batches_get_buffers_for_what_compresses_to_batch_size(
     assert acc.buffer_size_for(100, "another topic", 0) == 16384
 
 
-async def test_a_small_buffer_memory_caps_compressed_batches() -> None:
+def _zstd_full_partition(buffer_memory: int) -> RecordAccumulator:
+    """A zstd accumulator whose topic compresses 10:1 and whose partition 0 has a batch."""
     h = Harness(
         asyncio.get_running_loop(),
         compression=CompressionType.ZSTD,
         batch_size=16384,
-        buffer_memory=256 * 1024,
+        buffer_memory=buffer_memory,
     )
     h.append(0, b"x" * 100, 0.0)
     _settle(h.acc, 1, 10)
+    return h.acc
+
+
+async def test_a_small_buffer_memory_caps_compressed_batches() -> None:
     # An eighth of buffer_memory, so the pool still holds several batches...
-    assert h.acc.buffer_size_for(100, "t", 0) == 32 * 1024
-    tiny = Harness(
-        asyncio.get_running_loop(),
-        compression=CompressionType.ZSTD,
-        batch_size=16384,
-        buffer_memory=64 * 1024,
-    )
-    tiny.append(0, b"x" * 100, 0.0)
-    _settle(tiny.acc, 1, 10)
+    assert _zstd_full_partition(256 * 1024).buffer_size_for(100, "t", 0) == 32 * 1024
     # ... but never less than batch_size.
-    assert tiny.acc.buffer_size_for(100, "t", 0) == 16384
+    assert _zstd_full_partition(64 * 1024).buffer_size_for(100, "t", 0) == 16384
 
 
-async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> None:
+def _zstd_4k_filled(count: int) -> tuple[Harness, list[bytes], list[RecordFuture]]:
+    """4 KiB zstd batches of a topic that compresses 4:1, and ``count`` records appended to
+    partition 0."""
     h = Harness(
         asyncio.get_running_loop(),
         compression=CompressionType.ZSTD,
@@ -842,8 +841,12 @@ async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> Non
         buffer_memory=1 << 22,
     )
     _settle(h.acc, 25, 100)
-    values = [bytes([65 + i % 4]) * 100 for i in range(400)]
-    futures = [h.append(0, value, 0.0) for value in values]
+    values = [bytes([65 + i % 4]) * 100 for i in range(count)]
+    return h, values, [h.append(0, value, 0.0) for value in values]
+
+
+async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> None:
+    h, values, futures = _zstd_4k_filled(400)
     first, second, *_ = list(h.acc.deque_for(("t", 0)))
     # The partition's first batch: batch_size. The next one, started when the first was
     # full: about (4096 - 61) / (0.25 * 1.05) bytes of records.
@@ -862,15 +865,7 @@ async def test_a_compressed_batch_takes_records_up_to_its_larger_buffer() -> Non
 
 
 async def test_a_split_sets_the_estimate_back_to_at_least_one() -> None:
-    h = Harness(
-        asyncio.get_running_loop(),
-        compression=CompressionType.ZSTD,
-        batch_size=4096,
-        buffer_memory=1 << 22,
-    )
-    _settle(h.acc, 25, 100)
-    for i in range(100):
-        h.append(0, bytes([65 + i % 4]) * 100, 0.0)
+    h, _, _ = _zstd_4k_filled(100)
     batch = h.acc.deque_for(("t", 0)).popleft()
     view = batch.builder.close()
     records = decode_record_batches(bytes(view))[0].records
