@@ -562,12 +562,11 @@ class RecordAccumulator:
         """
         return self._compression_ratios.get(topic, 1.0)
 
-    def observe_compression(self, topic: str, compressed: int, uncompressed: int) -> None:
-        """A batch of ``topic`` was closed: its records took ``uncompressed`` bytes, and
-        ``compressed`` once compressed. Updates :meth:`compression_ratio` as Java does."""
-        if not self.compressed or uncompressed <= 0:
+    def observe_compression(self, topic: str, observed: float) -> None:
+        """A batch of ``topic`` went out with its records compressed to ``observed`` of their
+        size. Updates :meth:`compression_ratio` as Java does."""
+        if not self.compressed:
             return
-        observed = compressed / uncompressed
         current = self._compression_ratios.get(topic, 1.0)
         if observed > current:
             self._compression_ratios[topic] = max(
@@ -829,14 +828,7 @@ class RecordAccumulator:
         if self.compressed:
             # As Java's: the estimate failed for this topic, so it starts over from at least
             # 1.0 (batch_size of records) rather than make the next batches too large too.
-            closed = batch.builder.closed_size
-            uncompressed = batch.builder.uncompressed_size - RECORD_BATCH_OVERHEAD
-            observed = (
-                (closed - RECORD_BATCH_OVERHEAD) / uncompressed
-                if closed and uncompressed > 0
-                else 1.0
-            )
-            self._compression_ratios[batch.topic] = max(1.0, observed)
+            self._compression_ratios[batch.topic] = max(1.0, batch.builder.compression_ratio)
         new_batches: list[ProducerBatch] = []
         current: ProducerBatch | None = None
         # Where each record goes, by its offset here; futures (of send() records, and of

@@ -46,7 +46,6 @@ from aioproducer.protocol.messages import (
     ProduceResponse,
     ProduceTopicData,
 )
-from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.transactions import IdempotenceManager, TransactionalRequest, TransactionManager
 
@@ -192,9 +191,9 @@ class Sender:
         else:
             accumulator.prepare_batch = self._close_batch
         self._offload_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        codec = CompressionType[config.compression_type.upper()]
-        self._compressed = codec is not CompressionType.NONE
-        threshold = offload_threshold(codec, config.compression_offload_bytes)
+        threshold = offload_threshold(
+            CompressionType[config.compression_type.upper()], config.compression_offload_bytes
+        )
         if threshold is not None:
             accumulator.offload = self._offload
             accumulator.offload_threshold = threshold
@@ -720,7 +719,7 @@ class Sender:
         metrics = self._metrics
         acks_zero = self._acks == 0
         accumulator = self._accumulator
-        compressed = self._compressed
+        compressed = accumulator.compressed
         for batch in batches:
             view = batch.builder.close() if not batch.builder.closed else batch.builder._closed_view
             assert view is not None
@@ -732,17 +731,16 @@ class Sender:
             records += batch.record_count
             size += len(view)
             if batch.attempts == 0:
-                uncompressed = batch.builder.uncompressed_size
                 metrics.batch_drained(
-                    len(view), uncompressed, batch.record_count, now - batch.created, now
+                    len(view),
+                    batch.builder.uncompressed_size,
+                    batch.record_count,
+                    now - batch.created,
+                    now,
                 )
                 if compressed:
                     # The estimate that sizes the topic's next batches (as Java's).
-                    accumulator.observe_compression(
-                        batch.topic,
-                        len(view) - RECORD_BATCH_OVERHEAD,
-                        uncompressed - RECORD_BATCH_OVERHEAD,
-                    )
+                    accumulator.observe_compression(batch.topic, batch.builder.compression_ratio)
             if self._guarantee_order:
                 self._accumulator.mute(batch.tp)
         idempotence = self._idempotence

@@ -497,6 +497,15 @@ class RecordBatchBuilder:
         return 0 if view is None else len(view)
 
     @property
+    def compression_ratio(self) -> float:
+        """Once closed, the records' compressed size over their size before; else 1.0."""
+        view = self._closed_view
+        records = self.uncompressed_size - RECORD_BATCH_OVERHEAD
+        if view is None or records <= 0:
+            return 1.0
+        return (len(view) - RECORD_BATCH_OVERHEAD) / records
+
+    @property
     def detached(self) -> bool:
         """True after :meth:`detach`: the buffer went back to the pool."""
         return self._buffer is _DETACHED_BUFFER

@@ -756,15 +756,15 @@ async def test_the_compression_ratio_estimate_moves_as_the_java_clients_does() -
     acc = h.acc
     assert acc.compression_ratio("t") == 1.0
     # Better than expected: down by 0.005 per batch, never below what was seen.
-    acc.observe_compression("t", 300, 1000)
+    acc.observe_compression("t", 0.3)
     assert acc.compression_ratio("t") == pytest.approx(0.995)
     for _ in range(200):
-        acc.observe_compression("t", 300, 1000)
+        acc.observe_compression("t", 0.3)
     assert acc.compression_ratio("t") == pytest.approx(0.3)
     # Worse than expected: up at once, by at least 0.05.
-    acc.observe_compression("t", 320, 1000)
+    acc.observe_compression("t", 0.32)
     assert acc.compression_ratio("t") == pytest.approx(0.35)
-    acc.observe_compression("t", 900, 1000)
+    acc.observe_compression("t", 0.9)
     assert acc.compression_ratio("t") == pytest.approx(0.9)
     # Per topic.
     assert acc.compression_ratio("other") == 1.0
@@ -772,7 +772,7 @@ async def test_the_compression_ratio_estimate_moves_as_the_java_clients_does() -
 
 async def test_without_a_codec_there_is_no_estimate() -> None:
     h = Harness(asyncio.get_running_loop(), batch_size=16384, buffer_memory=1 << 24)
-    h.acc.observe_compression("t", 100, 1000)
+    h.acc.observe_compression("t", 0.1)
     assert h.acc.compression_ratio("t") == 1.0
     h.append(0, b"x" * 100, 0.0)
     assert h.acc.buffer_size_for(100, "t", 0) == 16384
@@ -780,7 +780,7 @@ async def test_without_a_codec_there_is_no_estimate() -> None:
 
 def _settle(acc: RecordAccumulator, compressed: int, uncompressed: int, topic: str = "t") -> None:
     for _ in range(300):
-        acc.observe_compression(topic, compressed, uncompressed)
+        acc.observe_compression(topic, compressed / uncompressed)
 
 
 async def test_compressed_batches_get_buffers_for_what_compresses_to_batch_size() -> None:
