@@ -27,7 +27,12 @@ from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
 from aioproducer.partitioner import DefaultPartitioner
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
-from aioproducer.records import ProducerRecord
+from aioproducer.records import (
+    MAX_TIMESTAMP_MS,
+    ProducerRecord,
+    check_partition,
+    check_timestamp,
+)
 
 __all__ = ["CheckedHeaders", "PreparedRecord", "RecordAppender", "check_headers", "to_bytes"]
 
@@ -69,6 +74,14 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
         value: Any = pair[1]
         if not isinstance(name, str):
             raise SerializationError(f"a header name must be a str, not {type(name).__name__}")
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError:
+                raise SerializationError(
+                    f"the header name {name!r} is not valid UTF-8 text (it holds a lone "
+                    "surrogate)"
+                ) from None
         if value is not None and type(value) is not bytes:
             if not isinstance(value, bytes | bytearray | memoryview):
                 raise SerializationError(
@@ -80,6 +93,14 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
     return checked
 
 
+def _callable_name(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None)
+    if not isinstance(name, str):
+        name = type(obj).__qualname__
+    module = getattr(obj, "__module__", None)
+    return f"{module}.{name}" if isinstance(module, str) else name
+
+
 def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders | None) -> int:
     """The upper bound of the record's bytes in a batch (Kafka's estimate)."""
     headers_size = 0
@@ -89,6 +110,13 @@ def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders 
     return estimate_record_size(
         -1 if key is None else len(key), -1 if value is None else len(value), headers_size
     )
+
+
+def _checked_timestamp(timestamp_ms: Any) -> int:
+    """A timestamp that is not None, checked (:func:`~aioproducer.records.check_timestamp`)."""
+    checked = check_timestamp(timestamp_ms)
+    assert checked is not None
+    return checked
 
 
 class RecordAppender:
@@ -188,14 +216,16 @@ class RecordAppender:
             raise
         except Exception as exc:
             raise SerializationError(
-                f"{role}_serializer failed for a record to topic {topic!r}: {exc!r}"
+                f"{role}_serializer {_callable_name(serializer)} failed for a record to topic "
+                f"{topic!r}: {exc!r}"
             ) from exc
         if data is None or type(data) is bytes:
             return data
         if isinstance(data, bytes | bytearray | memoryview):
             return bytes(data)
         raise SerializationError(
-            f"{role}_serializer returned a {type(data).__name__}; it must return bytes or None"
+            f"{role}_serializer {_callable_name(serializer)} returned a "
+            f"{type(data).__name__}; it must return bytes-like or None"
         )
 
     def topic_layout(self, topic: str) -> tuple[int, Any] | None:
@@ -301,13 +331,19 @@ class RecordAppender:
             record = intercept(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
             topic, value, key = record.topic, record.value, record.key
             partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        # The arguments are checked before anything runs on them (serializers included).
+        if timestamp_ms is None:
+            timestamp = int(time.time() * 1000)
+        elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            timestamp = timestamp_ms
+        else:
+            timestamp = _checked_timestamp(timestamp_ms)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            partition = check_partition(partition)
         name = self.validate_topic(topic)
         key_bytes = self.serialize(self._key_serializer, key, "key", name)
         value_bytes = self.serialize(self._value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        if partition is not None and type(partition) is not int:
-            partition = int(partition)
         future = self.append_prepared(
             name, partition, timestamp, key_bytes, value_bytes, checked_headers
         )
@@ -545,11 +581,12 @@ class RecordAppender:
             timestamp = now_ms
             headers: CheckedHeaders | None = None
             if isinstance(item, ProducerRecord):
+                # Checked when made, and again here: a record's fields can be reassigned.
                 record_topic, key, value = item.topic, item.key, item.value
                 if item.partition is not None:
-                    record_partition = item.partition
+                    record_partition = check_partition(item.partition)
                 if item.timestamp_ms is not None:
-                    timestamp = int(item.timestamp_ms)
+                    timestamp = _checked_timestamp(item.timestamp_ms)
                 headers = check_headers(item.headers)
             elif type(item) is tuple and len(item) == 2:
                 key, value = item
@@ -560,11 +597,14 @@ class RecordAppender:
                     ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
                 )
                 record_topic, key, value = record.topic, record.key, record.value
-                record_partition, headers = record.partition, check_headers(record.headers)
-                timestamp = now_ms if record.timestamp_ms is None else int(record.timestamp_ms)
+                record_partition = check_partition(record.partition)
+                headers = check_headers(record.headers)
+                timestamp = (
+                    now_ms
+                    if record.timestamp_ms is None
+                    else _checked_timestamp(record.timestamp_ms)
+                )
             name = self.validate_topic(record_topic)
-            if record_partition is not None and type(record_partition) is not int:
-                record_partition = int(record_partition)
             key_bytes = self.serialize(self._key_serializer, key, "key", name)
             value_bytes = self.serialize(self._value_serializer, value, "value", name)
             if not self.append_prepared_lazy(

@@ -67,6 +67,8 @@ __all__ = [
     "InconsistentTopicIdError",
     "InconsistentVoterSetError",
     "IneligibleReplicaError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidCommitOffsetSizeError",
     "InvalidConfigError",
     "InvalidFetchSessionEpochError",
@@ -240,6 +242,16 @@ class ConfigurationError(KafkaError, ValueError):
 
 class SerializationError(KafkaError, TypeError):
     """A key or value is not bytes-like and no serializer is configured, or a serializer failed."""
+
+
+class InvalidArgumentError(KafkaError, ValueError):
+    """An argument of a record is out of its allowed range (a negative timestamp or
+    partition, say); the message names the argument and the range. Nothing was buffered."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of a record has a type it cannot have (a float timestamp, a str
+    partition); the message names the argument and the types it takes. Nothing was buffered."""
 
 
 class PartitionerError(KafkaError, ValueError):

@@ -43,7 +43,7 @@ from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
-from aioproducer.records import ProducerRecord, RecordMetadata
+from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
 from aioproducer.sender import Sender, metadata_from_response
 from aioproducer.transactions import (
     ConsumerGroupMetadata,
@@ -553,7 +553,12 @@ class Producer:
         memory. The arguments are aiokafka's ``send()``'s, in its order.
 
         Raises:
-            SerializationError: key or value not bytes-like and no serializer set.
+            SerializationError: key or value not bytes-like and no serializer set, a
+                serializer failed or returned something not bytes-like, or the headers are
+                not ``(str, bytes-like or None)`` pairs.
+            InvalidArgumentTypeError: ``timestamp_ms`` or ``partition`` not an int (or None).
+            InvalidArgumentError: ``timestamp_ms`` outside 0 to 2**63-1, or a negative
+                ``partition``.
             InvalidTopicError: illegal topic name (nothing is sent).
             RecordTooLargeError: the record exceeds ``max_request_size`` or ``buffer_memory``.
             BufferExhaustedError: no buffer memory within ``max_block_ms``.
@@ -607,6 +612,7 @@ class Producer:
             raise AssertionError("unreachable: a started producer has an appender")
         appender.check_sendable()
         topic = appender.validate_topic(topic)
+        partition = check_partition(partition)
         sequence = items if isinstance(items, list | tuple) else list(items)
         results = BatchResults()
         now_ms = int(time.time() * 1000)

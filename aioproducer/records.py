@@ -5,17 +5,27 @@ The futures of sent records are in :mod:`aioproducer.futures`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
+from aioproducer.errors import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = [
+    "MAX_TIMESTAMP_MS",
     "Header",
     "ProducerRecord",
     "RecordMetadata",
     "RecordMetadataSequence",
     "TimestampType",
+    "check_partition",
+    "check_timestamp",
 ]
+
+MAX_TIMESTAMP_MS = 2**63 - 1
+"""The largest record timestamp: the wire format holds a signed 64-bit count of
+milliseconds, and Kafka refuses negative create times."""
 
 Header = tuple[str, bytes | None]
 """A record header: a name and a value (bytes, or None)."""
@@ -112,6 +122,68 @@ class RecordMetadataSequence(Sequence[RecordMetadata]):
         return f"RecordMetadataSequence({self._list()!r})"
 
 
+def _as_int(value: Any, argument: str, expected: str) -> int:
+    # bool is an int to Python, never a timestamp or a partition to Kafka; integer types
+    # of other libraries (numpy's, say) say so with __index__.
+    if not isinstance(value, bool) and hasattr(type(value), "__index__"):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise InvalidArgumentTypeError(
+        f"{argument} must be {expected}, not a {type(value).__name__}"
+    )
+
+
+def _shown(value: int) -> str:
+    # A huge int has no str() beyond sys.get_int_max_str_digits(); its size says enough.
+    return str(value) if value.bit_length() <= 128 else f"<an int of {value.bit_length()} bits>"
+
+
+def check_timestamp(timestamp: Any, argument: str = "timestamp_ms") -> int | None:
+    """``timestamp`` as an int of milliseconds since the epoch, or None (meaning now).
+
+    Kafka's rule (the Java client's ``ProducerRecord``): an integer from 0 to
+    :data:`MAX_TIMESTAMP_MS`. ``argument`` names it in the error.
+
+    Raises:
+        InvalidArgumentTypeError: not an integer (a float, a str, a bool, ...).
+        InvalidArgumentError: negative, or beyond :data:`MAX_TIMESTAMP_MS`.
+    """
+    if timestamp is None:
+        return None
+    if type(timestamp) is not int:
+        timestamp = _as_int(timestamp, argument, "an int of milliseconds since the epoch, or None")
+    if not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise InvalidArgumentError(
+            f"{argument}={_shown(timestamp)} is out of range: a record's timestamp is milliseconds "
+            "since the epoch, from 0 to 2**63-1 (or None for the current time)"
+        )
+    return timestamp
+
+
+def check_partition(partition: Any, argument: str = "partition") -> int | None:
+    """``partition`` as an int from 0, or None (the partitioner chooses).
+
+    Whether the topic has that partition is known only from its metadata: ``send()``
+    checks that when it appends the record.
+
+    Raises:
+        InvalidArgumentTypeError: not an integer (a str, a float, a bool, ...).
+        InvalidArgumentError: negative.
+    """
+    if partition is None:
+        return None
+    if type(partition) is not int:
+        partition = _as_int(partition, argument, "an int partition id, or None")
+    if partition < 0:
+        raise InvalidArgumentError(
+            f"{argument}={_shown(partition)} is out of range: a partition is an int from 0 to the "
+            "topic's partition count - 1 (or None to let the partitioner choose)"
+        )
+    return partition
+
+
 @dataclass(slots=True)
 class ProducerRecord:
     """A record to send: what ``send_many`` accepts as an item and interceptors see.
@@ -131,6 +203,12 @@ class ProducerRecord:
     partition: int | None = None
     timestamp_ms: int | None = None
     headers: Sequence[Header] | None = None
+
+    def __post_init__(self) -> None:
+        # As Java's ProducerRecord: a record with an impossible partition or timestamp is
+        # refused where it is made, not when it is sent.
+        self.partition = check_partition(self.partition)
+        self.timestamp_ms = check_timestamp(self.timestamp_ms)
 
 
 # Sentinel a batch future resolves to when its records moved to smaller batches.

@@ -36,7 +36,14 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import IllegalStateError, ProducerClosedError, SenderCrashedError
 from aioproducer.producer import Producer
-from aioproducer.records import RecordMetadata, RecordMetadataSequence
+from aioproducer.appender import check_headers, to_bytes
+from aioproducer.metadata import validate_topic
+from aioproducer.records import (
+    RecordMetadata,
+    RecordMetadataSequence,
+    check_partition,
+    check_timestamp,
+)
 
 __all__ = ["SyncProducer"]
 
@@ -370,15 +377,36 @@ class SyncProducer:
         """Queue a record; return a future of its :class:`~aioproducer.RecordMetadata`.
 
         Returns at once (unless thousands of records are already waiting for the loop thread,
-        when it blocks until they are taken). What the async ``send`` would raise (a
-        serialization error, an unknown topic after ``max_block_ms``, a closed producer) is
-        set on the future, as are delivery errors. Cancelling the future before the record is
-        handed to the producer keeps it from being sent.
+        when it blocks until they are taken). What the arguments alone show to be wrong is
+        raised here, in the calling thread; what the async ``send`` finds later (a serializer
+        that fails, an unknown topic after ``max_block_ms``, a closed producer) is set on the
+        future, as are delivery errors. Cancelling the future before the record is handed to
+        the producer keeps it from being sent.
 
         Raises:
+            InvalidTopicError: an illegal topic name.
+            InvalidArgumentTypeError: ``timestamp_ms`` or ``partition`` not an int (or None).
+            InvalidArgumentError: ``timestamp_ms`` outside 0 to 2**63-1, or a negative
+                ``partition``.
+            SerializationError: headers that are not ``(str, bytes-like or None)`` pairs,
+                or, with no serializer and no interceptor configured, a key or value that
+                is not bytes-like.
             ProducerClosedError: the SyncProducer is closed.
             SenderCrashedError: the event loop thread died.
         """
+        topic = validate_topic(topic)
+        partition = check_partition(partition)
+        timestamp_ms = check_timestamp(timestamp_ms)
+        if headers is not None:
+            headers = check_headers(headers)
+        config = self._producer.config
+        if not config.interceptors:
+            # Interceptors may change a record before it is serialized; without them, a
+            # key or value no serializer takes is refused before it is queued.
+            if config.key_serializer is None:
+                key = to_bytes(key, "key")
+            if config.value_serializer is None:
+                value = to_bytes(value, "value")
         future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
         self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
         return future
@@ -417,7 +445,14 @@ class SyncProducer:
         ``items`` are what :meth:`Producer.send_many <aioproducer.Producer.send_many>` takes:
         values, ``(key, value)`` tuples or :class:`~aioproducer.ProducerRecord` objects. The
         future fails with the first error if any record fails.
+
+        Raises:
+            InvalidTopicError: an illegal topic name.
+            InvalidArgumentTypeError: ``partition`` not an int (or None).
+            InvalidArgumentError: a negative ``partition``.
         """
+        topic = validate_topic(topic)
+        partition = check_partition(partition)
         future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
         records = items if isinstance(items, list | tuple) else list(items)
         self._enqueue((_SEND_MANY, topic, records, partition, future))
