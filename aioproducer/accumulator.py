@@ -354,7 +354,8 @@ class RecordAccumulator:
         self._muted: set[TopicPartition] = set()
         # Set by the transaction manager: whether the head batch of a partition may be drained.
         self.drain_filter: Callable[[ProducerBatch], bool] | None = None
-        self.prepare_batch: Callable[[ProducerBatch], None] | None = None
+        # Closes a drained batch for sending; False when it could not, and failed it.
+        self.prepare_batch: Callable[[ProducerBatch], bool] | None = None
         # Set by the sender: batches whose records reach offload_threshold bytes are handed
         # to offload() to be compressed off the event loop before they are drained.
         self.offload: Callable[[ProducerBatch], None] | None = None
@@ -695,8 +696,8 @@ class RecordAccumulator:
             batches.popleft()
             first.full = True
             first.drained = now
-            if prepare is not None:
-                prepare(first)
+            if prepare is not None and not prepare(first):
+                continue  # it could not be built: failed, and out of the queue
             ready.append(first)
             size += batch_size
         self._drain_index[node] = (start + 1) % count

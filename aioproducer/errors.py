@@ -24,6 +24,7 @@ __all__ = [
     "ERROR_CODES",
     "AuthenticationError",
     "AuthorizationError",
+    "BatchEncodingError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
     "BufferExhaustedError",
@@ -290,6 +291,13 @@ class TransactionAbortedError(KafkaError):
     Raised by the futures of records still buffered when ``abort_transaction()`` runs (or when
     the producer closes with a transaction open). Not retriable: send the record again in a
     new transaction.
+    """
+
+
+class BatchEncodingError(KafkaError):
+    """The producer could not build, compress or encode the batch (or the request) that
+    held the record: a codec failure, or a fault in aioproducer itself. The cause is chained
+    as ``__cause__``. Only the records of that batch or request fail; the producer goes on.
     """
 
 

@@ -275,6 +275,11 @@ class Producer:
 
         With a ``timeout`` (seconds), records still undelivered when it runs out fail with
         :class:`~aioproducer.errors.ProducerClosedError`. Calling close again is harmless.
+
+        Raises:
+            SenderCrashedError: the sender task had died of a fault it could not recover
+                from (its cause chained); the producer is closed all the same, and the
+                records it held failed with this error.
         """
         if self._state is ProducerState.CREATED:
             self._state = ProducerState.CLOSED
@@ -332,13 +337,20 @@ class Producer:
                 self._state = ProducerState.CLOSED
                 assert self._closed_event is not None
                 self._closed_event.set()
+        if self._fatal is not None:
+            raise error_copy(self._fatal)
 
     async def __aenter__(self) -> Producer:
         await self.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        if exc_info[0] is None:
+            await self.close()
+            return
+        # The block's own error is what propagates; a crash of the sender was logged.
+        with contextlib.suppress(SenderCrashedError):
+            await self.close()
 
     # ---- transactions -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from aioproducer._timer import WakeTimer
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
+    BatchEncodingError,
     DeliveryTimeoutError,
     KafkaConnectionError,
     KafkaError,
@@ -98,6 +99,9 @@ _OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 _UNKNOWN_PRODUCER_ID: Final = 59
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL: Final = 1.0
+# Steps of the sender that fail one after another (each after a backoff) before the task
+# gives up: a fault that every step meets again cannot be recovered from by stepping.
+_MAX_FAILED_STEPS: Final = 10
 _MAX_EPOCH: Final = 32767
 # How often adaptive partitioning gets fresh queue sizes.
 _LOAD_UPDATE_INTERVAL: Final = 0.005
@@ -185,11 +189,12 @@ class Sender:
         self.fatal_error: KafkaError | None = None
         # Called once fatal_error is set (the producer stops taking records).
         self.on_fatal: Callable[[], None] | None = None
+        self._prepare: Callable[[ProducerBatch], None] = (
+            idempotence.prepare if idempotence is not None else self._close_batch
+        )
         if idempotence is not None:
             accumulator.drain_filter = idempotence.may_drain
-            accumulator.prepare_batch = idempotence.prepare
-        else:
-            accumulator.prepare_batch = self._close_batch
+        accumulator.prepare_batch = self._prepare_batch
         self._offload_pool: concurrent.futures.ThreadPoolExecutor | None = None
         threshold = offload_threshold(
             CompressionType[config.compression_type.upper()], config.compression_offload_bytes
@@ -247,6 +252,7 @@ class Sender:
         # batch leaves when its linger ends, not up to a millisecond later.
         timer = WakeTimer(loop, self.wakeup)
         clock = self._clock
+        failed_steps = 0
         try:
             while True:
                 if self._force_close:
@@ -254,7 +260,27 @@ class Sender:
                 if not self._running and not self._has_pending_work():
                     break
                 now = clock()
-                delay = self.run_once(now)
+                try:
+                    delay = self.run_once(now)
+                except Exception as step_error:
+                    # As Java's Sender.run: a step that fails is logged and tried again
+                    # (faults of one batch or request are caught closer, and fail only
+                    # those records). One that keeps failing ends the task below.
+                    failed_steps += 1
+                    if failed_steps >= _MAX_FAILED_STEPS:
+                        raise
+                    log.error(
+                        "a step of the aioproducer sender failed (%d in a row); trying again",
+                        failed_steps,
+                        exc_info=step_error,
+                    )
+                    delay = -1.0
+                else:
+                    failed_steps = 0
+                if delay < 0:
+                    # After a failed step: a backoff that wake-ups do not cut short.
+                    await asyncio.sleep(self._backoff(failed_steps - 1))
+                    continue
                 if delay <= 0:
                     # Yield once so callbacks (responses, appends) run between steps.
                     await asyncio.sleep(0)
@@ -366,7 +392,10 @@ class Sender:
             for node, batches in drained.items():
                 connection = self._connections.ready(node)
                 if connection is not None:
-                    self._send_produce(node, connection, batches, now)
+                    try:
+                        self._send_produce(node, connection, batches, now)
+                    except Exception as exc:
+                        self._fail_request(node, batches, exc, "send a Produce request", now)
                 else:  # pragma: no cover - ready() was checked just above
                     for batch in batches:
                         self._retry_or_fail(batch, KafkaConnectionError("connection lost"), now)
@@ -710,6 +739,81 @@ class Sender:
         if not batch.builder.closed:
             batch.builder.close()
 
+    def _prepare_batch(self, batch: ProducerBatch) -> bool:
+        """Close a drained batch for sending (with its producer id and sequence when
+        idempotent). A batch that cannot be built (a codec error, a fault of ours) fails
+        alone: False, and its records have the error."""
+        try:
+            self._prepare(batch)
+        except Exception as exc:
+            self._fail_on_fault([batch], exc, "build the batch", self._clock())
+            return False
+        return True
+
+    # ---- the fault boundary -----------------------------------------------------------------
+
+    def _fail_request(
+        self,
+        node: int,
+        batches: list[ProducerBatch],
+        exc: Exception,
+        what: str,
+        now: float,
+    ) -> None:
+        """``exc`` broke the handling of one Produce request (not a broker's answer): take
+        its batches out of flight and fail those still pending with it."""
+        requests = self._in_flight.get(node)
+        if requests is not None:
+            for index, entry in enumerate(requests):
+                if entry is batches:
+                    del requests[index]
+                    self._in_flight_batches -= len(batches)
+                    break
+        if self._guarantee_order:
+            for batch in batches:
+                self._accumulator.unmute(batch.tp)
+        self._fail_on_fault(batches, exc, what, now, node=node)
+        self.wakeup()
+
+    def _fail_on_fault(
+        self,
+        batches: list[ProducerBatch],
+        exc: Exception,
+        what: str,
+        now: float,
+        *,
+        node: int | None = None,
+    ) -> None:
+        """Fail the records of ``batches`` that are still pending with a
+        :class:`~aioproducer.errors.BatchEncodingError` caused by ``exc``, logged once; the
+        sender, the other batches and the producer go on, as the Java sender fails a batch."""
+        accumulator = self._accumulator
+        pending = [
+            batch
+            for batch in batches
+            # Done already, or queued again for a retry (it goes on from there).
+            if not batch.done() and batch not in accumulator.deque_for(batch.tp)
+        ]
+        if not pending:
+            log.error("the producer could not %s", what, exc_info=exc)
+            return
+        records = sum(batch.record_count for batch in pending)
+        where = ", ".join(sorted({f"{batch.topic}-{batch.partition}" for batch in pending}))
+        log.error(
+            "the producer could not %s; failing its %d record(s) for %s",
+            what,
+            records,
+            where,
+            exc_info=exc,
+        )
+        for batch in pending:
+            error = BatchEncodingError(
+                f"the producer could not {what} for {batch.record_count} record(s) of "
+                f"{batch.topic}-{batch.partition}: {exc!r}"
+            )
+            error.__cause__ = exc
+            self._fail_batch(batch, error, now, node=node, logged=True)
+
     def _send_produce(
         self, node: int, connection: _Connection, batches: list[ProducerBatch], now: float
     ) -> None:
@@ -774,6 +878,14 @@ class Sender:
         )
 
     def _on_produce_response(
+        self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
+    ) -> None:
+        try:
+            self._handle_produce_response(node, batches, sent_at, future)
+        except Exception as exc:
+            self._fail_request(node, batches, exc, "handle a Produce response", self._clock())
+
+    def _handle_produce_response(
         self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
     ) -> None:
         now = self._clock()
@@ -871,22 +983,29 @@ class Sender:
         self._accumulator.deallocate(batch)
 
     def _fail_batch(
-        self, batch: ProducerBatch, exc: BaseException, now: float, *, node: int | None = None
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        now: float,
+        *,
+        node: int | None = None,
+        logged: bool = False,
     ) -> None:
         if self._transactions is not None:
             # First, so the transaction's error is this one, not the sequence gap it leaves.
             self._transactions.on_batch_failed(batch, exc)
         if self._idempotence is not None:
             self._idempotence.on_final_failure(batch, str(exc))
-        log.warning(
-            "failed to deliver %d record(s) to %s-%d (broker %s) after %d attempt(s): %s",
-            batch.record_count,
-            batch.topic,
-            batch.partition,
-            "unknown" if node is None else node,
-            batch.attempts + 1,
-            exc,
-        )
+        if not logged:
+            log.warning(
+                "failed to deliver %d record(s) to %s-%d (broker %s) after %d attempt(s): %s",
+                batch.record_count,
+                batch.topic,
+                batch.partition,
+                "unknown" if node is None else node,
+                batch.attempts + 1,
+                exc,
+            )
         if batch.fail(exc):
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)

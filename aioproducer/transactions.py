@@ -210,20 +210,22 @@ class IdempotenceManager:
                 )
             return
         state = self._state(batch.tp)
-        batch.base_sequence = state.next_sequence
-        batch.producer_id = self.producer_id
-        batch.producer_epoch = self.producer_epoch
-        batch.transactional = self.transactional_id is not None
-        state.next_sequence = (state.next_sequence + batch.record_count) % _SEQUENCE_MODULO
-        state.in_flight.append(batch)
+        base_sequence = state.next_sequence
+        transactional = self.transactional_id is not None
+        # Built first: a batch that cannot be built (and fails) takes no sequence numbers,
+        # so the partition's sequence has no gap.
         if batch.builder.closed:
             batch.builder.rewrite_producer_state(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.transactional
+                self.producer_id, self.producer_epoch, base_sequence, transactional
             )
         else:
-            batch.builder.close(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.transactional
-            )
+            batch.builder.close(self.producer_id, self.producer_epoch, base_sequence, transactional)
+        batch.base_sequence = base_sequence
+        batch.producer_id = self.producer_id
+        batch.producer_epoch = self.producer_epoch
+        batch.transactional = transactional
+        state.next_sequence = (base_sequence + batch.record_count) % _SEQUENCE_MODULO
+        state.in_flight.append(batch)
 
     def mark_retrying(self, batch: ProducerBatch) -> None:
         """A sequenced batch goes back to the accumulator to be sent again."""

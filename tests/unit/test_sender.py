@@ -26,6 +26,7 @@ from aioproducer.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
+    BatchEncodingError,
     ClusterAuthorizationFailedError,
     DeliveryTimeoutError,
     IllegalStateError,
@@ -1239,8 +1240,8 @@ async def test_force_close_fails_what_is_left_with_the_given_error() -> None:
     assert h.metrics.record_send_total == 0
 
 
-async def test_a_crashed_task_fails_every_pending_record() -> None:
-    h = Harness(linger_ms=0)
+async def test_a_step_that_keeps_failing_ends_the_task_and_fails_every_pending_record() -> None:
+    h = Harness(linger_ms=0, retry_backoff_ms=1, retry_backoff_max_ms=1)
     in_flight = h.append(0, b"a")
     h.step()
     assert len(h.produce_requests(1)) == 1
@@ -1258,22 +1259,123 @@ async def test_a_crashed_task_fails_every_pending_record() -> None:
     assert h.memory_is_back()
 
 
-async def test_a_crash_in_send_fails_the_records_being_sent() -> None:
+async def test_a_step_that_fails_once_is_logged_and_the_sender_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(linger_ms=0, retry_backoff_ms=1, retry_backoff_max_ms=1)
+    future = h.append(0, b"a")
+    h.connections.ready_error = RuntimeError("a passing fault")
+    task = h.sender.start()
+    for _ in range(1000):
+        if "a step of the aioproducer sender failed" in caplog.text:
+            break
+        await asyncio.sleep(0.001)
+    h.connections.ready_error = None
+    for _ in range(1000):
+        if h.produce_requests(1):
+            break
+        await asyncio.sleep(0.001)
+    await h.respond(h.last_produce(1), ok(0, 7))
+    assert future.result().offset == 7
+    assert not task.done() and h.sender.crashed is None
+    h.sender.force_close(ProducerClosedError("closed by the test"))
+    await asyncio.wait_for(task, 10)
+
+
+def append_unbuildable(h: Harness, partition: int) -> RecordFuture:
+    """A record whose batch cannot be built: a timestamp past the wire format's int64, as
+    if a check in front of the accumulator had let it through (a fault of ours)."""
+    size = estimate_record_size(-1, 1, 0)
+    buffer = h.pool.allocate_nowait(h.accumulator.buffer_size_for(size, TOPIC, partition))
+    assert buffer is not None
+    return h.accumulator.append_to_new_batch(
+        TOPIC, partition, 2**63, None, b"x", None, buffer, h.now
+    )
+
+
+async def test_a_batch_that_cannot_be_built_fails_alone() -> None:
+    h = Harness(linger_ms=0)
+    bad = append_unbuildable(h, 0)
+    same_node = h.append(1, b"one")
+    other_node = h.append(2, b"two")
+    h.step()
+    exc = bad.exception()
+    assert isinstance(exc, BatchEncodingError) and not exc.retriable
+    assert "build the batch" in str(exc) and f"{TOPIC}-0" in str(exc)
+    assert exc.__cause__ is not None and "too large" in str(exc.__cause__)
+    # The other batches went out, in the same step.
+    assert [sent.produce.topics[0].partitions[0].index for sent in h.produce_requests(1)] == [1]
+    await h.respond(h.last_produce(1), ok(1, 10))
+    await h.respond(h.last_produce(2), ok(2, 20))
+    assert offsets([same_node, other_node]) == [10, 20]
+    # The partition of the failed batch takes records as before.
+    later = h.append(0, b"later")
+    h.step()
+    assert h.last_produce(1).values(0) == [b"later"]
+    await h.respond(h.last_produce(1), ok(0, 30))
+    assert later.result().offset == 30
+    assert h.metrics.record_error_total == 1
+    assert h.memory_is_back()
+
+
+async def test_an_idempotent_batch_that_cannot_be_built_leaves_no_sequence_gap() -> None:
+    h = Harness(linger_ms=0, idempotent=True)
+    await h.init_producer_id(1000)
+    bad = append_unbuildable(h, 0)
+    h.step()
+    assert isinstance(bad.exception(), BatchEncodingError)
+    good = h.append(0, b"good")
+    h.step()
+    sent = h.last_produce(1)
+    assert sent.batch(0).base_sequence == 0
+    assert sent.batch(0).producer_id == 1000
+    await h.respond(sent, ok(0, 5))
+    assert good.result().offset == 5
+    # No new producer id was needed: no sequence was lost.
+    assert h.idempotence is not None and not h.idempotence.needs_producer_id
+
+
+async def test_a_fault_while_sending_fails_only_that_request() -> None:
     h = Harness(linger_ms=0)
     in_flight = h.append(0, b"a")
     h.step()
     being_sent = h.append(2, b"b")
     boom = RuntimeError("boom")
     h.conn(2).send_error = boom
-    task = h.sender.start()
-    with pytest.raises(RuntimeError):
-        await asyncio.wait_for(task, 10)
-    assert h.sender.crashed is boom
-    assert isinstance(in_flight.exception(), SenderCrashedError)
-    assert being_sent.done(), "the record whose request crashed the sender never resolves"
+    h.step()
+    assert being_sent.done(), "the record whose request failed never resolves"
     exc = being_sent.exception()
-    assert isinstance(exc, SenderCrashedError)
-    assert exc.__cause__ is boom
+    assert isinstance(exc, BatchEncodingError) and exc.__cause__ is boom
+    # The sender goes on: the earlier request completes, and partition 2 sends again.
+    await h.respond(h.last_produce(1), ok(0, 1))
+    assert in_flight.result().offset == 1
+    h.conn(2).send_error = None
+    again = h.append(2, b"c")
+    h.step()
+    await h.respond(h.last_produce(2), ok(2, 2))
+    assert again.result().offset == 2
+    assert h.sender.crashed is None
+    assert h.memory_is_back()
+
+
+async def test_a_fault_while_handling_a_response_fails_only_that_request() -> None:
+    h = Harness(linger_ms=0)
+    first = h.append(0, b"a")
+    other = h.append(2, b"b")
+    h.step()
+    # A response the handler cannot read (a fault of ours, not a broker's error code).
+    h.last_produce(1).future.set_result(object())
+    await run_callbacks()
+    exc = first.exception()
+    assert isinstance(exc, BatchEncodingError) and "handle a Produce response" in str(exc)
+    assert isinstance(exc.__cause__, AttributeError)
+    await h.respond(h.last_produce(2), ok(2, 4))
+    assert other.result().offset == 4
+    after = h.append(0, b"c")
+    h.step()
+    await h.respond(h.last_produce(1), ok(0, 9))
+    assert after.result().offset == 9
+    assert h.memory_is_back()
 
 
 # ---- compression off the event loop -----------------------------------------------------------
