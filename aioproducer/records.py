@@ -154,12 +154,13 @@ def check_timestamp(timestamp: Any, argument: str = "timestamp_ms") -> int | Non
         return None
     if type(timestamp) is not int:
         timestamp = _as_int(timestamp, argument, "an int of milliseconds since the epoch, or None")
+    checked: int = timestamp
     if not 0 <= timestamp <= MAX_TIMESTAMP_MS:
         raise InvalidArgumentError(
             f"{argument}={_shown(timestamp)} is out of range: a record's timestamp is milliseconds "
             "since the epoch, from 0 to 2**63-1 (or None for the current time)"
         )
-    return timestamp
+    return checked
 
 
 def check_partition(partition: Any, argument: str = "partition") -> int | None:
@@ -176,12 +177,13 @@ def check_partition(partition: Any, argument: str = "partition") -> int | None:
         return None
     if type(partition) is not int:
         partition = _as_int(partition, argument, "an int partition id, or None")
-    if partition < 0:
+    checked: int = partition
+    if checked < 0:
         raise InvalidArgumentError(
             f"{argument}={_shown(partition)} is out of range: a partition is an int from 0 to the "
             "topic's partition count - 1 (or None to let the partitioner choose)"
         )
-    return partition
+    return checked
 
 
 @dataclass(slots=True)

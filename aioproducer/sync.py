@@ -33,11 +33,11 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from aioproducer.appender import check_headers, to_bytes
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import IllegalStateError, ProducerClosedError, SenderCrashedError
-from aioproducer.producer import Producer
-from aioproducer.appender import check_headers, to_bytes
 from aioproducer.metadata import validate_topic
+from aioproducer.producer import Producer
 from aioproducer.records import (
     RecordMetadata,
     RecordMetadataSequence,
