@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from aioproducer.futures import BatchResults
 
 __all__ = [
     "ERROR_CODES",
@@ -185,6 +188,8 @@ class KafkaError(Exception):
 
     Attributes:
         retriable: True when the same operation may succeed if tried again.
+        accepted: on an error ``send_many`` raised for one item, the records before it
+            (buffered and being sent); None otherwise.
         invalid_metadata: True when the client should refresh its metadata before retrying
             (the Java client's ``InvalidMetadataException`` family).
         error_code: the Kafka protocol error code, or None for errors raised by the client.
@@ -195,6 +200,10 @@ class KafkaError(Exception):
     invalid_metadata: ClassVar[bool] = False
     error_code: ClassVar[int | None] = None
     error_name: ClassVar[str | None] = None
+    accepted: BatchResults | None = None
+    """Set on an error that ``send_many`` raised for one of its items: the records of the
+    items before it, which were buffered and are being sent (await it for their metadata).
+    ``len(accepted)`` is the index of the refused item. None on every other error."""
 
     def __init__(self, message: str = "", *, retriable: bool | None = None) -> None:
         super().__init__(message)

@@ -630,15 +630,24 @@ class Producer:
         now_ms = int(time.time() * 1000)
         index = run_end = 0
         total = len(sequence)
-        while index < total:
-            index, run_end = appender.append_many(
-                topic, partition, now_ms, sequence, index, run_end, results
-            )
-            if appender.has_pending():
-                if appender.pending_partition >= 0:
-                    results.add_future(await appender.append_when_memory_frees(self._max_block))
-                else:
-                    results.add_future(await self._append_wait(*appender.take_pending()))
+        try:
+            while index < total:
+                index, run_end = appender.append_many(
+                    topic, partition, now_ms, sequence, index, run_end, results
+                )
+                if appender.has_pending():
+                    if appender.pending_partition >= 0:
+                        future = await appender.append_when_memory_frees(self._max_block)
+                    else:
+                        future = await self._append_wait(*appender.take_pending())
+                    results.add_future(future)
+        except KafkaError as exc:
+            # The items before the refused one are buffered: say which item it was, and
+            # hand the caller those records' results.
+            refused = len(results)
+            exc.args = (f"send_many item {refused}: {exc.message}", *exc.args[1:])
+            exc.accepted = results
+            raise
         return results
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
