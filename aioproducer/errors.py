@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import ClassVar
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from aioproducer.futures import BatchResults
 
 __all__ = [

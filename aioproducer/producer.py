@@ -617,6 +617,13 @@ class Producer:
         :class:`BatchResults`: await it for a :class:`~aioproducer.RecordMetadataSequence` of each
         record's :class:`RecordMetadata`, in order; its ``futures`` attribute has each
         record's future.
+
+        Raises:
+            KafkaError: what :meth:`send` raises, for the first item that cannot be
+                buffered (a negative ``partition`` argument is refused before any item).
+                Its message starts with ``send_many item N:``, and its ``accepted``
+                attribute is the :class:`BatchResults` of the items before it, which were
+                buffered and are being sent; the items after it were not taken.
         """
         appender = self._appender
         if appender is None:
