@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.accumulator import MAX_COMPRESSED_BATCH_FACTOR, ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
 from aioproducer.futures import BatchResults, RecordFuture
@@ -179,6 +179,13 @@ class RecordAppender:
         self._check_running = check_running
         self._after_new_batch = after_new_batch
         self._max_request_size = max_request_size
+        # A record that joins an open batch is checked against max_request_size only where
+        # a batch can hold more than that (max_request_size below batch_size): elsewhere
+        # such a record never fits an open batch, and starting a batch checks it.
+        largest_batch = accumulator.batch_size * (
+            MAX_COMPRESSED_BATCH_FACTOR if accumulator.compressed else 1
+        )
+        self._check_each_record = max_request_size < largest_batch
         self._buffer_memory = buffer_memory
         self._valid_topics: set[str] = set()
         self._pending: PreparedRecord | None = None
@@ -439,6 +446,8 @@ class RecordAppender:
         """Append a prepared record without waiting; None when metadata or memory must be
         waited for (for memory alone, :attr:`pending_partition` says where it goes)."""
         self.pending_partition = -1
+        if self._check_each_record:
+            self.check_record_size(record_size(key, value, headers))
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
             return None
@@ -466,6 +475,8 @@ class RecordAppender:
         a future of its own when it fits an open batch. False when metadata or memory must
         be waited for (as :meth:`append_prepared` returning None)."""
         self.pending_partition = -1
+        if self._check_each_record:
+            self.check_record_size(record_size(key, value, headers))
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
             return False
@@ -548,7 +559,10 @@ class RecordAppender:
         """
         self.check_sendable()
         intercept = self._intercept
-        plain_values_ok = intercept is None and self._value_serializer is None
+        # The bulk paths below check no record's size: not taken where each record must be.
+        plain_values_ok = (
+            intercept is None and self._value_serializer is None and not self._check_each_record
+        )
         plain_pairs_ok = plain_values_ok and self._key_serializer is None
         total = len(items)
         index = start

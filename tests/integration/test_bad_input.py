@@ -546,3 +546,24 @@ async def test_a_fault_in_every_step_ends_the_producer_and_close_says_so(
     assert type(closing.value).__name__ == "SenderCrashedError"
     assert closing.value.__cause__ is boom
     await producer.close()  # once closed, close() is quiet
+
+
+async def test_each_record_is_checked_against_max_request_size(tansu: EmbeddedBroker) -> None:
+    # Below batch_size, an open batch has room for a record larger than a request may be:
+    # the record is refused all the same, as the Java client checks every record.
+    topic = _fresh_topic(tansu)
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, max_request_size=1000, linger_ms=50
+    ) as producer:
+        small = await producer.send(topic, b"small", partition=0)
+        with pytest.raises(KafkaError) as caught:
+            await producer.send(topic, b"x" * 2000, partition=0)
+        assert type(caught.value).__name__ == "RecordTooLargeError"
+        with pytest.raises(KafkaError) as in_bulk:
+            await producer.send_many(topic, [b"bulk", b"y" * 2000], partition=0)
+        assert type(in_bulk.value).__name__ == "RecordTooLargeError"
+        assert in_bulk.value.accepted is not None and len(in_bulk.value.accepted) == 1
+        await small
+        await in_bulk.value.accepted
+    consumed = read_back(tansu.bootstrap_servers, topic, expected=2)
+    assert [r.value for r in consumed] == [b"small", b"bulk"]
