@@ -28,9 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from aioproducer.errors import ConfigurationError, KafkaError
+from aioproducer.appender import check_headers
+from aioproducer.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    InvalidTopicError,
+    KafkaError,
+    SerializationError,
+)
 from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.metadata import validate_topic
 from aioproducer.producer import Producer
+from aioproducer.records import check_partition
 
 __all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
 
@@ -270,6 +279,20 @@ def _parse_pairs(pairs: Sequence[str], option: str) -> list[tuple[str, str]]:
     return parsed
 
 
+def _argument_bytes(text: str) -> bytes:
+    """A command-line argument as UTF-8, or as the bytes it was given in when those were not
+    UTF-8 (Python keeps them as lone surrogates)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _check_topic(topic: str) -> str:
+    """``--topic`` if it is a legal topic name (the producer's rule); UsageError if not."""
+    try:
+        return validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise UsageError(f"--topic: {exc}") from None
+
+
 def _read_properties(path: str) -> dict[str, str]:
     """A Java ``.properties`` file: ``name=value`` or ``name: value`` lines, ``#`` comments."""
     try:
@@ -502,13 +525,20 @@ class _ProduceReport:
 
 def _cmd_produce(args: argparse.Namespace) -> int:
     props = _producer_props(args)
+    _check_topic(args.topic)
     headers: list[tuple[str, bytes | None]] = [
-        (name, value.encode()) for name, value in _parse_pairs(args.header, "--header")
+        (name, _argument_bytes(value)) for name, value in _parse_pairs(args.header, "--header")
     ]
+    try:
+        check_headers(headers)  # what send() would refuse for every line
+    except SerializationError as exc:
+        raise UsageError(f"--header: {exc}") from None
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
-    if args.partition is not None and args.partition < 0:
-        raise UsageError(f"--partition must be 0 or more, got {args.partition}")
+    try:
+        check_partition(args.partition, "--partition")
+    except InvalidArgumentError as exc:
+        raise UsageError(str(exc)) from None
     for path in args.files:
         if path != "-" and not os.path.isfile(path):
             raise UsageError(f"no such file: {path}")
@@ -533,8 +563,8 @@ async def _produce(
     report: _ProduceReport,
 ) -> str | None:
     """Send every line; return why sending stopped early, or None."""
-    key = args.key.encode() if args.key is not None else None
-    separator = args.key_separator.encode() if args.key_separator is not None else None
+    key = _argument_bytes(args.key) if args.key is not None else None
+    separator = _argument_bytes(args.key_separator) if args.key_separator is not None else None
     try:
         await producer.start()
     except KafkaError as exc:
@@ -553,9 +583,13 @@ async def _produce(
                         "stopped there"
                     )
                     break
-            future = await producer.send(
-                args.topic, value, key, partition=args.partition, headers=headers
-            )
+            try:
+                future = await producer.send(
+                    args.topic, value, key, partition=args.partition, headers=headers
+                )
+            except KafkaError as exc:  # refused, or no metadata or memory in time
+                stopped = f"line {number} was not sent: {_describe(exc)}; stopped there"
+                break
             report.sent += 1
             future.add_done_callback(report.on_done)
         await producer.flush()
@@ -743,6 +777,7 @@ class _PerfResult:
 
 
 def _perf_plan(args: argparse.Namespace) -> _PerfPlan:
+    _check_topic(args.topic)
     if args.num_records <= 0:
         raise UsageError("--num-records should be greater than zero")
     if args.warmup_records < 0 or args.warmup_records >= args.num_records:

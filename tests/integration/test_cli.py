@@ -249,8 +249,41 @@ def test_produce_exits_1_when_records_cannot_be_delivered(tansu: Any, new_topic:
         "--partition", "7", "--producer-props", "max.block.ms=3000", stdin="lost\n",
     )
     assert result.returncode == 1, explain(result)
-    assert "error:" in result.stderr and "partition 7" in result.stderr
+    assert "error: line 1 was not sent: UnknownTopicOrPartitionError: partition 7 is out of " \
+        "range" in result.stderr, explain(result)
+    assert "Traceback" not in result.stderr
     assert "0 records delivered" in result.stdout
+
+
+def test_produce_names_the_line_the_producer_refuses(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        # Larger than batch.size too, so that it cannot join the first line's open batch.
+        "--producer-props", "max.request.size=1000", stdin="fits\n" + "x" * 20_000 + "\nnever\n",
+    )
+    assert result.returncode == 1, explain(result)
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, explain(result)
+    assert re.search(r"error: line 2 was not sent: RecordTooLargeError: .* larger than "
+                     r"max_request_size \(1000\); stopped there$", errors[0]), explain(result)
+    assert "1 records delivered" in result.stdout
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"fits"]
+
+
+def test_produce_sends_arguments_that_are_not_utf8_as_their_bytes(
+    tansu: Any, new_topic: Any
+) -> None:
+    # A non-UTF-8 byte in argv reaches Python as a lone surrogate (PEP 383); the key and
+    # header values are bytes to Kafka, so the bytes given are sent.
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-servers", tansu.bootstrap_servers,
+        "--key", "k\udcff", "--header", "h=\udcfe", stdin="v\n",
+    )
+    assert result.returncode == 0, explain(result)
+    [record] = read_back(tansu.bootstrap_servers, topic, expected=1)
+    assert (record.key, record.value, record.headers) == (b"k\xff", b"v", [("h", b"\xfe")])
 
 
 def test_produce_exits_1_on_a_line_without_the_key_separator(
@@ -327,6 +360,31 @@ def test_ctrl_c_stops_the_embedded_broker() -> None:
 def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["produce", "--topic", "t", "--partition", "-1"],
+         "--partition=-1 is out of range: a partition is an int from 0"),
+        (["produce", "--topic", "no way"],
+         "--topic: topic name 'no way' is illegal: it may contain only ASCII letters"),
+        (["produce", "--topic", ""], "--topic: a topic name cannot be empty"),
+        (["produce", "--topic", "t" * 250], "--topic: topic name 'tttt"),
+        (["produce", "--topic", "t", "--header", "\udcff=v"],
+         "--header: the header name '\\udcff' is not valid UTF-8 text"),
+        (["perf", "--topic", "..", "--num-records", "10", "--record-size", "1",
+          "--throughput", "-1"], "--topic: a topic name cannot be '..'"),
+    ],
+)
+def test_a_record_the_producer_would_refuse_is_a_one_line_usage_error(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checked by the producer's own rules before any broker is started or reached.
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"aioproducer {args[0]}: error: {message}"), err
 
 
 def test_an_unreachable_cluster_exits_1(

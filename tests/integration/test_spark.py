@@ -4,10 +4,13 @@ confluent-kafka and compared exactly.
 What is proved: every Kafka sink column (key, value, topic, partition, headers, timestamp)
 reaches Kafka as it was in the DataFrame, through the batch data source, a streaming query
 and the foreachPartition fallback; the partitioner places keyed rows where the Java client
-would; bad options, columns and modes fail on the driver; a delivery error fails the job.
+would; bad options, columns and modes fail on the driver; a delivery error fails the job; a
+row that cannot be a record fails its task with an error naming the row and the column,
+whichever path (Arrow batches or Rows) brought it.
 
 Spark takes tens of seconds to start, so the session is shared by the module and the tests
-are few.
+are few. The many kinds of bad row are tried on one task's write called directly (Arrow
+batches and Rows as Spark hands them over), without a Spark job each.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import confluent_kafka
+import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -40,7 +45,17 @@ from pyspark.sql.types import (
 )
 
 from aioproducer.embedded import EmbeddedBroker
-from aioproducer.integrations.spark import KafkaDataSource, write_dataframe
+from aioproducer.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidTopicError,
+    KafkaError,
+    RecordTooLargeError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+)
+from aioproducer.integrations import spark as sink_module
+from aioproducer.integrations.spark import KafkaDataSource, SinkOptions, write_dataframe
 from tests.support.readback import ConsumedRecord, read_back
 
 pytestmark = pytest.mark.spark
@@ -236,6 +251,249 @@ def test_foreach_partition_fallback_and_driver_side_errors(
         save(small, **{"linger.ms": "5"})
     with pytest.raises(PySparkException, match=r"key\.serializer"):
         save(small, **{"kafka.key.serializer": "org.apache.kafka.StringSerializer"})
-    # A partition the topic does not have fails the task, and so the job.
-    with pytest.raises(Exception, match="UnknownTopicOrPartitionError"):
+    with pytest.raises(PySparkException, match=r"option 'topic': topic name 'no way' is illegal"):
+        save(small, topic="no way")
+    # A partition the topic does not have fails the task, and so the job, naming the row.
+    with pytest.raises(
+        Exception,
+        match=r"UnknownTopicOrPartitionError: row 0 of Spark partition \d+, column 'partition': "
+        r"partition 7 is out of range",
+    ):
         save(small.selectExpr("key", "value", "7 AS partition"), **{"kafka.max.block.ms": "3000"})
+
+
+# ---- rows that cannot be records ----------------------------------------------------------------
+
+
+def test_a_row_that_cannot_be_a_record_fails_the_job_naming_row_and_column(
+    spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu, partitions=2)
+
+    def save(frame: Any) -> None:
+        (
+            frame.coalesce(1)  # one task: Spark partition 0, rows in the order given
+            .write.format("aioproducer")
+            .option("kafka.bootstrap.servers", tansu.bootstrap_servers)
+            .option("topic", topic)
+            .option("kafka.max.block.ms", "3000")
+            .mode("append")
+            .save()
+        )
+
+    # Epoch milliseconds before 1970, through the data source (Arrow batches).
+    millis = spark.createDataFrame(
+        [(b"a", _BASE_MS), (b"b", _BASE_MS + 1), (b"c", -1)], "value binary, timestamp long"
+    )
+    with pytest.raises(
+        PySparkException,
+        match=r"InvalidArgumentError: row 2 of Spark partition 0: column 'timestamp'=-1 is "
+        r"out of range",
+    ):
+        save(millis)
+    # A timestamp column before 1970, through write_dataframe (Rows).
+    before_1970 = spark.createDataFrame(
+        [(b"a", _EPOCH + datetime.timedelta(days=1)),
+         (b"b", _EPOCH - datetime.timedelta(seconds=1))],
+        "value binary, timestamp timestamp",
+    ).coalesce(1)
+    with pytest.raises(
+        Exception,
+        match=r"row 1 of Spark partition 0: column 'timestamp'=-1000 is out of range: .*"
+        r"that is 1969-12-31 23:59:59 UTC",
+    ):
+        write_dataframe(before_1970, topic, bootstrap_servers=tansu.bootstrap_servers)
+    # A partition the topic does not have, after rows it does have.
+    partitions = spark.createDataFrame(
+        [(b"a", 0), (b"b", 1), (b"c", 7)], "value binary, partition int"
+    )
+    with pytest.raises(
+        PySparkException,
+        match=r"UnknownTopicOrPartitionError: row 2 of Spark partition 0, column 'partition': "
+        r"partition 7 is out of range: topic '[^']+' has 2 partition\(s\)",
+    ):
+        save(partitions)
+
+
+_HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+_ARROW_TYPES: dict[str, Any] = {
+    "binary": pa.binary(),
+    "string": pa.string(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "array<struct<key:string,value:binary>>": pa.list_(
+        pa.struct([("key", pa.string()), ("value", pa.binary())])
+    ),
+}
+_TOPIC = "<the test's topic>"
+_BEFORE_1970 = datetime.datetime(1969, 12, 31, 23, 59, 59)
+
+
+def _refusal_cases() -> list[Any]:
+    ok_header = [{"key": "k", "value": b"x"}]
+    cases = [
+        # (rows, topic from a column, error, message); each row's columns in schema order
+        ("millis before 1970",
+         [{"value": b"a", "timestamp": 5}, {"value": b"b", "timestamp": -1}], False,
+         InvalidArgumentError, r"^row 1: column 'timestamp'=-1 is out of range"),
+        ("datetime before 1970",
+         [{"value": b"a", "timestamp": _BEFORE_1970 + datetime.timedelta(days=2)},
+          {"value": b"b", "timestamp": _BEFORE_1970}], False,
+         InvalidArgumentError,
+         r"^row 1: column 'timestamp'=-1000 is out of range: .* 1969-12-31 23:59:59 UTC"),
+        ("negative partition",
+         [{"value": b"a", "partition": 0}, {"value": b"b", "partition": -3}], False,
+         InvalidArgumentError, r"^row 1: column 'partition'=-3 is out of range"),
+        ("partition beyond the topic",
+         [{"value": b"a", "partition": 0}, {"value": b"b", "partition": 1},
+          {"value": b"c", "partition": 7}], False,
+         UnknownTopicOrPartitionError,
+         r"^row 2, column 'partition': partition 7 is out of range: topic '[^']+' has 2"),
+        ("null topic",
+         [{"value": b"a", "topic": _TOPIC}, {"value": b"b", "topic": None}], True,
+         InvalidArgumentError, r"^row 1: column 'topic' is null"),
+        ("illegal topic",
+         [{"value": b"a", "topic": _TOPIC}, {"value": b"b", "topic": "no way"}], True,
+         InvalidTopicError, r"^row 1, column 'topic': topic name 'no way' is illegal"),
+        ("null header",
+         [{"value": b"a", "headers": ok_header}, {"value": b"b", "headers": [None]}], False,
+         InvalidArgumentTypeError, r"^row 1: column 'headers' holds a null header"),
+        ("null header key",
+         [{"value": b"a", "headers": ok_header},
+          {"value": b"b", "headers": [{"key": None, "value": b"x"}]}], False,
+         SerializationError, r"^row 1, column 'headers': a header name must be a str"),
+        ("value beyond max.request.size",
+         [{"value": b"a"}, {"value": b"b" * 1_100_000}], False,
+         RecordTooLargeError, r"^row 1: the record is \d+ bytes when serialized, larger than "
+         r"max_request_size"),
+    ]
+    params = [
+        pytest.param(rows, from_column, error, message, arrow, False, id=f"{name}, {path}")
+        for name, rows, from_column, error, message in cases
+        for arrow, path in ((False, "rows"), (True, "arrow"))
+    ]
+    # Rows send_many refuses: found again by the sink when the error does not say which
+    # item it was (no ``accepted``).
+    params += [
+        pytest.param(rows, from_column, error, message, False, True, id=f"{name}, sink finds it")
+        for name, rows, from_column, error, message in cases
+        if error in (UnknownTopicOrPartitionError, InvalidTopicError, SerializationError,
+                     RecordTooLargeError)
+    ]
+    return params
+
+
+def _schema_of(rows: list[dict[str, Any]]) -> StructType:
+    types: dict[str, DataType] = {"value": BinaryType(), "topic": StringType(),
+                                  "partition": IntegerType(), "headers": _HEADERS}
+    first = rows[0]
+    fields = [StructField(name, types.get(name, LongType())) for name in first]
+    if "timestamp" in first and isinstance(first["timestamp"], datetime.datetime):
+        fields[-1] = StructField("timestamp", TimestampType())
+    return StructType(fields)
+
+
+def _arrow_batch(schema: StructType, rows: list[dict[str, Any]]) -> Any:
+    """Rows as Spark hands them to the data source: an Arrow batch (timestamps in UTC)."""
+    arrow_schema = pa.schema(
+        [(f.name, _ARROW_TYPES[f.dataType.simpleString()]) for f in schema.fields]
+    )
+    utc = [
+        {name: value.replace(tzinfo=datetime.timezone.utc)
+         if isinstance(value, datetime.datetime) else value for name, value in row.items()}
+        for row in rows
+    ]
+    return pa.RecordBatch.from_pylist(utc, schema=arrow_schema)
+
+
+def _write(
+    tansu: EmbeddedBroker, topic: str | None, schema: StructType, rows: list[Any]
+) -> int:
+    """One partition task's write, run here rather than in a Spark job (no TaskContext: the
+    message names no Spark partition)."""
+    sink = SinkOptions(
+        topic, {"bootstrap.servers": tansu.bootstrap_servers, "max.block.ms": "3000"}
+    )
+    layout = sink_module._layout(schema, topic)
+    return sink_module._write_partition(sink, layout, iter(rows))
+
+
+@pytest.mark.parametrize(
+    ("rows", "from_column", "error", "message", "arrow", "hide_accepted"), _refusal_cases()
+)
+def test_each_kind_of_bad_row_is_named_by_row_and_column(
+    tansu: EmbeddedBroker,
+    new_topic: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    rows: list[dict[str, Any]],
+    from_column: bool,
+    error: type[KafkaError],
+    message: str,
+    arrow: bool,
+    hide_accepted: bool,
+) -> None:
+    if hide_accepted:
+        find = sink_module._refused_item
+
+        async def without_accepted(producer: Any, layout: Any, items: Any, exc: Any) -> Any:
+            exc.accepted = None
+            return await find(producer, layout, items, exc)
+
+        monkeypatch.setattr(sink_module, "_refused_item", without_accepted)
+    topic = new_topic(tansu, partitions=2)
+    rows = [{k: topic if v == _TOPIC else v for k, v in row.items()} for row in rows]
+    schema = _schema_of(rows)
+    if "timestamp" in rows[0] and not arrow:
+        # On the Row path PySpark hands timestamps over as naive datetimes in local time.
+        rows = [
+            {k: v.replace(tzinfo=datetime.timezone.utc).astimezone().replace(tzinfo=None)
+             if isinstance(v, datetime.datetime) else v for k, v in row.items()}
+            for row in rows
+        ]
+    batches = [_arrow_batch(schema, rows)] if arrow else rows
+    with pytest.raises(error, match=message) as raised:
+        _write(tansu, None if from_column else topic, schema, batches)
+    assert raised.value.__cause__ is not None  # the producer's own error, or the check's
+
+
+def test_bad_rows_beyond_the_first_chunk_and_unreadable_strings(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = new_topic(tansu, partitions=2)
+    # The position counts rows across chunks: row 5 is the second row of the third chunk.
+    monkeypatch.setattr(sink_module, "_ROWS_PER_CHUNK", 2)
+    rows = [{"value": b"v", "partition": n % 2} for n in range(5)]
+    rows.append({"value": b"v", "partition": 7})
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"^row 5, column 'partition'"):
+        _write(tansu, topic, _schema_of(rows), rows)
+    # A time before year 1 in local time cannot even become epoch milliseconds.
+    rows = [{"value": b"v", "timestamp": datetime.datetime(2024, 1, 1)}] * 3
+    rows.append({"value": b"v", "timestamp": datetime.datetime(1, 1, 1)})
+    with pytest.raises(
+        InvalidArgumentError, match=r"^row 3: column 'timestamp'=0001-01-01 00:00:00 cannot be"
+    ):
+        _write(tansu, topic, _schema_of(rows), rows)
+    # Spark strings are bytes that need not be UTF-8: a key or value is sent as it is; a
+    # topic cannot be.
+    strings = pa.array([b"k", b"\xffk"], pa.binary()).view(pa.string())
+    batch = pa.RecordBatch.from_arrays(
+        [strings, pa.array([b"v1", b"v2"])], names=["key", "value"]
+    )
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    keyed = new_topic(tansu)
+    assert _write(tansu, keyed, schema, [batch]) == 2
+    records = read_back(tansu.bootstrap_servers, keyed, expected=2)
+    assert sorted(r.key or b"" for r in records) == [b"k", b"\xffk"]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([b"v1", b"v2"]), pa.array([topic.encode(), b"\xff"], pa.binary()).view(
+            pa.string())],
+        names=["value", "topic"],
+    )
+    schema = StructType([StructField("value", BinaryType()), StructField("topic", StringType())])
+    with pytest.raises(
+        InvalidArgumentError, match=r"^row 1: column 'topic' holds a string that is not valid UTF-8"
+    ):
+        _write(tansu, None, schema, [batch])
