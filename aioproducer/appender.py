@@ -34,7 +34,14 @@ from aioproducer.records import (
     check_timestamp,
 )
 
-__all__ = ["CheckedHeaders", "PreparedRecord", "RecordAppender", "check_headers", "to_bytes"]
+__all__ = [
+    "CheckedHeaders",
+    "PreparedRecord",
+    "RecordAppender",
+    "check_headers",
+    "serialize",
+    "to_bytes",
+]
 
 CheckedHeaders = list[tuple[str, bytes | None]]
 """Headers after :func:`check_headers`: a list of ``(str, bytes or None)`` pairs."""
@@ -91,6 +98,31 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
             value = bytes(value)
         checked.append((name, value))
     return checked
+
+
+def serialize(serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
+    """``obj`` (the record's ``role``: "key" or "value") through ``serializer``, or
+    :func:`to_bytes` when it is None; SerializationError naming the serializer when it
+    raises or returns something not bytes-like."""
+    if serializer is None:
+        return to_bytes(obj, role)
+    try:
+        data: Any = serializer(obj)
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise SerializationError(
+            f"{role}_serializer {_callable_name(serializer)} failed for a record to topic "
+            f"{topic!r}: {exc!r}"
+        ) from exc
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise SerializationError(
+        f"{role}_serializer {_callable_name(serializer)} returned a "
+        f"{type(data).__name__}; it must return bytes-like or None"
+    )
 
 
 def _callable_name(obj: Any) -> str:
@@ -215,25 +247,7 @@ class RecordAppender:
 
     def serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
         """``obj`` through ``serializer`` (or :func:`to_bytes` when None), checked."""
-        if serializer is None:
-            return to_bytes(obj, role)
-        try:
-            data: Any = serializer(obj)
-        except SerializationError:
-            raise
-        except Exception as exc:
-            raise SerializationError(
-                f"{role}_serializer {_callable_name(serializer)} failed for a record to topic "
-                f"{topic!r}: {exc!r}"
-            ) from exc
-        if data is None or type(data) is bytes:
-            return data
-        if isinstance(data, bytes | bytearray | memoryview):
-            return bytes(data)
-        raise SerializationError(
-            f"{role}_serializer {_callable_name(serializer)} returned a "
-            f"{type(data).__name__}; it must return bytes-like or None"
-        )
+        return serialize(serializer, obj, role, topic)
 
     def topic_layout(self, topic: str) -> tuple[int, Any] | None:
         """The partition count and available partitions of ``topic`` in the current

@@ -33,12 +33,18 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aioproducer.appender import check_headers, to_bytes
+from aioproducer.appender import check_headers, serialize
 from aioproducer.config import ProducerConfig
-from aioproducer.errors import IllegalStateError, ProducerClosedError, SenderCrashedError
+from aioproducer.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerClosedError,
+    SenderCrashedError,
+)
 from aioproducer.metadata import validate_topic
 from aioproducer.producer import Producer
 from aioproducer.records import (
+    ProducerRecord,
     RecordMetadata,
     RecordMetadataSequence,
     check_partition,
@@ -103,6 +109,16 @@ class SyncProducer:
     ) -> None:
         # Built here, in the caller's thread, so configuration errors need no loop thread;
         # Producer.__init__ touches no event loop.
+        self._config = ProducerConfig.from_options(config, **options)
+        # As the Java client, serializers run in the calling thread, so what they refuse is
+        # raised there; the producer on the loop thread then takes bytes. Interceptors see a
+        # record before it is serialized: with them, serializing stays on the loop thread.
+        self._key_serializer: Callable[[Any], Any] | None = None
+        self._value_serializer: Callable[[Any], Any] | None = None
+        if not self._config.interceptors:
+            self._key_serializer = self._config.key_serializer
+            self._value_serializer = self._config.value_serializer
+            options = {**options, "key_serializer": None, "value_serializer": None}
         self._producer = Producer(config, **options)
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
@@ -142,7 +158,7 @@ class SyncProducer:
     @property
     def config(self) -> ProducerConfig:
         """The validated configuration."""
-        return self._producer.config
+        return self._config
 
     @property
     def closed(self) -> bool:
@@ -377,11 +393,13 @@ class SyncProducer:
         """Queue a record; return a future of its :class:`~aioproducer.RecordMetadata`.
 
         Returns at once (unless thousands of records are already waiting for the loop thread,
-        when it blocks until they are taken). What the arguments alone show to be wrong is
-        raised here, in the calling thread; what the async ``send`` finds later (a serializer
-        that fails, an unknown topic after ``max_block_ms``, a closed producer) is set on the
-        future, as are delivery errors. Cancelling the future before the record is handed to
-        the producer keeps it from being sent.
+        when it blocks until they are taken). The record is checked here, in the calling
+        thread, and the serializers run here too (as the Java client runs them in the
+        caller's thread; with interceptors configured they run on the loop thread, after
+        the interceptors): what they refuse is raised at once. What only the loop thread can
+        find (a partition the topic does not have, no metadata within ``max_block_ms``, a
+        closed producer) is set on the future, as are delivery errors. Cancelling the future
+        before the record is handed to the producer keeps it from being sent.
 
         Raises:
             InvalidTopicError: an illegal topic name.
@@ -389,8 +407,9 @@ class SyncProducer:
             InvalidArgumentError: ``timestamp_ms`` outside 0 to 2**63-1, or a negative
                 ``partition``.
             SerializationError: headers that are not ``(str, bytes-like or None)`` pairs,
-                or, with no serializer and no interceptor configured, a key or value that
-                is not bytes-like.
+                or (without interceptors) a key or value that is not bytes-like and has no
+                serializer, or a serializer that failed or returned something not
+                bytes-like.
             ProducerClosedError: the SyncProducer is closed.
             SenderCrashedError: the event loop thread died.
         """
@@ -399,14 +418,9 @@ class SyncProducer:
         timestamp_ms = check_timestamp(timestamp_ms)
         if headers is not None:
             headers = check_headers(headers)
-        config = self._producer.config
-        if not config.interceptors:
-            # Interceptors may change a record before it is serialized; without them, a
-            # key or value no serializer takes is refused before it is queued.
-            if config.key_serializer is None:
-                key = to_bytes(key, "key")
-            if config.value_serializer is None:
-                value = to_bytes(value, "value")
+        if not self._config.interceptors:
+            key = serialize(self._key_serializer, key, "key", topic)
+            value = serialize(self._value_serializer, value, "value", topic)
         future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
         self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
         return future
@@ -450,13 +464,42 @@ class SyncProducer:
             InvalidTopicError: an illegal topic name.
             InvalidArgumentTypeError: ``partition`` not an int (or None).
             InvalidArgumentError: a negative ``partition``.
+            SerializationError: (with serializers and no interceptors, which run them here)
+                a serializer failed for an item, or returned something not bytes-like; the
+                message names the item, and no item was queued.
         """
         topic = validate_topic(topic)
         partition = check_partition(partition)
         future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
         records = items if isinstance(items, list | tuple) else list(items)
+        if self._key_serializer is not None or self._value_serializer is not None:
+            records = [
+                self._serialized_item(topic, index, item) for index, item in enumerate(records)
+            ]
         self._enqueue((_SEND_MANY, topic, records, partition, future))
         return future
+
+    def _serialized_item(self, topic: str, index: int, item: Any) -> Any:
+        """A ``send_many`` item with its key and value serialized here (see ``__init__``)."""
+        try:
+            if isinstance(item, ProducerRecord):
+                return ProducerRecord(
+                    item.topic,
+                    serialize(self._value_serializer, item.value, "value", item.topic),
+                    serialize(self._key_serializer, item.key, "key", item.topic),
+                    item.partition,
+                    item.timestamp_ms,
+                    item.headers,
+                )
+            if type(item) is tuple and len(item) == 2:
+                return (
+                    serialize(self._key_serializer, item[0], "key", topic),
+                    serialize(self._value_serializer, item[1], "value", topic),
+                )
+            return serialize(self._value_serializer, item, "value", topic)
+        except KafkaError as exc:
+            exc.args = (f"send_many item {index}: {exc.message}", *exc.args[1:])
+            raise
 
     def send_many(
         self,

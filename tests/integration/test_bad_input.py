@@ -347,10 +347,11 @@ def _run_sync(bootstrap: str, topic: str, records: list[Candidate], serializer: 
             except Exception as exc:
                 _refused(outcome, record, exc)
                 continue
-            # What the arguments alone cannot show (a serializer's verdict, a partition the
-            # topic lacks) the loop thread finds at once: the future fails before delivery.
+            # Only the loop thread knows the topic's partition count: a partition the topic
+            # lacks fails the future, before delivery. Everything else raised above.
             error = future.exception(timeout=30)
             if error is not None:
+                assert type(error).__name__ == "UnknownTopicOrPartitionError", error
                 _refused(outcome, record, error)
             else:
                 outcome.accepted.append((record, future))

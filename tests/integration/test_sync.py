@@ -222,3 +222,29 @@ def test_transactions_from_synchronous_code(tansu: EmbeddedBroker, new_topic: To
     values = [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=21)]
     assert values[:20] == [f"{i}".encode() for i in range(20)]
     assert values[-1] == b"after"
+
+
+def test_serializers_run_in_the_calling_thread(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    threads: list[threading.Thread] = []
+
+    def utf8(value: Any) -> bytes:
+        threads.append(threading.current_thread())
+        return value.encode()  # an AttributeError for anything but a str
+
+    with SyncProducer(bootstrap_servers=tansu.bootstrap_servers, value_serializer=utf8) as producer:
+        producer.send(topic, "first").result(30)
+        # What the serializer refuses raises here, at once, and nothing is queued.
+        with pytest.raises(SerializationError, match="value_serializer"):
+            producer.send(topic, 5)
+        with pytest.raises(SerializationError, match="send_many item 1"):
+            producer.send_many_nowait(topic, ["a", 5, "c"])
+        assert len(producer.send_many(topic, ["b", ProducerRecord(topic, "c")])) == 2
+    assert threads and all(thread is threading.main_thread() for thread in threads)
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=3)] == [
+        b"first",
+        b"b",
+        b"c",
+    ]
