@@ -58,7 +58,7 @@ def to_bytes(obj: Any, role: str) -> bytes | None:
     if isinstance(obj, bytes | bytearray | memoryview):
         return bytes(obj)
     raise SerializationError(
-        f"the record {role} is a {type(obj).__name__}, not bytes-like or None; set "
+        f"the record {role} is of type {type(obj).__name__}, not bytes-like or None; set "
         f"{role}_serializer to send other types"
     )
 
@@ -67,6 +67,11 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
     """Headers as ``(str, bytes or None)`` pairs; SerializationError for anything else."""
     if headers is None:
         return None
+    if isinstance(headers, str | bytes | bytearray | memoryview):
+        raise SerializationError(
+            "headers must be a sequence of (str, bytes) pairs or a mapping of str to bytes, "
+            f"not {type(headers).__name__}"
+        )
     checked: CheckedHeaders = []
     try:
         pairs: list[Any] = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
@@ -120,7 +125,7 @@ def serialize(serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise SerializationError(
-        f"{role}_serializer {_callable_name(serializer)} returned a "
+        f"{role}_serializer {_callable_name(serializer)} returned an object of type "
         f"{type(data).__name__}; it must return bytes-like or None"
     )
 
@@ -349,7 +354,11 @@ class RecordAppender:
         self.check_sendable()
         intercept = self._intercept
         if intercept is not None:
-            record = intercept(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
+            # Read through Any: an interceptor may have put anything in the fields, and a
+            # compiled read of a typed field would raise a bare TypeError before the checks.
+            record: Any = intercept(
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            )
             topic, value, key = record.topic, record.value, record.key
             partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
         # The arguments are checked before anything runs on them (serializers included).
@@ -609,19 +618,21 @@ class RecordAppender:
             timestamp = now_ms
             headers: CheckedHeaders | None = None
             if isinstance(item, ProducerRecord):
-                # Checked when made, and again here: a record's fields can be reassigned.
-                record_topic, key, value = item.topic, item.key, item.value
-                if item.partition is not None:
-                    record_partition = check_partition(item.partition)
-                if item.timestamp_ms is not None:
-                    timestamp = _checked_timestamp(item.timestamp_ms)
-                headers = check_headers(item.headers)
+                # Checked when made, and again here: a record's fields can be reassigned (to
+                # anything: the fields are read as Any, so the checks below see them first).
+                fields: Any = items[index - 1]
+                record_topic, key, value = fields.topic, fields.key, fields.value
+                if fields.partition is not None:
+                    record_partition = check_partition(fields.partition)
+                if fields.timestamp_ms is not None:
+                    timestamp = _checked_timestamp(fields.timestamp_ms)
+                headers = check_headers(fields.headers)
             elif type(item) is tuple and len(item) == 2:
                 key, value = item
             else:
                 key, value = None, item
             if intercept is not None:
-                record = intercept(
+                record: Any = intercept(
                     ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
                 )
                 record_topic, key, value = record.topic, record.key, record.value

@@ -131,7 +131,7 @@ def _as_int(value: Any, argument: str, expected: str) -> int:
         except TypeError:
             pass
     raise InvalidArgumentTypeError(
-        f"{argument} must be {expected}, not a {type(value).__name__}"
+        f"{argument} must be {expected}, not of type {type(value).__name__}"
     )
 
 

@@ -464,15 +464,16 @@ class SyncProducer:
             InvalidTopicError: an illegal topic name.
             InvalidArgumentTypeError: ``partition`` not an int (or None).
             InvalidArgumentError: a negative ``partition``.
-            SerializationError: (with serializers and no interceptors, which run them here)
-                a serializer failed for an item, or returned something not bytes-like; the
-                message names the item, and no item was queued.
+            SerializationError: (without interceptors, the items are serialized here) an
+                item's key or value is not bytes-like and has no serializer, or a serializer
+                failed or returned something not bytes-like. The message names the item;
+                no item was queued (``accepted`` is None).
         """
         topic = validate_topic(topic)
         partition = check_partition(partition)
         future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
         records = items if isinstance(items, list | tuple) else list(items)
-        if self._key_serializer is not None or self._value_serializer is not None:
+        if not self._config.interceptors:
             records = [
                 self._serialized_item(topic, index, item) for index, item in enumerate(records)
             ]

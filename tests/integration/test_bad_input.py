@@ -568,3 +568,62 @@ async def test_each_record_is_checked_against_max_request_size(tansu: EmbeddedBr
         await in_bulk.value.accepted
     consumed = read_back(tansu.bootstrap_servers, topic, expected=2)
     assert [r.value for r in consumed] == [b"small", b"bulk"]
+
+
+class _Meddler:
+    """An interceptor that puts what it is told into every record's fields."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        for name, value in self.fields.items():
+            setattr(record, name, value)
+        return record
+
+    def on_acknowledgement(self, metadata: Any, exc: BaseException | None) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("field_name", "value"), [("partition", "0"), ("timestamp_ms", 1.5), ("partition", True)]
+)
+async def test_a_field_an_interceptor_or_a_caller_spoils_is_refused_like_an_argument(
+    tansu: EmbeddedBroker, field_name: str, value: Any
+) -> None:
+    topic = _fresh_topic(tansu)
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, interceptors=[_Meddler(**{field_name: value})]
+    ) as producer:
+        with pytest.raises(TypeError) as caught:
+            await producer.send(topic, b"x")
+        assert isinstance(caught.value, KafkaError) and field_name in str(caught.value)
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+        spoiled = ProducerRecord(topic, b"spoiled")
+        setattr(spoiled, field_name, value)
+        with pytest.raises(TypeError) as in_bulk:
+            await producer.send_many(topic, [b"kept", spoiled, b"not taken"])
+        error = in_bulk.value
+        assert isinstance(error, KafkaError) and "send_many item 1" in str(error)
+        assert error.accepted is not None and len(error.accepted) == 1
+        await error.accepted
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"kept"]
+
+
+def test_sync_send_many_refuses_a_bad_item_before_queueing_any(tansu: EmbeddedBroker) -> None:
+    topic = _fresh_topic(tansu)
+    with SyncProducer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+        with pytest.raises(KafkaError, match="send_many item 1") as caught:
+            producer.send_many_nowait(topic, [b"not queued", "a str", b"nor this"])
+        assert caught.value.accepted is None
+        producer.send_many(topic, [b"after"], partition=0)
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"after"]
+
+
+@pytest.mark.parametrize("headers", ["ab", b"ab"])
+async def test_headers_given_as_one_string_get_a_message_that_says_so(
+    tansu: EmbeddedBroker, headers: Any
+) -> None:
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+        with pytest.raises(KafkaError, match="headers must be a sequence of"):
+            await producer.send(_fresh_topic(tansu), b"x", headers=headers)
