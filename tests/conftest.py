@@ -6,16 +6,22 @@
   per test, because injected faults (error stacks, down brokers, RTTs) outlive the
   test that set them.
 - ``mock_cluster_process``: the same, in a child process.
+- ``kafka``: one real Apache Kafka node (:class:`~tests.support.kafka.KafkaBroker`) for
+  the whole session, formatted with Kafka's default ``transaction.version`` (2);
+  ``kafka_tv1``: another, formatted with ``transaction.version=1``. Each starts on first
+  use. Without Java 17+ (or Maven, to fetch the jars) they skip, unless ``CI`` is set:
+  then they fail.
 - ``new_topic``: ``new_topic(broker, partitions=N) -> name`` creates a uniquely named
   topic on any of the above.
 
-Tests that use ``tansu`` or a mock cluster get the ``tansu`` / ``mock_cluster``
-marker automatically, so ``-m "not tansu"`` deselects them.
+Tests that use ``tansu``, a mock cluster or Kafka get the ``tansu`` / ``mock_cluster`` /
+``kafka`` marker automatically, so ``-m "not tansu"`` deselects them.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
 import uuid
@@ -34,12 +40,15 @@ if str(_ROOT) not in sys.path:
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
     from tests.support import TopicCreator
+    from tests.support.kafka import KafkaBroker
     from tests.support.mock_cluster import MockCluster, MockClusterProcess
 
 _FIXTURE_MARKERS = {
     "tansu": "tansu",
     "mock_cluster": "mock_cluster",
     "mock_cluster_process": "mock_cluster",
+    "kafka": "kafka",
+    "kafka_tv1": "kafka",
 }
 
 
@@ -78,6 +87,49 @@ def mock_cluster_process() -> Iterator[MockClusterProcess]:
 
     with MockClusterProcess(num_brokers=3) as cluster:
         yield cluster
+
+
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _kafka_broker(**options: Any) -> Iterator[KafkaBroker]:
+    """Start a KafkaBroker for a session fixture; skip (fail on CI) if Kafka cannot run."""
+    from tests.support.kafka import KafkaBroker, KafkaUnavailableError, kafka_available
+
+    reason = kafka_available()
+    broker = KafkaBroker(**options)
+    if reason is None:
+        try:
+            broker.start()
+        except KafkaUnavailableError as exc:  # the jars could not be fetched
+            reason = str(exc)
+        except BaseException:
+            broker.stop()
+            raise
+    if reason is not None:
+        broker.stop()
+        if _on_ci():
+            pytest.fail(f"CI is set, so the Kafka tests must run: {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaBroker]:
+    """A real Apache Kafka node (broker and controller) shared by the whole session,
+    formatted with Kafka's default transaction.version (2: KIP-890 transactions)."""
+    yield from _kafka_broker()
+
+
+@pytest.fixture(scope="session")
+def kafka_tv1() -> Iterator[KafkaBroker]:
+    """Another Apache Kafka node for the whole session, formatted with
+    transaction.version=1: the transaction protocol before KIP-890's second part."""
+    yield from _kafka_broker(transaction_version=1)
 
 
 @pytest.fixture
