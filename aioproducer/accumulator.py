@@ -44,6 +44,8 @@ COMPRESSION_RATE_ESTIMATION_FACTOR: Final = 1.05
 #: ``batch_size`` buffers), and at most this many times ``batch_size`` (records of 16 KiB
 #: batches that compress 8:1 or better fill 128 KiB), and an eighth of ``buffer_memory``.
 MAX_COMPRESSED_BATCH_FACTOR: Final = 8
+#: Sequence numbers wrap at 2**31, as Kafka's.
+SEQUENCE_MODULO: Final = 1 << 31
 
 # The records of every finished batch (see RecordAccumulator.deallocate): shared, and never
 # appended to, since records join only batches still open in their partition's deque.
@@ -86,6 +88,7 @@ class ProducerBatch:
         "producer_id",
         "records",
         "retry_backoff",
+        "sequence_reset",
         "split",
         "split_from",
         "topic",
@@ -140,6 +143,9 @@ class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.transactional = False
+        # True once the idempotence manager restarted the partition's sequences under a new
+        # epoch and gave this batch a new one (Java's sequenceHasBeenReset).
+        self.sequence_reset = False
         self.split_from: ProducerBatch | None = None
         # Once split: where each record went, by its offset here: (new batch, offset there).
         # A record's future follows it there when next asked (see RecordFuture._current).
@@ -763,17 +769,21 @@ class RecordAccumulator:
         batch.retry_backoff = backoff
         batch.in_retry = True
         batches = self.deque_for(batch.tp)
-        if batch.has_sequence and batches:
-            # Keep batches with sequence numbers ordered by sequence so the broker sees no gap.
-            index = 0
-            for index, queued in enumerate(batches):  # noqa: B007
-                if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
-                    break
-            else:
-                index = len(batches)
-            batches.insert(index, batch)
+        if batch.has_sequence:
+            self._insert_in_sequence_order(batches, batch)
         else:
             batches.appendleft(batch)
+
+    @staticmethod
+    def _insert_in_sequence_order(batches: deque[ProducerBatch], batch: ProducerBatch) -> None:
+        # Batches with sequence numbers stay ordered by sequence at the front, so the broker
+        # sees no gap (Java's insertInSequenceOrder).
+        index = len(batches)
+        for position, queued in enumerate(batches):
+            if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
+                index = position
+                break
+        batches.insert(index, batch)
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return undrained batches older than ``delivery_timeout_ms``."""
@@ -819,12 +829,15 @@ class RecordAccumulator:
         records: list[Any],
         now: float,
         target_size: int | None = None,
-    ) -> int:
-        """Split a batch the broker found too large into batch_size batches; return how many.
+    ) -> list[ProducerBatch]:
+        """Split a batch the broker found too large into batch_size batches; return them.
 
         ``records`` are the decoded records of the batch, in order. The new batches take the
-        place of the old one at the front of the partition; the old batch's :attr:`forward`
-        tells each record's future where its record went.
+        place of the old one in the partition; the old batch's :attr:`forward` tells each
+        record's future where its record went. A batch with a sequence hands its range on,
+        in order, under its producer id and epoch, and the new batches go in sequence order
+        among the partition's queued retries (Java's ``ProducerBatch.split`` and
+        ``splitAndReenqueue``), so nothing overtakes them.
         """
         if self.compressed:
             # As Java's: the estimate failed for this topic, so it starts over from at least
@@ -879,13 +892,24 @@ class RecordAccumulator:
         batch.forward = forward
         # The old batch's share of buffer_memory passes to the first new batch (the others
         # account nothing), so the pool stays within its total while the split batches live.
+        sequence = batch.base_sequence
         for index, new_batch in enumerate(new_batches):
             new_batch.full = True
             new_batch.buffer_size = batch.buffer_size if index == 0 else 0
             self._incomplete.add(new_batch)
+            if sequence >= 0:
+                new_batch.producer_id = batch.producer_id
+                new_batch.producer_epoch = batch.producer_epoch
+                new_batch.transactional = batch.transactional
+                new_batch.base_sequence = sequence
+                sequence = (sequence + new_batch.record_count) % SEQUENCE_MODULO
         batches = self.deque_for(batch.tp)
-        for new_batch in reversed(new_batches):
-            batches.appendleft(new_batch)
+        if batch.has_sequence:
+            for new_batch in new_batches:
+                self._insert_in_sequence_order(batches, new_batch)
+        else:
+            for new_batch in reversed(new_batches):
+                batches.appendleft(new_batch)
         self._incomplete.discard(batch)
         # The old batch lives on as the new ones' split_from (flush looks there), and through
         # them in the callers' futures: it keeps nothing of its buffer. The buffer is not the
@@ -894,7 +918,7 @@ class RecordAccumulator:
         batch.records = _NO_RECORDS
         batch.open_run = None
         batch.mark_split()
-        return len(new_batches)
+        return new_batches
 
     # ---- flush and close ------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from aioproducer.futures import error_copy
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability
-from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.protocol.api import Request, Response
 from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
@@ -102,7 +102,6 @@ _MAX_POLL: Final = 1.0
 # Steps of the sender that fail one after another (each after a backoff) before the task
 # gives up: a fault that every step meets again cannot be recovered from by stepping.
 _MAX_FAILED_STEPS: Final = 10
-_MAX_EPOCH: Final = 32767
 # How often adaptive partitioning gets fresh queue sizes.
 _LOAD_UPDATE_INTERVAL: Final = 0.005
 # Worker threads for compressing big batches (bench/micro/compression.py: every codec releases
@@ -182,7 +181,6 @@ class Sender:
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._init_backoff_until = 0.0
-        self._epoch_bump_refused = False
         self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
         self._transaction_flush = False
         self.crashed: BaseException | None = None
@@ -354,8 +352,12 @@ class Sender:
         delay = self._maybe_update_metadata(now)
         idempotence = self._idempotence
         transactions = self._transactions
-        if idempotence is not None and idempotence.needs_producer_id and transactions is None:
-            delay = min(delay, self._maybe_init_producer_id(now))
+        if idempotence is not None:
+            idempotence.maybe_resolve_sequences()
+            if transactions is None:
+                idempotence.bump_epoch_if_needed()
+                if idempotence.needs_producer_id:
+                    delay = min(delay, self._maybe_init_producer_id(now))
         accumulator = self._accumulator
         cluster = self._metadata.cluster
         result = accumulator.ready(cluster, now)
@@ -408,6 +410,7 @@ class Sender:
                     "created, more than delivery_timeout_ms"
                 ),
                 now,
+                answered=False,
             )
         delay = min(delay, accumulator.next_expiry() - now)
         if self._in_flight_batches:
@@ -461,7 +464,9 @@ class Sender:
                             f"was in flight to broker {node}"
                         )
                         if self._idempotence is not None:
-                            self._idempotence.on_final_failure(batch, str(error))
+                            self._idempotence.on_final_failure(
+                                batch, str(error), answered=False
+                            )
                         log.warning("%s", error)
                         if batch.fail(error):
                             self._metrics.records_failed(batch.record_count)
@@ -528,20 +533,15 @@ class Sender:
         if connection is None:
             self._connections.ensure_any_connecting(now)
             return self._backoff_base
-        # KIP-360: bump the epoch of the id we have where the broker takes InitProducerId v3+
-        # with our id; otherwise (or if it refused a bump before) ask for a new id.
-        bump = (
-            idempotence.transactional_id is None
-            and idempotence.producer_id >= 0
-            and 0 <= idempotence.producer_epoch < _MAX_EPOCH
-            and not self._epoch_bump_refused
-            and connection.api_versions.get(ApiKey.INIT_PRODUCER_ID, (0, -1))[1] >= 3
-        )
+        # A new producer id (the first, or after the epoch ran out): an idempotent producer
+        # bumps its epoch locally otherwise (IdempotenceManager.bump_epoch_if_needed), as
+        # Java's does. Without a transactional id, Kafka gives a new id at epoch 0 whatever
+        # id and epoch the request names, so it names none.
         request = InitProducerIdRequest(
             transactional_id=idempotence.transactional_id,
             transaction_timeout_ms=self._config.transaction_timeout_ms,
-            producer_id=idempotence.producer_id if bump else -1,
-            producer_epoch=idempotence.producer_epoch if bump else -1,
+            producer_id=-1,
+            producer_epoch=-1,
         )
         try:
             future = connection.send(request)
@@ -550,12 +550,10 @@ class Sender:
             self._init_backoff_until = now + self._backoff_base
             return self._backoff_base
         idempotence.init_in_flight = True
-        future.add_done_callback(
-            lambda done: self._on_init_producer_id(done, bumping=bump)
-        )
+        future.add_done_callback(self._on_init_producer_id)
         return _MAX_POLL
 
-    def _on_init_producer_id(self, future: asyncio.Future[Any], *, bumping: bool = False) -> None:
+    def _on_init_producer_id(self, future: asyncio.Future[Any]) -> None:
         idempotence = self._idempotence
         assert idempotence is not None
         idempotence.init_in_flight = False
@@ -569,25 +567,10 @@ class Sender:
             response: InitProducerIdResponse = future.result()
             if response.error_code == 0:
                 idempotence.set_producer_id(response.producer_id, response.producer_epoch)
-                log.info(
-                    "producer id %d, epoch %d%s",
-                    response.producer_id,
-                    response.producer_epoch,
-                    " (epoch bumped)" if bumping else "",
-                )
+                log.info("producer id %d, epoch %d", response.producer_id, response.producer_epoch)
                 self.wakeup()
                 return
             exc = error_for_code(response.error_code, "InitProducerId")
-            if bumping:
-                # Some brokers (Tansu) accept InitProducerId only for a new id: ask for one.
-                log.warning(
-                    "the broker refused to bump the producer epoch (%s); asking for a new "
-                    "producer id instead",
-                    exc,
-                )
-                self._epoch_bump_refused = True
-                self.wakeup()
-                return
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc
@@ -967,7 +950,9 @@ class Sender:
             error = error_for_code(code, message)
             if error.invalid_metadata:
                 self._metadata.request_update()
-            self._retry_or_fail(batch, error, now, node=node)
+            self._retry_or_fail(
+                batch, error, now, node=node, log_start_offset=partition_response.log_start_offset
+            )
         self.wakeup()
 
     # ---- outcomes ---------------------------------------------------------------------------
@@ -976,7 +961,7 @@ class Sender:
         self, batch: ProducerBatch, base_offset: int, log_append_time: int, now: float
     ) -> None:
         if self._idempotence is not None:
-            self._idempotence.on_success(batch)
+            self._idempotence.on_success(batch, base_offset)
         if batch.complete(base_offset, log_append_time):
             self._metrics.records_sent(batch.record_count)
             self._notify(batch, None)
@@ -990,12 +975,15 @@ class Sender:
         *,
         node: int | None = None,
         logged: bool = False,
+        answered: bool = True,
     ) -> None:
+        """Fail ``batch`` for good. ``answered`` False: it expired, and whether the broker
+        has it is unknown (see IdempotenceManager.on_final_failure)."""
         if self._transactions is not None:
             # First, so the transaction's error is this one, not the sequence gap it leaves.
             self._transactions.on_batch_failed(batch, exc)
         if self._idempotence is not None:
-            self._idempotence.on_final_failure(batch, str(exc))
+            self._idempotence.on_final_failure(batch, str(exc), answered=answered)
         if not logged:
             log.warning(
                 "failed to deliver %d record(s) to %s-%d (broker %s) after %d attempt(s): %s",
@@ -1021,7 +1009,13 @@ class Sender:
         return float(min(self._backoff_max, backoff))
 
     def _retry_or_fail(
-        self, batch: ProducerBatch, exc: BaseException, now: float, *, node: int | None = None
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        now: float,
+        *,
+        node: int | None = None,
+        log_start_offset: int = -1,
     ) -> None:
         code = getattr(exc, "error_code", None)
         if code == _MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
@@ -1031,7 +1025,7 @@ class Sender:
                 f"the broker rejected a batch of {batch.record_count} record(s) "
                 f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large"
             )
-        if self._can_retry(batch, exc, now):
+        if self._can_retry(batch, exc, now, log_start_offset):
             log.info(
                 "retrying %d record(s) for %s-%d (broker %s, attempt %d): %s",
                 batch.record_count,
@@ -1055,7 +1049,10 @@ class Sender:
             exc = timeout
         self._fail_batch(batch, exc, now, node=node)
 
-    def _can_retry(self, batch: ProducerBatch, exc: BaseException, now: float) -> bool:
+    def _can_retry(
+        self, batch: ProducerBatch, exc: BaseException, now: float, log_start_offset: int
+    ) -> bool:
+        # Java's Sender.canRetry, with TransactionManager.canRetry for sequence errors.
         if not isinstance(exc, KafkaError) or (not self._running and self._force_close):
             return False
         if now >= batch.delivery_deadline or batch.attempts >= self._retries:
@@ -1066,12 +1063,7 @@ class Sender:
             _OUT_OF_ORDER_SEQUENCE_NUMBER,
             _UNKNOWN_PRODUCER_ID,
         ):
-            if not idempotence.is_next_in_line(batch):
-                # An earlier batch of the partition failed; this one goes again after it.
-                return True
-            # The broker lost our sequence state: start over under a new producer id.
-            idempotence.request_reset(f"{type(exc).__name__} on {batch.topic}-{batch.partition}")
-            return True
+            return idempotence.can_retry(batch, code, log_start_offset)
         return exc.retriable
 
     def _split(self, batch: ProducerBatch, now: float) -> bool:
@@ -1085,18 +1077,20 @@ class Sender:
         records: list[Any] = [record for part in decoded for record in part.records]
         if len(records) != batch.record_count:
             return False
-        if self._idempotence is not None:
-            self._idempotence.forget_split(batch)
-        # Halve the batch: the broker's limit is below what we sent.
-        count = self._accumulator.split_and_reenqueue(
+        # Halve the batch: the broker's limit is below what we sent. The parts carry the
+        # batch's sequence range, so an idempotent or transactional producer goes on
+        # without a gap (Java's splitAndReenqueue).
+        parts = self._accumulator.split_and_reenqueue(
             batch, records, now, target_size=max(1, batch.size_in_bytes // 2)
         )
+        if self._idempotence is not None:
+            self._idempotence.split(batch, parts)
         log.info(
             "split a too-large batch of %d records for %s-%d into %d batches",
             len(records),
             batch.topic,
             batch.partition,
-            count,
+            len(parts),
         )
         return True
 

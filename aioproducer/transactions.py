@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from aioproducer.accumulator import ProducerBatch
+from aioproducer.accumulator import SEQUENCE_MODULO, ProducerBatch
 from aioproducer.errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
@@ -82,7 +82,9 @@ log = logging.getLogger("aioproducer.transactions")
 
 TopicPartition = tuple[str, int]
 
-_SEQUENCE_MODULO = 1 << 31
+#: The highest producer epoch; past it a producer needs a new producer id.
+MAX_PRODUCER_EPOCH: Final = 32767
+_OUT_OF_ORDER_SEQUENCE_NUMBER_CODE: Final = 45
 
 #: The finalized feature whose level says which transaction protocol the cluster runs.
 TRANSACTION_VERSION_FEATURE: Final = "transaction.version"
@@ -115,17 +117,50 @@ def transaction_v2_usable(features: FinalizedFeatures) -> bool:
 
 @dataclass(slots=True)
 class PartitionSequenceState:
-    """Sequence bookkeeping for one partition."""
+    """Sequence bookkeeping for one partition (the Java client's ``TxnPartitionEntry``)."""
 
+    # The producer id and epoch this partition's sequences belong to. Behind the current ones
+    # after an epoch bump (or a new id) until the partition's batches of the old ones are done.
+    producer_id: int = -1
+    producer_epoch: int = -1
     next_sequence: int = 0
+    # The highest sequence the broker acknowledged (never lowered by a late answer).
     last_acked_sequence: int = -1
-    # Batches with a sequence that went out and are not done, in sequence order.
+    # The offset of the last record acknowledged, for UNKNOWN_PRODUCER_ID (Java's canRetry).
+    last_acked_offset: int = -1
+    # Batches with a sequence that are not done (sent, or queued again for a retry), in
+    # sequence order.
     in_flight: list[ProducerBatch] = field(default_factory=list)
     retrying: int = 0
+    # The last sequence of a retried batch that expired: whether the broker has it is unknown
+    # until the partition's other batches resolve (Java's partitionsWithUnresolvedSequences).
+    unresolved_sequence: int | None = None
+
+
+def _sequence_after(sequence: int, count: int) -> int:
+    """``sequence`` advanced by ``count``; sequences wrap at 2**31, as Kafka's."""
+    return (sequence + count) % SEQUENCE_MODULO
+
+
+def _is_later(sequence: int, than: int) -> bool:
+    """Whether ``sequence`` comes after ``than`` (with the wrap at 2**31)."""
+    if than < 0:
+        return sequence >= 0
+    distance = (sequence - than) % SEQUENCE_MODULO
+    return 0 < distance < SEQUENCE_MODULO // 2
 
 
 class IdempotenceManager:
-    """Producer id, epoch and sequences for an idempotent producer."""
+    """Producer id, epoch and sequences for an idempotent producer.
+
+    As the Java client's ``TransactionManager`` for an idempotent producer: every partition
+    keeps its own sequences under the producer id and epoch it started them with. A lost
+    sequence on one partition (a batch that failed for good, a gap the broker reports) bumps
+    the epoch here, locally, and restarts only that partition's sequences; batches of other
+    partitions keep their id, epoch and sequence, so a retry the broker already wrote is
+    recognised as a duplicate. A new producer id is asked for only at the start and when
+    the epoch runs out.
+    """
 
     def __init__(self, transactional_id: str | None = None) -> None:
         self.transactional_id = transactional_id
@@ -134,6 +169,8 @@ class IdempotenceManager:
         self._partitions: dict[TopicPartition, PartitionSequenceState] = {}
         self.needs_producer_id = True
         self.init_in_flight = False
+        self._local_bump_required = False
+        self._partitions_to_rewrite: set[TopicPartition] = set()
 
     @property
     def has_producer_id(self) -> bool:
@@ -146,30 +183,78 @@ class IdempotenceManager:
         return None
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
-        """Install a new producer id and epoch; every partition starts again at sequence 0."""
-        if producer_id != self.producer_id or producer_epoch != self.producer_epoch:
-            for state in self._partitions.values():
-                state.next_sequence = 0
-                state.last_acked_sequence = -1
-                for batch in state.in_flight:
-                    batch.base_sequence = -1
-                state.in_flight.clear()
-                state.retrying = 0
+        """Install the producer id and epoch InitProducerId returned.
+
+        Partitions move to it as their batches of the old one are done (see :meth:`prepare`);
+        one whose sequences had to be rewritten starts again at sequence 0 at once.
+        """
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.needs_producer_id = False
         self.init_in_flight = False
+        for tp in self._partitions_to_rewrite:
+            self._start_sequences_at_beginning(tp)
+        self._partitions_to_rewrite.clear()
 
-    def request_reset(self, reason: str) -> None:
-        """A sequence was lost for good: get a new producer id before sending more."""
-        if not self.needs_producer_id:
+    def reset_sequences(self) -> None:
+        """Forget every partition's sequences (a transactional producer's new epoch: the
+        batches of the old one were aborted)."""
+        for state in self._partitions.values():
+            for batch in state.in_flight:
+                batch.base_sequence = -1
+        self._partitions.clear()
+        self._partitions_to_rewrite.clear()
+        self._local_bump_required = False
+
+    def request_epoch_bump(self, tp: TopicPartition, reason: str) -> None:
+        """``tp`` lost a sequence for good: bump the epoch and start ``tp`` again at 0
+        (Java's ``requestIdempotentEpochBumpForPartition``); done by
+        :meth:`bump_epoch_if_needed` at the sender's next step."""
+        if tp not in self._partitions_to_rewrite:
             log.warning(
-                "resetting the idempotent producer id %d (epoch %d): %s",
+                "bumping the epoch of idempotent producer id %d (epoch %d) to restart the "
+                "sequences of %s-%d: %s",
                 self.producer_id,
                 self.producer_epoch,
+                tp[0],
+                tp[1],
                 reason,
             )
-        self.needs_producer_id = True
+        self._partitions_to_rewrite.add(tp)
+        self._local_bump_required = True
+
+    def bump_epoch_if_needed(self) -> None:
+        """Bump the epoch locally if a partition asked for it (Java's
+        ``bumpIdempotentProducerEpoch``); an exhausted epoch asks for a new producer id."""
+        if not self._local_bump_required or self.needs_producer_id:
+            return
+        self._local_bump_required = False
+        if self.producer_id < 0 or self.producer_epoch >= MAX_PRODUCER_EPOCH:
+            # A new id; the partitions to rewrite start over once it arrives.
+            self.needs_producer_id = True
+            return
+        self.producer_epoch += 1
+        log.info("producer id %d: epoch bumped to %d", self.producer_id, self.producer_epoch)
+        for tp in self._partitions_to_rewrite:
+            self._start_sequences_at_beginning(tp)
+        self._partitions_to_rewrite.clear()
+
+    def _start_sequences_at_beginning(self, tp: TopicPartition) -> None:
+        """Give ``tp``'s unfinished batches the current id and epoch and sequences from 0,
+        in their order (Java's ``TxnPartitionEntry.startSequencesAtBeginning``)."""
+        state = self._state(tp)
+        sequence = 0
+        for batch in state.in_flight:
+            batch.producer_id = self.producer_id
+            batch.producer_epoch = self.producer_epoch
+            batch.base_sequence = sequence
+            batch.sequence_reset = True
+            sequence = _sequence_after(sequence, batch.record_count)
+        state.producer_id = self.producer_id
+        state.producer_epoch = self.producer_epoch
+        state.next_sequence = sequence
+        state.last_acked_sequence = -1
+        state.unresolved_sequence = None
 
     def _state(self, tp: TopicPartition) -> PartitionSequenceState:
         state = self._partitions.get(tp)
@@ -177,12 +262,18 @@ class IdempotenceManager:
             state = self._partitions[tp] = PartitionSequenceState()
         return state
 
+    def _is_stale(self, state: PartitionSequenceState) -> bool:
+        return (
+            state.producer_id != self.producer_id or state.producer_epoch != self.producer_epoch
+        )
+
     def has_in_flight(self) -> bool:
         """True while any sequenced batch is out."""
         return any(state.in_flight for state in self._partitions.values())
 
     def may_drain(self, batch: ProducerBatch) -> bool:
-        """Whether the head batch of its partition may go out now without breaking order."""
+        """Whether the head batch of its partition may go out now without breaking order
+        (Java's ``RecordAccumulator.shouldStopDrainBatchesForPartition``)."""
         if self.needs_producer_id:
             return False
         state = self._partitions.get(batch.tp)
@@ -191,40 +282,52 @@ class IdempotenceManager:
         if batch.has_sequence:
             # A retry goes out only as the oldest unacknowledged batch of its partition.
             return bool(state.in_flight) and state.in_flight[0] is batch
-        # New batches wait while an older one of the partition is being retried.
-        return state.retrying == 0
+        # New batches wait while an older one of the partition is being retried, while
+        # batches under an older id or epoch are still out (a new batch would start the
+        # new epoch at 0 before them), and while a sequence is unresolved.
+        if state.retrying or state.unresolved_sequence is not None:
+            return False
+        return not (state.in_flight and self._is_stale(state))
 
     def prepare(self, batch: ProducerBatch) -> None:
-        """Give a drained batch its producer id, epoch and sequence, and close it."""
+        """Give a drained batch its producer id, epoch and sequence, and close it.
+
+        A batch that has a sequence (a retry, or a part of a split batch) keeps its own;
+        a new batch takes the partition's next one, under the current id and epoch.
+        """
+        transactional = self.transactional_id is not None
         if batch.has_sequence:
             state = self._state(batch.tp)
             state.retrying = max(0, state.retrying - 1)
-            if batch.producer_id != self.producer_id or batch.producer_epoch != self.producer_epoch:
-                batch.producer_id = self.producer_id
-                batch.producer_epoch = self.producer_epoch
+            if not batch.builder.closed:
+                batch.builder.close(
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
+                )
+            elif batch.sequence_reset:
                 batch.builder.rewrite_producer_state(
-                    self.producer_id,
-                    self.producer_epoch,
-                    batch.base_sequence,
-                    self.transactional_id is not None,
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
                 )
             return
         state = self._state(batch.tp)
+        if self._is_stale(state) and not state.in_flight:
+            # Everything sent under the old id or epoch is done: start again at 0.
+            self._start_sequences_at_beginning(batch.tp)
         base_sequence = state.next_sequence
-        transactional = self.transactional_id is not None
         # Built first: a batch that cannot be built (and fails) takes no sequence numbers,
         # so the partition's sequence has no gap.
         if batch.builder.closed:
             batch.builder.rewrite_producer_state(
-                self.producer_id, self.producer_epoch, base_sequence, transactional
+                state.producer_id, state.producer_epoch, base_sequence, transactional
             )
         else:
-            batch.builder.close(self.producer_id, self.producer_epoch, base_sequence, transactional)
+            batch.builder.close(
+                state.producer_id, state.producer_epoch, base_sequence, transactional
+            )
         batch.base_sequence = base_sequence
-        batch.producer_id = self.producer_id
-        batch.producer_epoch = self.producer_epoch
+        batch.producer_id = state.producer_id
+        batch.producer_epoch = state.producer_epoch
         batch.transactional = transactional
-        state.next_sequence = (base_sequence + batch.record_count) % _SEQUENCE_MODULO
+        state.next_sequence = _sequence_after(base_sequence, batch.record_count)
         state.in_flight.append(batch)
 
     def mark_retrying(self, batch: ProducerBatch) -> None:
@@ -237,21 +340,67 @@ class IdempotenceManager:
         state = self._partitions.get(batch.tp)
         if state is None:
             return True
-        expected = (state.last_acked_sequence + 1) % _SEQUENCE_MODULO
-        return batch.base_sequence == expected
+        return batch.base_sequence == _sequence_after(state.last_acked_sequence, 1)
 
-    def on_success(self, batch: ProducerBatch) -> None:
+    def can_retry(self, batch: ProducerBatch, code: int, log_start_offset: int) -> bool:
+        """Whether a batch the broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
+        UNKNOWN_PRODUCER_ID may be sent again; asks for an epoch bump where the broker
+        truly lost a sequence (Java's ``TransactionManager.canRetry``)."""
+        tp = batch.tp
+        state = self._state(tp)
+        if code == _UNKNOWN_PRODUCER_ID_CODE:
+            if log_start_offset < 0:
+                # The broker did not know its log start offset yet: ask again.
+                return True
+            if batch.sequence_reset:
+                # The head of the partition failed this way already and its batches were
+                # restarted from 0: this is one of those coming back.
+                return True
+            if state.last_acked_offset < log_start_offset:
+                # Retention removed the records the broker kept our sequence by.
+                self._sequences_lost(tp, "the broker removed the records it knew the producer by")
+                return True
+            self.request_epoch_bump(tp, "the broker lost the producer's state")
+            return True
+        if code == _OUT_OF_ORDER_SEQUENCE_NUMBER_CODE:
+            unresolved = state.unresolved_sequence
+            if unresolved is None and (batch.sequence_reset or not self.is_next_in_line(batch)):
+                # An earlier batch of the partition failed or is being retried.
+                return True
+            if unresolved is None or batch.base_sequence == _sequence_after(unresolved, 1):
+                # A real gap: start the partition again under a bumped epoch.
+                self.request_epoch_bump(tp, "the broker reported a sequence gap")
+            return True
+        return False
+
+    def _sequences_lost(self, tp: TopicPartition, reason: str) -> None:
+        # The idempotent producer bumps the epoch (never reusing a sequence under one epoch).
+        self.request_epoch_bump(tp, reason)
+
+    def on_success(self, batch: ProducerBatch, base_offset: int = -1) -> None:
         """The broker stored the batch."""
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        last = (batch.base_sequence + batch.record_count - 1) % _SEQUENCE_MODULO
-        state.last_acked_sequence = last
+        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
+        if _is_later(last, state.last_acked_sequence):
+            state.last_acked_sequence = last
+        if base_offset >= 0:
+            state.last_acked_offset = max(
+                state.last_acked_offset, base_offset + batch.record_count - 1
+            )
         with contextlib.suppress(ValueError):
             state.in_flight.remove(batch)
 
-    def on_final_failure(self, batch: ProducerBatch, reason: str) -> None:
-        """A sequenced batch failed for good: its sequence numbers are a gap now."""
+    def on_final_failure(self, batch: ProducerBatch, reason: str, *, answered: bool = True) -> None:
+        """A sequenced batch failed for good.
+
+        ``answered``: the broker refused it (it was not written), so the partition's later
+        sequences no longer follow on: the partition starts again (Java's
+        ``handleFailedBatch`` with ``adjustSequenceNumbers``). A batch that expired instead
+        (``answered`` False) may or may not be in the log: after a retry its sequence stays
+        unresolved until the partition's other batches tell (:meth:`maybe_resolve_sequences`).
+        """
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
@@ -259,15 +408,44 @@ class IdempotenceManager:
             state.in_flight.remove(batch)
         except ValueError:
             return
-        self.request_reset(f"batch {batch.topic}-{batch.partition} failed: {reason}")
+        if not answered:
+            if batch.attempts > 0:
+                last = _sequence_after(batch.base_sequence, batch.record_count - 1)
+                unresolved = state.unresolved_sequence
+                if unresolved is None or _is_later(last, unresolved):
+                    state.unresolved_sequence = last
+            return
+        self._sequences_lost(batch.tp, f"batch {batch.topic}-{batch.partition} failed: {reason}")
 
-    def forget_split(self, batch: ProducerBatch) -> None:
-        """A batch was split: its sequence range is abandoned, so the id must be reset."""
-        state = self._partitions.get(batch.tp)
-        if state is not None and batch in state.in_flight:
-            state.in_flight.remove(batch)
-            state.retrying = max(0, state.retrying - 1)
-            self.request_reset(f"batch {batch.topic}-{batch.partition} was split")
+    def maybe_resolve_sequences(self) -> None:
+        """Settle the partitions whose sequence was left unresolved by an expired batch, once
+        nothing of theirs is out (Java's ``maybeResolveSequences``)."""
+        for tp, state in self._partitions.items():
+            if state.unresolved_sequence is None or state.in_flight:
+                continue
+            if state.next_sequence == _sequence_after(state.last_acked_sequence, 1):
+                # A later batch was acknowledged: the broker has every sequence before it.
+                state.unresolved_sequence = None
+                continue
+            state.unresolved_sequence = None
+            self._sequences_lost(tp, "batches expired and whether the broker has them is unknown")
+
+    def split(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """``batch`` was split into ``parts``, which carry its sequence range in order
+        (:meth:`RecordAccumulator.split_and_reenqueue`): they take its place among the
+        partition's unfinished batches (Java's ``splitAndReenqueue``)."""
+        if not batch.has_sequence:
+            return
+        state = self._state(batch.tp)
+        try:
+            index = state.in_flight.index(batch)
+        except ValueError:
+            index = len(state.in_flight)
+        else:
+            del state.in_flight[index]
+        state.in_flight[index:index] = parts
+        # Drained like retries: each in its turn, as the oldest of the partition.
+        state.retrying += len(parts)
 
 
 # ---- transactions ----------------------------------------------------------------------------
@@ -291,6 +469,7 @@ _CONCURRENT_TRANSACTIONS = 51
 _TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 _OPERATION_NOT_ATTEMPTED = 55
 _UNKNOWN_PRODUCER_ID_CODE = 59
+_UNKNOWN_SERVER_ERROR = -1
 _FENCED_INSTANCE_ID = 82
 _PRODUCER_FENCED = 90
 _TRANSACTION_ABORTABLE = 120
@@ -492,6 +671,9 @@ class TransactionalRequest:
     finding_coordinator: bool = False
     transaction_v2: bool = False
     """Built for a transactions v2 transaction (EndTxn v5, TxnOffsetCommit v5 allowed)."""
+    epoch_bump: bool = False
+    """InitProducerId only: bump the epoch of the producer id held (KIP-360), rather than
+    initialize: the coordinator then fences only a producer older than this one."""
 
     @property
     def priority(self) -> int:
@@ -582,6 +764,11 @@ class TransactionManager(IdempotenceManager):
         self._request_timeout = request_timeout
         self._create_future = create_future
         self._txn_state = TransactionState.UNINITIALIZED
+        # The broker refused an InitProducerId naming our id and epoch (Tansu answers
+        # UNKNOWN_SERVER_ERROR): bumps then ask with -1/-1, as the first InitProducerId does.
+        self._bump_refused = False
+        # The result of an abort that completes through an epoch bump, not EndTxn.
+        self._abort_by_bump: asyncio.Future[None] | None = None
         self._last_error: KafkaError | None = None
         self._pending: list[TransactionalRequest] = []
         self._in_flight: TransactionalRequest | None = None
@@ -837,6 +1024,9 @@ class TransactionManager(IdempotenceManager):
         Allowed after an abortable error. Records already sent are discarded by the brokers
         (consumers reading committed data never see them).
         """
+        bump = self._abort_by_bump
+        if self._txn_state is _State.INITIALIZING and bump is not None and not bump.done():
+            return bump  # an abort that goes on as an epoch bump (_abort_by_epoch_bump)
         if self._txn_state is _State.ABORTING_TRANSACTION:
             if self._completion_result is not None and not self._completion_result.done():
                 return self._completion_result
@@ -859,7 +1049,38 @@ class TransactionManager(IdempotenceManager):
                 item.result,
                 TransactionAbortedError(f"the transaction was aborted before {item.describe()}"),
             )
+        if self._coordinator_lost_producer_id():
+            return self._abort_by_epoch_bump()
         return self._begin_completion(committed=False)
+
+    def _coordinator_lost_producer_id(self) -> bool:
+        # Transactions v1: the coordinator no longer maps our producer id to the
+        # transactional id (INVALID_PRODUCER_ID_MAPPING or UNKNOWN_PRODUCER_ID); it would
+        # refuse an EndTxn too.
+        error = self._last_error
+        return (
+            not self._transaction_v2
+            and error is not None
+            and error.error_code in _NEEDS_EPOCH_BUMP
+        )
+
+    def _abort_by_epoch_bump(
+        self, result: asyncio.Future[None] | None = None
+    ) -> asyncio.Future[None]:
+        """Abort without EndTxn: InitProducerId with our id and epoch makes the coordinator
+        abort what is open and bump the epoch (Java's beginCompletingTransaction after an
+        InvalidPidMappingException). The abort (``result``) completes when it succeeds."""
+        if result is None:
+            result = self._create_future()
+        self._completion_result = self._abort_by_bump = result
+        self._completion = None
+        self._partitions_in_transaction.clear()
+        self._pending_partitions.clear()
+        self._transaction_started = False
+        self.needs_producer_id = True
+        self._transition(_State.INITIALIZING)
+        self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, result, epoch_bump=True), front=True)
+        return result
 
     def _begin_completion(self, *, committed: bool) -> asyncio.Future[None]:
         result = self._create_future()
@@ -943,6 +1164,37 @@ class TransactionManager(IdempotenceManager):
                 self._new_partitions.add(tp)
             return False
         return super().may_drain(batch)
+
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """Install a new producer id or epoch (InitProducerId, or EndTxn v5): the batches of
+        the old one are done, and every partition starts again at sequence 0 (Java's
+        ``resetSequenceNumbers``)."""
+        super().set_producer_id(producer_id, producer_epoch)
+        self.reset_sequences()
+
+    def request_epoch_bump(self, tp: TopicPartition, reason: str) -> None:
+        """A transactional producer bumps its epoch only through the coordinator, after the
+        transaction is aborted: the lost sequence makes the transaction abortable."""
+        self.request_reset(f"{tp[0]}-{tp[1]}: {reason}")
+
+    def can_retry(self, batch: ProducerBatch, code: int, log_start_offset: int) -> bool:
+        """As :meth:`IdempotenceManager.can_retry`, the transactional way (Java's
+        ``canRetry``): a real gap is not retried (the batch fails and the transaction must be
+        aborted); records the broker removed by retention restart the partition's sequences
+        under the same epoch."""
+        state = self._state(batch.tp)
+        if code == _UNKNOWN_PRODUCER_ID_CODE:
+            if log_start_offset < 0 or batch.sequence_reset:
+                return True
+            if state.last_acked_offset < log_start_offset:
+                self._start_sequences_at_beginning(batch.tp)
+                return True
+            return False
+        if code == _OUT_OF_ORDER_SEQUENCE_NUMBER_CODE:
+            return state.unresolved_sequence is None and (
+                batch.sequence_reset or not self.is_next_in_line(batch)
+            )
+        return False
 
     def request_reset(self, reason: str) -> None:
         """A sequence was lost: the transaction must be aborted, and the epoch bumped after."""
@@ -1124,14 +1376,17 @@ class TransactionManager(IdempotenceManager):
         epoch = self.producer_epoch
         kind = item.kind
         if kind is _Kind.INIT_PRODUCER_ID:
-            # Always -1/-1 rather than KIP-360's (id, epoch): the coordinator then bumps the
-            # epoch of the transactional id either way (aborting what was open), and brokers
-            # such as Tansu accept nothing else.
+            # As Java's initializeTransactions(producerIdAndEpoch): the first InitProducerId
+            # names no id; one that bumps the epoch after an abortable error names the id
+            # and epoch held, so a newer instance with the same transactional id is not
+            # fenced by this stale one: this one is (PRODUCER_FENCED). Brokers that take
+            # only -1/-1 (Tansu) are asked again that way (see _handle_init_producer_id).
+            bump = item.epoch_bump and not self._bump_refused and self.producer_id >= 0
             return InitProducerIdRequest(
                 transactional_id=tid,
                 transaction_timeout_ms=self.transaction_timeout_ms,
-                producer_id=-1,
-                producer_epoch=-1,
+                producer_id=self.producer_id if bump else -1,
+                producer_epoch=self.producer_epoch if bump else -1,
             )
         if kind is _Kind.ADD_PARTITIONS:
             by_topic: dict[str, list[int]] = {}
@@ -1369,6 +1624,18 @@ class TransactionManager(IdempotenceManager):
             self._transaction_started = False
             _succeed(item.result)
             return
+        if code == _UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
+            log.warning(
+                "transactional id %r: the coordinator refused InitProducerId with producer id "
+                "%d and epoch %d (UNKNOWN_SERVER_ERROR, as brokers without KIP-360 such as "
+                "Tansu answer); asking without them, which fences by transactional id alone",
+                self.transactional_id,
+                self.producer_id,
+                self.producer_epoch,
+            )
+            self._bump_refused = True
+            self._retry(item, now, 0.0)
+            return
         if self._common_error(item, code, now):
             return
         self._request_failed(item, self._error(code, item.describe()), fatal=True)
@@ -1513,10 +1780,17 @@ class TransactionManager(IdempotenceManager):
             # Java 4.0's EndTxnHandler: fatal.
             self._request_failed(item, error, fatal=True)
             return
+        if code in _NEEDS_EPOCH_BUMP and not item.transaction_v2:
+            # Java's EndTxnHandler: abortable, and the epoch must be bumped. An abort goes
+            # on that way at once: InitProducerId aborts what is open on the coordinator.
+            self.needs_producer_id = True
+            if item.committed:
+                self._request_failed(item, error, fatal=False)
+                return
+            self._last_error = error
+            self._abort_by_epoch_bump(item.result)
+            return
         if code in _NEEDS_EPOCH_BUMP or code == _TRANSACTION_ABORTABLE:
-            if code in _NEEDS_EPOCH_BUMP and not item.transaction_v2:
-                # Transactions v2 needs no bump from the client: EndTxn v5 returns one.
-                self.needs_producer_id = True
             if item.committed:
                 self._request_failed(item, error, fatal=False)
                 return
@@ -1540,7 +1814,9 @@ class TransactionManager(IdempotenceManager):
             # transaction; the commit or abort completes with it.
             self.needs_producer_id = True
             self._transition(_State.INITIALIZING)
-            self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, item.result), front=True)
+            self._enqueue(
+                self._request(_Kind.INIT_PRODUCER_ID, item.result, epoch_bump=True), front=True
+            )
             return
         self._transition(_State.READY)
         self._last_error = None

@@ -519,7 +519,6 @@ class ScriptedCluster:
         self.leaders: dict[tuple[str, int], int] = {}
         self.duplicate_answer = duplicate_answer
         # Tansu's way: InitProducerId only for a new id (-1/-1); a bump gets an error.
-        self.refuse_epoch_bump = False
         self.requests: list[ReceivedRequest] = []
         self.failures: list[BaseException] = []
         """Exceptions the brokers' own code raised (a broken script, not a client fault)."""
@@ -667,21 +666,9 @@ class ScriptedCluster:
             if api_key == END_TXN:
                 return self._end_txn(request, version)
         if api_key == INIT_PRODUCER_ID:
-            request = KInitProducerIdRequest.decode(frame, version=version, header=True)
-            producer_id = getattr(request, "producer_id", -1)
-            epoch = getattr(request, "producer_epoch", -1)
-            if producer_id is not None and producer_id >= 0 and self.refuse_epoch_bump:
-                return KInitProducerIdResponse(
-                    throttle_time_ms=0, error_code=-1, producer_id=-1, producer_epoch=-1
-                )
-            if producer_id is not None and producer_id >= 0:
-                # KIP-360, as Kafka: the same id under the next epoch.
-                return KInitProducerIdResponse(
-                    throttle_time_ms=0,
-                    error_code=0,
-                    producer_id=producer_id,
-                    producer_epoch=epoch + 1,
-                )
+            # As Kafka: without a transactional id, a new producer id at epoch 0, whatever
+            # id and epoch the request names (KIP-360's bump is for transactional ids; an
+            # idempotent producer bumps its epoch locally).
             return KInitProducerIdResponse(
                 throttle_time_ms=0,
                 error_code=0,

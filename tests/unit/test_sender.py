@@ -46,7 +46,13 @@ from aioproducer.net.connection import ConnectionManager
 from aioproducer.protocol.api import Request
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.messages import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
     BatchIndexAndErrorMessage,
+    Coordinator,
+    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     MetadataRequest,
@@ -63,7 +69,12 @@ from aioproducer.protocol.record_batch import estimate_record_size
 from aioproducer.protocol.record_reader import DecodedRecordBatch, decode_record_batches
 from aioproducer.records import TimestampType
 from aioproducer.sender import Sender
-from aioproducer.transactions import IdempotenceManager
+from aioproducer.transactions import (
+    IdempotenceManager,
+    TransactionalRequestKind,
+    TransactionManager,
+    TransactionState,
+)
 
 TOPIC = "t"
 NODES = (1, 2, 3)
@@ -256,6 +267,7 @@ class Harness:
         *,
         leaders: Mapping[int, int] | None = None,
         idempotent: bool = False,
+        transactions: TransactionManager | None = None,
         **options: Any,
     ) -> None:
         self.now = T0
@@ -282,7 +294,9 @@ class Harness:
             loop=loop,
         )
         self.connections = FakeConnections(config.max_in_flight_requests_per_connection, self.clock)
-        self.idempotence = IdempotenceManager() if idempotent else None
+        self.idempotence: IdempotenceManager | None = transactions or (
+            IdempotenceManager() if idempotent else None
+        )
         self.acknowledged: list[tuple[ProducerBatch, BaseException | None]] = []
         self.sender = Sender(
             config=config,
@@ -1069,8 +1083,25 @@ async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
 
 
+def unknown_producer_id(partition: int, log_start_offset: int) -> ProducePartitionResponse:
+    return ProducePartitionResponse(
+        partition, UNKNOWN_PRODUCER_ID, -1, log_start_offset=log_start_offset
+    )
+
+
+def identity(sent: Sent, partition: int = 0) -> tuple[int, int, int]:
+    """(producer id, epoch, base sequence) of the batch a request carried for ``partition``."""
+    batch = sent.batch(partition)
+    return batch.producer_id, batch.producer_epoch, batch.base_sequence
+
+
 @pytest.mark.parametrize("code", [OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID])
-async def test_out_of_order_on_the_head_batch_resets_the_producer_id(code: int) -> None:
+async def test_a_gap_on_the_head_batch_bumps_the_epoch_and_restarts_its_partition(
+    code: int,
+) -> None:
+    # Java's TransactionManager.canRetry + bumpIdempotentProducerEpoch: the epoch is bumped
+    # locally (no InitProducerId), and the partition's unfinished batches get sequences
+    # from 0 under it, in their order.
     h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
     await h.init_producer_id(1000)
     older = [h.append(0, b"a"), h.append(0, b"b")]
@@ -1078,33 +1109,42 @@ async def test_out_of_order_on_the_head_batch_resets_the_producer_id(code: int) 
     newer = [h.append(0, b"c")]
     h.step()
     request_a, request_b = h.produce_requests(1)
-    await h.respond(request_a, error(0, code))
-    assert h.idempotence is not None and h.idempotence.needs_producer_id
-    # The new producer id waits until nothing sent under the old one is outstanding.
+    answer = error(0, code) if code == OUT_OF_ORDER_SEQUENCE_NUMBER else unknown_producer_id(0, 0)
+    await h.respond(request_a, answer)
     h.step(h.now + 0.5)
-    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
-    assert h.produce_requests() == [request_a, request_b]
-    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
-    h.step(h.now + 0.5)
-    inits = h.connections.all_sent(InitProducerIdRequest)
-    assert len(inits) == 2, "no InitProducerId after the in-flight requests drained"
-    inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
-    await run_callbacks()
-    h.step()
     retry_a = h.last_produce(1)
     assert retry_a.values(0) == [b"a", b"b"]
-    assert (retry_a.batch(0).producer_id, retry_a.batch(0).base_sequence) == (2000, 0)
-    h.step()
+    assert identity(retry_a) == (1000, 1, 0)
+    # The batch behind it fails too (sent under the old epoch); it was restarted already,
+    # so that is a plain retry, after the head.
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 0.5)
+    assert h.last_produce(1) is retry_a
+    await h.respond(retry_a, ok(0, 10))
+    h.step(h.now + 0.5)
     retry_b = h.last_produce(1)
     assert retry_b.values(0) == [b"c"]
-    assert (retry_b.batch(0).producer_id, retry_b.batch(0).base_sequence) == (2000, 2)
-    await h.respond(retry_a, ok(0, 10))
+    assert identity(retry_b) == (1000, 1, 2)
     await h.respond(retry_b, ok(0, 12))
     assert offsets(older + newer) == [10, 11, 12]
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
 
 
-async def test_a_batch_failing_for_good_resets_the_producer_id() -> None:
-    # Its sequence numbers are a gap the broker would never get past: start over.
+async def test_unknown_producer_id_without_a_log_start_offset_is_a_plain_retry() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    future = h.append(0, b"a")
+    h.step()
+    await h.respond(h.last_produce(1), unknown_producer_id(0, -1))
+    h.step(h.now + 0.5)
+    assert identity(h.last_produce(1)) == (1000, 0, 0)
+    await h.respond(h.last_produce(1), ok(0, 3))
+    assert future.result().offset == 3
+
+
+async def test_a_batch_failing_for_good_bumps_the_epoch_of_its_partition_only() -> None:
+    # Its sequence numbers are a gap the broker would never get past: that partition starts
+    # again under the next epoch; no new producer id is needed.
     h = Harness(idempotent=True, linger_ms=0)
     await h.init_producer_id(1000)
     lost = h.append(0, b"bad")
@@ -1113,17 +1153,212 @@ async def test_a_batch_failing_for_good_resets_the_producer_id() -> None:
     assert isinstance(lost.exception(), InvalidRecordError)
     later = h.append(0, b"good")
     h.step()
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    assert h.last_produce(1).values(0) == [b"good"]
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 1))
+    assert later.result().offset == 1
+
+
+async def test_a_split_batch_keeps_its_sequences_and_nothing_overtakes_it() -> None:
+    # Five in flight, one partition: batch A (sequences 0-4) is too large for the broker and
+    # is split; batch B (sequence 5) behind it gets OUT_OF_ORDER_SEQUENCE_NUMBER. The parts
+    # of A carry 0-4 and go before B (Java's ProducerBatch.split, insertInSequenceOrder).
+    h = Harness(idempotent=True, linger_ms=0, batch_size=1024)
+    await h.init_producer_id(1000)
+    values = [f"{i}".encode() * 150 for i in range(5)]
+    in_a = [h.append(0, value) for value in values]
+    h.step()
+    in_b = h.append(0, b"b")
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    assert identity(request_a)[2] == 0 and identity(request_b)[2] == 5
+    await h.respond(request_a, error(0, MESSAGE_TOO_LARGE))
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    sent_after: list[Sent] = []
+    offset = 100
+    for _ in range(10):
+        h.step(h.now + 1.0)
+        request = h.last_produce(1)
+        if request in (request_a, request_b) or request.future.done():
+            break
+        sent_after.append(request)
+        count = len(request.batch(0).records)
+        await h.respond(request, ok(0, offset))
+        offset += count
+    order = [value for request in sent_after for value in request.values(0)]
+    assert order == [*values, b"b"], "a batch overtook the split one"
+    sequences = [identity(request) for request in sent_after]
+    assert all(pid == 1000 and epoch == 0 for pid, epoch, _ in sequences)
+    starts = [sequence for _, _, sequence in sequences]
+    assert starts[0] == 0 and starts[-1] == 5 and starts == sorted(starts)
+    assert offsets([*in_a, in_b]) == list(range(100, 106))
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    assert h.memory_is_back()
+
+
+async def test_a_reset_on_one_partition_leaves_a_retry_on_another_with_its_sequence() -> None:
+    # Partition 2's first attempt may be in the log (its connection broke before the
+    # answer): its retry keeps its producer id, epoch and sequence, so the broker would
+    # recognise it as a duplicate, while partition 0 starts again under a bumped epoch
+    # (Java's partitionsToRewriteSequences).
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    on_q = h.append(2, b"q")
+    h.step()
+    first_q = h.last_produce(2)
+    assert identity(first_q, 2) == (1000, 0, 0)
+    await h.fail(first_q, KafkaConnectionError("connection lost after the append"))
+    on_p = h.append(0, b"p-bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(on_p.exception(), InvalidRecordError)
+    h.step(h.now + 1.0)
+    retry_q = h.last_produce(2)
+    assert retry_q is not first_q
+    assert identity(retry_q, 2) == (1000, 0, 0), "the retry was given a new sequence"
+    await h.respond(retry_q, ok(2, 7))
+    assert on_q.result().offset == 7
+    after_p = h.append(0, b"p-good")
+    h.step()
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 1))
+    assert after_p.result().offset == 1
+    # Partition 2 moves to the new epoch once its old batches are done, from sequence 0.
+    after_q = h.append(2, b"q2")
+    h.step()
+    assert identity(h.last_produce(2), 2) == (1000, 1, 0)
+    await h.respond(h.last_produce(2), ok(2, 8))
+    assert after_q.result().offset == 8
+
+
+async def test_new_batches_wait_while_a_partition_has_batches_of_the_old_epoch_out() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    h.append(2, b"q-old")
+    h.step()
+    on_p = h.append(0, b"p-bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(on_p.exception(), InvalidRecordError)
+    h.step()
+    # The epoch is bumped; partition 2 still has a batch of epoch 0 out.
+    newer_q = h.append(2, b"q-new")
+    h.step()
+    assert len(h.produce_requests(2)) == 1, "a new-epoch batch overtook an old-epoch one"
+    await h.respond(h.last_produce(2), ok(2, 0))
+    h.step()
+    assert h.last_produce(2).values(2) == [b"q-new"]
+    assert identity(h.last_produce(2), 2) == (1000, 1, 0)
+    await h.respond(h.last_produce(2), ok(2, 1))
+    assert newer_q.result().offset == 1
+
+
+async def test_an_expired_retry_leaves_the_sequence_unresolved_until_the_partition_drains() -> None:
+    # Java's markSequenceUnresolved / maybeResolveSequences: a retried batch that expires
+    # may or may not be in the log. New batches wait; when a later batch of the partition is
+    # acknowledged the broker has everything before it, and nothing is bumped.
+    h = Harness(idempotent=True, linger_ms=0, delivery_timeout_ms=5000, request_timeout_ms=4000)
+    await h.init_producer_id(1000)
+    first = h.append(0, b"a")
+    h.step()
+    h.now += 1.0
+    second = h.append(0, b"b")  # created a second later: it expires later
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    await h.fail(request_a, KafkaConnectionError("lost"))
+    h.step(h.now + 0.2)
+    retry_a = h.last_produce(1)
+    assert identity(retry_a) == (1000, 0, 0)
+    h.step(T0 + 5.0)  # delivery_timeout_ms of a passes with its retry in flight
+    assert isinstance(first.exception(), DeliveryTimeoutError)
+    waiting = h.append(0, b"c")
+    h.step()
+    assert h.last_produce(1) is retry_a, "a new batch went while a sequence is unresolved"
+    await h.respond(request_b, ok(0, 1))  # the later batch was written: a was too
+    await h.respond(retry_a, ok(0, 0))
+    h.step()
+    assert h.last_produce(1).values(0) == [b"c"]
+    assert identity(h.last_produce(1)) == (1000, 0, 2)
+    await h.respond(h.last_produce(1), ok(0, 2))
+    assert (second.result().offset, waiting.result().offset) == (1, 2)
+
+
+async def test_an_expired_retry_that_nothing_resolves_bumps_the_epoch() -> None:
+    h = Harness(idempotent=True, linger_ms=0, delivery_timeout_ms=5000, request_timeout_ms=4000)
+    await h.init_producer_id(1000)
+    first = h.append(0, b"a")
+    h.step()
+    await h.fail(h.last_produce(1), KafkaConnectionError("lost"))
+    h.step(h.now + 0.2)
+    retry = h.last_produce(1)
+    h.step(T0 + 5.0)
+    assert isinstance(first.exception(), DeliveryTimeoutError)
+    await h.fail(retry, KafkaConnectionError("lost again"))
+    later = h.append(0, b"b")
+    h.step()
+    h.step()
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 5))
+    assert later.result().offset == 5
+
+
+async def test_the_last_acknowledged_sequence_is_the_highest() -> None:
+    # TxnPartitionEntry keeps the maximum: a late answer for an older batch does not make a
+    # batch that is next in line look out of order.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    futures = [h.append(0, b"a")]
+    h.step()
+    futures.append(h.append(0, b"b"))
+    h.step()
+    futures.append(h.append(0, b"c"))
+    h.step()
+    request_a, request_b, request_c = h.produce_requests(1)
+    await h.respond(request_b, ok(0, 1))
+    await h.respond(request_a, ok(0, 0))
+    assert h.idempotence is not None
+    state = h.idempotence._partitions[(TOPIC, 0)]
+    assert state.last_acked_sequence == 1
+    # c is next in line: OUT_OF_ORDER on it is a real gap, and bumps.
+    await h.respond(request_c, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 1.0)
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+
+
+async def test_an_exhausted_epoch_asks_for_a_new_producer_id() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000, epoch=32767)
+    lost = h.append(0, b"bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(lost.exception(), InvalidRecordError)
+    later = h.append(0, b"good")
+    h.step()
     inits = h.connections.all_sent(InitProducerIdRequest)
     assert len(inits) == 2
-    assert len(h.produce_requests()) == 1
+    assert (inits[-1].request.producer_id, inits[-1].request.producer_epoch) == (-1, -1)
     inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
     await run_callbacks()
     h.step()
-    batch = h.last_produce(1).batch(0)
-    assert [r.value for r in batch.records] == [b"good"]
-    assert (batch.producer_id, batch.base_sequence) == (2000, 0)
+    assert identity(h.last_produce(1)) == (2000, 0, 0)
     await h.respond(h.last_produce(1), ok(0, 1))
     assert later.result().offset == 1
+
+
+async def test_a_refused_new_producer_id_fails_what_waits_and_every_later_send() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000, epoch=32767)
+    h.append(0, b"bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    waiting = h.append(0, b"waits for the id")
+    h.step()
+    init = h.connections.all_sent(InitProducerIdRequest)[-1]
+    init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
+    await run_callbacks()
+    assert isinstance(waiting.exception(), ClusterAuthorizationFailedError)
+    assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
 
 
 async def test_duplicate_sequence_number_counts_as_success() -> None:
@@ -1602,3 +1837,81 @@ async def test_a_timed_out_or_cancelled_metadata_wait_leaves_no_waiter() -> None
     await asyncio.sleep(0)
     metadata.wake_waiters()
     assert await waiting is True
+
+
+# ---- a transaction around the sender -----------------------------------------------------------
+
+
+async def transaction_in_progress(partitions: Sequence[int]) -> TransactionManager:
+    """A TransactionManager with producer id 5000, epoch 2 and a transaction open that holds
+    ``partitions`` of TOPIC, driven through its coordinator conversation by hand."""
+    loop = asyncio.get_running_loop()
+    txn = TransactionManager(
+        "tx",
+        transaction_timeout_ms=60_000,
+        retry_backoff=0.1,
+        retry_backoff_max=1.0,
+        request_timeout=30.0,
+        create_future=loop.create_future,
+    )
+
+    def answer(kind: TransactionalRequestKind, response: Any) -> None:
+        item = txn.next_request(T0, False)
+        assert item is not None and item.kind is kind
+        if txn.coordinator_node(item) is None:
+            txn.find_coordinator_request(item)
+            txn.request_sent(item, finding_coordinator=True)
+            coordinator = Coordinator(item.coordinator_key, 1, "broker1", 9092, NONE)
+            txn.handle_find_coordinator(item, FindCoordinatorResponse(0, [coordinator]), None, T0)
+            item = txn.next_request(T0, False)
+            assert item is not None and item.kind is kind
+        txn.build_request(item)
+        txn.request_sent(item, finding_coordinator=False)
+        txn.handle_response(item, response, None, T0)
+
+    txn.initialize()
+    answer(TransactionalRequestKind.INIT_PRODUCER_ID, InitProducerIdResponse(0, NONE, 5000, 2))
+    txn.begin_transaction()
+    for partition in partitions:
+        txn.maybe_add_partition((TOPIC, partition))
+    results = [AddPartitionsToTxnPartitionResult(p, NONE) for p in sorted(partitions)]
+    topics = [AddPartitionsToTxnTopicResult(TOPIC, results)]
+    answer(
+        TransactionalRequestKind.ADD_PARTITIONS,
+        AddPartitionsToTxnResponse(0, NONE, [AddPartitionsToTxnResult("tx", topics)]),
+    )
+    assert txn.state is TransactionState.IN_TRANSACTION
+    return txn
+
+
+async def test_a_transactional_batch_split_keeps_the_transaction_and_its_order() -> None:
+    # Before, MESSAGE_TOO_LARGE on a transactional batch of many records made the
+    # transaction abortable; as Java, the batch is split and the commit goes on.
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0, batch_size=1024)
+    values = [f"{i}".encode() * 150 for i in range(5)]
+    futures = [h.append(0, value) for value in values]
+    h.step()
+    request = h.last_produce(1)
+    assert request.produce.transactional_id == "tx"
+    assert identity(request) == (5000, 2, 0)
+    await h.respond(request, error(0, MESSAGE_TOO_LARGE))
+    assert txn.state is TransactionState.IN_TRANSACTION
+    seen: list[bytes | None] = []
+    offset = 40
+    for _ in range(10):
+        h.step(h.now + 1.0)
+        part = h.last_produce(1)
+        if part is request or part.future.done():
+            break
+        assert part.batch(0).is_transactional
+        assert identity(part)[:2] == (5000, 2)
+        seen.extend(part.values(0))
+        count = len(part.batch(0).records)
+        await h.respond(part, ok(0, offset))
+        offset += count
+    assert seen == values
+    assert offsets(futures) == list(range(40, 45))
+    assert txn.state is TransactionState.IN_TRANSACTION
+    commit = txn.begin_commit()
+    assert not commit.done()

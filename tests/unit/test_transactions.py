@@ -1115,3 +1115,141 @@ async def test_features_are_read_again_only_when_their_epoch_grows(
     item, _ = open_v2.expect(Kind.END_TXN)
     open_v2.answer(item, EndTxnResponse(0, 0, PRODUCER_ID, EPOCH + 1))
     assert txn.transaction_v2
+
+
+# ---- epoch bumps: who is fenced, and aborts that cannot send EndTxn --------------------------
+
+
+async def _abortable_after_a_lost_sequence(open_txn: Harness) -> None:
+    txn = open_txn.txn
+    open_txn.add(("t", 0))
+    batch = make_batch("t", 0)
+    txn.prepare(batch)
+    error = DeliveryTimeoutError("expired")
+    txn.on_batch_failed(batch, error)
+    txn.on_final_failure(batch, str(error))
+    assert txn.state is State.ABORTABLE_ERROR
+
+
+async def test_the_epoch_bump_after_an_abort_names_the_producer_id_and_epoch(
+    open_txn: Harness,
+) -> None:
+    # Java's initializeTransactions(producerIdAndEpoch): a stale instance that bumps is the
+    # one the coordinator fences (PRODUCER_FENCED), never the newer instance.
+    await _abortable_after_a_lost_sequence(open_txn)
+    txn = open_txn.txn
+    abort = txn.begin_abort()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, 0))
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
+    open_txn.answer(item, InitProducerIdResponse(0, PRODUCER_FENCED, -1, -1))
+    assert isinstance(abort.exception(), ProducerFencedError)
+    assert txn.state is State.FATAL_ERROR
+
+
+async def test_a_coordinator_without_kip_360_is_asked_again_with_no_id(
+    open_txn: Harness,
+) -> None:
+    await _abortable_after_a_lost_sequence(open_txn)
+    txn = open_txn.txn
+    abort = txn.begin_abort()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, 0))
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    assert request.producer_id == PRODUCER_ID
+    # Tansu answers UNKNOWN_SERVER_ERROR to an InitProducerId that names an id.
+    open_txn.answer(item, InitProducerIdResponse(0, -1, -1, -1))
+    assert not abort.done()
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    assert (request.producer_id, request.producer_epoch) == (-1, -1)
+    open_txn.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert abort.done() and abort.exception() is None
+    assert txn.state is State.READY
+
+
+@pytest.mark.parametrize("code", [INVALID_PRODUCER_ID_MAPPING, UNKNOWN_PRODUCER_ID])
+async def test_an_abort_after_a_lost_producer_id_mapping_skips_end_txn(
+    open_txn: Harness, code: int
+) -> None:
+    # Java's beginCompletingTransaction: the coordinator would refuse EndTxn; InitProducerId
+    # with the id and epoch aborts what is open and bumps the epoch. Before, EndTxn was sent
+    # and refused again at every abort: the producer was stuck until closed.
+    txn = open_txn.txn
+    open_txn.add(("t", 0))
+    batch = make_batch("t", 0)
+    txn.prepare(batch)
+    txn.on_batch_failed(batch, error_for_code(code))
+    assert txn.state is State.ABORTABLE_ERROR
+    abort = txn.begin_abort()
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
+    open_txn.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert abort.done() and abort.exception() is None
+    assert txn.state is State.READY
+    txn.begin_transaction()
+    open_txn.add(("t", 0))
+    fresh = make_batch("t", 0)
+    txn.prepare(fresh)
+    assert (fresh.producer_epoch, fresh.base_sequence) == (EPOCH + 1, 0)
+
+
+@pytest.mark.parametrize("code", [INVALID_PRODUCER_ID_MAPPING, UNKNOWN_PRODUCER_ID])
+async def test_end_txn_refused_for_a_lost_mapping_completes_the_abort_by_an_epoch_bump(
+    open_txn: Harness, code: int
+) -> None:
+    txn = open_txn.txn
+    open_txn.add(("t", 0))
+    abort = txn.begin_abort()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, code))
+    assert not abort.done()
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
+    open_txn.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert abort.done() and abort.exception() is None
+    assert txn.state is State.READY
+
+
+@pytest.mark.parametrize("code", [INVALID_PRODUCER_ID_MAPPING, UNKNOWN_PRODUCER_ID])
+async def test_end_txn_commit_refused_for_a_lost_mapping_is_abortable(
+    open_txn: Harness, code: int
+) -> None:
+    txn = open_txn.txn
+    open_txn.add(("t", 0))
+    commit = txn.begin_commit()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, code))
+    assert isinstance(commit.exception(), KafkaError)
+    assert txn.state is State.ABORTABLE_ERROR
+    abort = txn.begin_abort()
+    item, _ = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    open_txn.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert abort.done() and abort.exception() is None
+
+
+def make_batch_of(count: int, topic: str = "t", partition: int = 0) -> ProducerBatch:
+    builder = RecordBatchBuilder(bytearray(4096), CompressionType.NONE, None)
+    for index in range(count):
+        assert builder.try_append(0, None, b"value-%d" % index, None) >= 0
+    return ProducerBatch(topic, partition, builder, 4096, 0.0, 120.0, asyncio.get_running_loop())
+
+
+async def test_a_split_batch_stays_in_the_transaction(open_txn: Harness) -> None:
+    # MESSAGE_TOO_LARGE on a batch of many records splits it; the parts carry its sequence
+    # range and the transaction goes on (Java), where it used to become abortable.
+    txn = open_txn.txn
+    open_txn.add(("t", 0))
+    big = make_batch_of(4)
+    txn.prepare(big)
+    later = make_batch_of(1)
+    txn.prepare(later)
+    assert (big.base_sequence, later.base_sequence) == (0, 4)
+    first, second = make_batch_of(2), make_batch_of(2)
+    for part, sequence in ((first, 0), (second, 2)):
+        part.producer_id, part.producer_epoch = big.producer_id, big.producer_epoch
+        part.base_sequence = sequence
+    txn.split(big, [first, second])
+    assert txn.state is State.IN_TRANSACTION
+    assert not txn.needs_producer_id
+    assert txn.may_drain(first) and not txn.may_drain(second) and not txn.may_drain(later)
