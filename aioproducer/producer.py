@@ -476,7 +476,11 @@ class Producer:
         Args:
             offsets: ``{(topic, partition): offset}``, the offset of the next record to
                 consume from each input partition; keys may also be objects with ``topic``
-                and ``partition`` attributes, values ``(offset, metadata)`` pairs.
+                and ``partition`` attributes (confluent-kafka's ``TopicPartition``), values
+                ``(offset, metadata)`` pairs, ``(offset, metadata, leader_epoch)`` triples or
+                objects with ``offset``, ``metadata`` and ``leader_epoch`` attributes. The
+                leader epoch the consumer saw (from a key or a value) is committed with the
+                offset, as the Java client's ``OffsetAndMetadata`` does.
             group_metadata: the consumer's :class:`~aioproducer.ConsumerGroupMetadata`
                 (KIP-447: the coordinator then rejects a commit from a member fenced by a
                 rebalance), or a plain group id. Objects with a ``group_id`` attribute (and

@@ -479,6 +479,11 @@ _FENCED = frozenset({_PRODUCER_FENCED, _INVALID_PRODUCER_EPOCH})
 # Errors after which the producer id may still be usable once the transaction is aborted and
 # the epoch bumped (Java: abortable when an epoch bump is possible).
 _NEEDS_EPOCH_BUMP = frozenset({_UNKNOWN_PRODUCER_ID_CODE, _INVALID_PRODUCER_ID_MAPPING})
+# InitProducerId errors that leave a producer bumping its epoch after a transaction able to
+# abort and go on (Java's InitProducerIdHandler); at the first InitProducerId they are fatal.
+_ABORTABLE_ON_EPOCH_BUMP = frozenset(
+    {_TRANSACTION_ABORTABLE, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED}
+)
 # As in Java: a first AddPartitionsToTxn that meets the previous transaction still completing
 # retries quickly instead of waiting a full retry_backoff_ms.
 _FIRST_ADD_RETRY_BACKOFF = 0.02
@@ -502,7 +507,9 @@ _State = TransactionState
 # at the wrong time (which raises IllegalStateError and changes nothing).
 _TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
     _State.UNINITIALIZED: frozenset({_State.INITIALIZING}),
-    _State.INITIALIZING: frozenset({_State.READY}),
+    # To ABORTABLE_ERROR: the epoch bump after a transaction met an abortable error (Java's
+    # InitProducerIdHandler: authorization and TRANSACTION_ABORTABLE); the next abort bumps.
+    _State.INITIALIZING: frozenset({_State.READY, _State.ABORTABLE_ERROR}),
     _State.READY: frozenset({_State.IN_TRANSACTION}),
     _State.IN_TRANSACTION: frozenset(
         {_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}
@@ -572,13 +579,18 @@ def consumer_group_metadata(group: object) -> ConsumerGroupMetadata:
     return metadata
 
 
-def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | None]]:
+def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | None, int]]:
     """Turn the offsets given to ``send_offsets_to_transaction`` into ``{(topic, partition):
-    (offset, metadata)}``.
+    (offset, metadata, leader_epoch)}`` (leader epoch -1 when not known).
 
     Keys are ``(topic, partition)`` pairs or objects with ``topic`` and ``partition``
     attributes; values are offsets (the offset of the next record to consume), ``(offset,
-    metadata)`` pairs, or objects with ``offset`` and (optionally) ``metadata`` attributes.
+    metadata)`` pairs, ``(offset, metadata, leader_epoch)`` triples, or objects with
+    ``offset`` and (optionally) ``metadata`` and ``leader_epoch`` attributes (Java's
+    ``OffsetAndMetadata``). The leader epoch, as the consumer saw it, lets the group
+    coordinator fence a commit from a consumer behind a truncated log (KIP-320); a key
+    with a ``leader_epoch`` attribute (confluent-kafka's ``TopicPartition``) gives it
+    when the value does not.
 
     Raises:
         TypeError: ``offsets`` is not a mapping, or a key or value has the wrong shape.
@@ -589,7 +601,7 @@ def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | 
             "offsets must be a mapping of (topic, partition) to offset, not "
             f"{type(offsets).__name__}"
         )
-    normalized: dict[TopicPartition, tuple[int, str | None]] = {}
+    normalized: dict[TopicPartition, tuple[int, str | None, int]] = {}
     for key, value in offsets.items():
         if isinstance(key, tuple) and len(key) == 2:
             topic, partition = key
@@ -600,12 +612,16 @@ def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | 
         if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
             raise TypeError(f"an offsets key must be a (str, int >= 0) pair, not {key!r}")
         metadata: object = None
+        leader_epoch: object = getattr(key, "leader_epoch", None)
         if isinstance(value, int) and not isinstance(value, bool):
             offset = value
         elif isinstance(value, tuple) and len(value) == 2:
             offset, metadata = value
+        elif isinstance(value, tuple) and len(value) == 3:
+            offset, metadata, leader_epoch = value
         elif hasattr(value, "offset"):
             offset, metadata = value.offset, getattr(value, "metadata", None)
+            leader_epoch = getattr(value, "leader_epoch", leader_epoch)
         else:
             raise TypeError(
                 f"the offset for {topic}-{partition} must be an int or (offset, metadata), "
@@ -620,7 +636,14 @@ def normalize_offsets(offsets: object) -> dict[TopicPartition, tuple[int, str | 
                 f"the offset metadata for {topic}-{partition} must be a str or None, "
                 f"not {type(metadata).__name__}"
             )
-        normalized[(topic, partition)] = (offset, metadata)
+        if leader_epoch is None:
+            leader_epoch = -1
+        if not isinstance(leader_epoch, int) or isinstance(leader_epoch, bool):
+            raise TypeError(
+                f"the leader epoch for {topic}-{partition} must be an int or None, not "
+                f"{type(leader_epoch).__name__}"
+            )
+        normalized[(topic, partition)] = (offset, metadata, max(-1, leader_epoch))
     return normalized
 
 
@@ -665,7 +688,7 @@ class TransactionalRequest:
     result: asyncio.Future[None] | None
     committed: bool = False
     partitions: frozenset[TopicPartition] = frozenset()
-    offsets: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
+    offsets: dict[TopicPartition, tuple[int, str | None, int]] = field(default_factory=dict)
     group: ConsumerGroupMetadata | None = None
     attempts: int = 0
     finding_coordinator: bool = False
@@ -769,6 +792,8 @@ class TransactionManager(IdempotenceManager):
         self._bump_refused = False
         # The result of an abort that completes through an epoch bump, not EndTxn.
         self._abort_by_bump: asyncio.Future[None] | None = None
+        # The transaction ended but its epoch bump failed abortably: the next abort bumps.
+        self._bump_after_abort = False
         self._last_error: KafkaError | None = None
         self._pending: list[TransactionalRequest] = []
         self._in_flight: TransactionalRequest | None = None
@@ -1049,7 +1074,7 @@ class TransactionManager(IdempotenceManager):
                 item.result,
                 TransactionAbortedError(f"the transaction was aborted before {item.describe()}"),
             )
-        if self._coordinator_lost_producer_id():
+        if self._bump_after_abort or self._coordinator_lost_producer_id():
             return self._abort_by_epoch_bump()
         return self._begin_completion(committed=False)
 
@@ -1072,6 +1097,7 @@ class TransactionManager(IdempotenceManager):
         InvalidPidMappingException). The abort (``result``) completes when it succeeds."""
         if result is None:
             result = self._create_future()
+        self._bump_after_abort = False
         self._completion_result = self._abort_by_bump = result
         self._completion = None
         self._partitions_in_transaction.clear()
@@ -1095,7 +1121,7 @@ class TransactionManager(IdempotenceManager):
 
     def send_offsets(
         self,
-        offsets: dict[TopicPartition, tuple[int, str | None]],
+        offsets: dict[TopicPartition, tuple[int, str | None, int]],
         group: ConsumerGroupMetadata,
     ) -> asyncio.Future[None]:
         """Commit consumer offsets as part of the transaction (AddOffsetsToTxn, then
@@ -1401,9 +1427,10 @@ class TransactionManager(IdempotenceManager):
             group = item.group
             assert group is not None
             offsets: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
-            for (topic, partition), (offset, metadata) in sorted(item.offsets.items()):
+            for (topic, partition), committed in sorted(item.offsets.items()):
+                offset, metadata, leader_epoch = committed
                 offsets.setdefault(topic, []).append(
-                    TxnOffsetCommitRequestPartition(partition, offset, -1, metadata)
+                    TxnOffsetCommitRequestPartition(partition, offset, leader_epoch, metadata)
                 )
             return TxnOffsetCommitRequest(
                 transactional_id=tid,
@@ -1624,6 +1651,21 @@ class TransactionManager(IdempotenceManager):
             self._transaction_started = False
             _succeed(item.result)
             return
+        if item.epoch_bump and code in _ABORTABLE_ON_EPOCH_BUMP:
+            # As Java's InitProducerIdHandler: the producer may abort again (which bumps
+            # again) and go on, rather than end here.
+            error = self._error(code, item.describe())
+            log.warning(
+                "transactional id %r: the epoch bump after the transaction failed: %s; "
+                "abort again to retry it",
+                self.transactional_id,
+                error,
+            )
+            self._last_error = error
+            self._bump_after_abort = True
+            self._transition(_State.ABORTABLE_ERROR)
+            _fail(item.result, copy_error(error))
+            return
         if code == _UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
             log.warning(
                 "transactional id %r: the coordinator refused InitProducerId with producer id "
@@ -1714,7 +1756,7 @@ class TransactionManager(IdempotenceManager):
     def _handle_txn_offset_commit(
         self, item: TransactionalRequest, response: TxnOffsetCommitResponse, now: float
     ) -> None:
-        retry: dict[TopicPartition, tuple[int, str | None]] = {}
+        retry: dict[TopicPartition, tuple[int, str | None, int]] = {}
         failure: tuple[int, TopicPartition] | None = None
         coordinator_moved = False
         for topic in response.topics:

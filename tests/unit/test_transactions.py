@@ -589,7 +589,7 @@ async def test_send_offsets_adds_the_group_then_commits_to_the_group_coordinator
 ) -> None:
     txn = open_txn.txn
     group = ConsumerGroupMetadata("g", generation_id=5, member_id="m-1", group_instance_id="i-1")
-    result = txn.send_offsets({("in", 0): (42, "meta"), ("in", 1): (7, None)}, group)
+    result = txn.send_offsets({("in", 0): (42, "meta", -1), ("in", 1): (7, None, -1)}, group)
     item, request = open_txn.expect(Kind.ADD_OFFSETS)
     assert request == AddOffsetsToTxnRequest(TID, PRODUCER_ID, EPOCH, "g")
     open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
@@ -642,7 +642,7 @@ async def test_send_offsets_adds_the_group_then_commits_to_the_group_coordinator
 
 
 async def test_a_fenced_group_member_makes_the_transaction_abortable(open_txn: Harness) -> None:
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
     open_txn.find(Kind.TXN_OFFSET_COMMIT)
@@ -661,7 +661,7 @@ async def test_a_fenced_group_member_makes_the_transaction_abortable(open_txn: H
 
 
 async def test_add_offsets_fenced_and_group_authorization(open_txn: Harness) -> None:
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     open_txn.answer(item, AddOffsetsToTxnResponse(0, GROUP_AUTHORIZATION_FAILED))
     assert isinstance(result.exception(), KafkaError)
@@ -670,7 +670,7 @@ async def test_add_offsets_fenced_and_group_authorization(open_txn: Harness) -> 
     assert open_txn.next() is None
     assert open_txn.txn.state is State.READY
     open_txn.txn.begin_transaction()
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     open_txn.answer(item, AddOffsetsToTxnResponse(0, PRODUCER_FENCED))
     assert isinstance(result.exception(), ProducerFencedError)
@@ -678,7 +678,7 @@ async def test_add_offsets_fenced_and_group_authorization(open_txn: Harness) -> 
 
 
 async def test_abort_fails_offsets_still_waiting(open_txn: Harness) -> None:
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     open_txn.txn.begin_abort()
     assert isinstance(result.exception(), TransactionAbortedError)
 
@@ -701,7 +701,43 @@ def test_offsets_in_every_accepted_shape() -> None:
             ConfluentStyle("b", 0): (3, None),
         }
     )
-    assert offsets == {("a", 0): (1, None), ("a", 1): (2, "m"), ("b", 0): (3, None)}
+    assert offsets == {("a", 0): (1, None, -1), ("a", 1): (2, "m", -1), ("b", 0): (3, None, -1)}
+
+
+def test_the_leader_epoch_of_a_committed_offset_is_kept() -> None:
+    # Java's OffsetAndMetadata.leaderEpoch, sent as TxnOffsetCommit's committed_leader_epoch.
+    OffsetAndMetadata = namedtuple("OffsetAndMetadata", "offset metadata leader_epoch")
+
+    class ConfluentTopicPartition:
+        def __init__(self, topic: str, partition: int, leader_epoch: int | None) -> None:
+            self.topic, self.partition, self.leader_epoch = topic, partition, leader_epoch
+
+    offsets = normalize_offsets(
+        {
+            ("a", 0): (1, None, 7),
+            ("a", 1): OffsetAndMetadata(2, "m", 8),
+            ConfluentTopicPartition("b", 0, 9): 3,
+            ConfluentTopicPartition("b", 1, None): 4,
+        }
+    )
+    assert offsets == {
+        ("a", 0): (1, None, 7),
+        ("a", 1): (2, "m", 8),
+        ("b", 0): (3, None, 9),
+        ("b", 1): (4, None, -1),
+    }
+
+
+async def test_txn_offset_commit_carries_the_leader_epoch(open_txn: Harness) -> None:
+    txn = open_txn.txn
+    txn.send_offsets({("in", 0): (42, None, 5)}, ConsumerGroupMetadata("g"))
+    item, _ = open_txn.expect(Kind.ADD_OFFSETS)
+    open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
+    open_txn.find(Kind.TXN_OFFSET_COMMIT, node=5)
+    _, request = open_txn.expect(Kind.TXN_OFFSET_COMMIT)
+    (topic,) = request.topics
+    (partition,) = topic.partitions
+    assert (partition.committed_offset, partition.committed_leader_epoch) == (42, 5)
 
 
 @pytest.mark.parametrize(
@@ -783,7 +819,7 @@ async def test_a_retriable_error_keeps_the_state(open_txn: Harness) -> None:
 async def test_offsets_answered_after_an_abort_began_are_not_committed(
     open_txn: Harness,
 ) -> None:
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     open_txn.txn.begin_abort()
     open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
@@ -793,7 +829,7 @@ async def test_offsets_answered_after_an_abort_began_are_not_committed(
 
 
 async def test_a_commit_includes_offsets_still_being_sent(open_txn: Harness) -> None:
-    result = open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    result = open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     commit = open_txn.txn.begin_commit()
     open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
@@ -951,7 +987,7 @@ async def test_v2_epoch_overflow_gives_a_new_producer_id(open_v2: Harness) -> No
 async def test_v2_offsets_go_straight_to_the_group_coordinator(open_v2: Harness) -> None:
     txn = open_v2.txn
     group = ConsumerGroupMetadata("g", generation_id=5, member_id="m-1")
-    result = txn.send_offsets({("in", 0): (42, None)}, group)
+    result = txn.send_offsets({("in", 0): (42, None, -1)}, group)
     open_v2.find(Kind.TXN_OFFSET_COMMIT, node=5)
     item, request = open_v2.expect(Kind.TXN_OFFSET_COMMIT)
     assert isinstance(request, TxnOffsetCommitRequest)
@@ -972,7 +1008,7 @@ async def test_v2_offsets_go_straight_to_the_group_coordinator(open_v2: Harness)
 
 
 async def test_v1_offsets_cap_txn_offset_commit_at_v4(open_txn: Harness) -> None:
-    open_txn.txn.send_offsets({("in", 0): (1, None)}, ConsumerGroupMetadata("g"))
+    open_txn.txn.send_offsets({("in", 0): (1, None, -1)}, ConsumerGroupMetadata("g"))
     item, _ = open_txn.expect(Kind.ADD_OFFSETS)
     open_txn.answer(item, AddOffsetsToTxnResponse(0, 0))
     open_txn.find(Kind.TXN_OFFSET_COMMIT, node=5)
@@ -1253,3 +1289,38 @@ async def test_a_split_batch_stays_in_the_transaction(open_txn: Harness) -> None
     assert txn.state is State.IN_TRANSACTION
     assert not txn.needs_producer_id
     assert txn.may_drain(first) and not txn.may_drain(second) and not txn.may_drain(later)
+
+
+@pytest.mark.parametrize(
+    "code", [TRANSACTION_ABORTABLE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 31]
+)
+async def test_an_epoch_bump_refused_abortably_is_tried_again_by_the_next_abort(
+    open_txn: Harness, code: int
+) -> None:
+    # Java's InitProducerIdHandler: these make the producer abortable, not dead.
+    await _abortable_after_a_lost_sequence(open_txn)
+    txn = open_txn.txn
+    abort = txn.begin_abort()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, 0))
+    item, _ = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    open_txn.answer(item, InitProducerIdResponse(0, code, -1, -1))
+    assert isinstance(abort.exception(), KafkaError)
+    assert txn.state is State.ABORTABLE_ERROR
+    again = txn.begin_abort()
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)  # no second EndTxn
+    assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
+    open_txn.answer(item, InitProducerIdResponse(0, 0, PRODUCER_ID, EPOCH + 1))
+    assert again.done() and again.exception() is None
+    assert txn.state is State.READY
+
+
+async def test_the_first_init_producer_id_refused_for_authorization_stays_fatal(
+    harness: Harness,
+) -> None:
+    result = harness.txn.initialize()
+    harness.find(Kind.INIT_PRODUCER_ID)
+    item, _ = harness.expect(Kind.INIT_PRODUCER_ID)
+    harness.answer(item, InitProducerIdResponse(0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1))
+    assert isinstance(result.exception(), TransactionalIdAuthorizationFailedError)
+    assert harness.txn.state is State.FATAL_ERROR
