@@ -248,6 +248,7 @@ class Metadata:
         topic_map: dict[str, TopicInfo] = {}
         for topic in topics:
             if topic.error_code == 0:
+                topic = self._keep_newer_leaders(topic)
                 topic_map[topic.name] = topic
                 self.fatal_topic_errors.pop(topic.name, None)
                 if any(p.leader < 0 for p in topic.partitions):
@@ -273,6 +274,83 @@ class Metadata:
         self.version += 1
         self.wake_waiters()
         return self.cluster
+
+    def _keep_newer_leaders(self, topic: TopicInfo) -> TopicInfo:
+        """``topic`` from a Metadata response, with each partition whose leader epoch is
+        older than the one known kept as known (KIP-320, Java's
+        ``Metadata.updateLatestMetadata``): a broker behind on metadata must not move a
+        partition back to a leader it had before. A recreated topic (another topic id)
+        takes the new metadata whole."""
+        previous = self.cluster.topics.get(topic.name)
+        if previous is None or (
+            topic.topic_id is not None
+            and previous.topic_id is not None
+            and topic.topic_id != previous.topic_id
+        ):
+            return topic
+        known = {p.partition: p for p in previous.partitions}
+        partitions: list[PartitionInfo] = []
+        kept = False
+        for partition in topic.partitions:
+            old = known.get(partition.partition)
+            if old is not None and 0 <= partition.leader_epoch < old.leader_epoch:
+                log.debug(
+                    "keeping the leader of %s-%d at epoch %d over stale metadata at epoch %d",
+                    topic.name,
+                    partition.partition,
+                    old.leader_epoch,
+                    partition.leader_epoch,
+                )
+                partitions.append(old)
+                kept = True
+            else:
+                partitions.append(partition)
+        if not kept:
+            return topic
+        return TopicInfo(topic.name, tuple(partitions), topic.error_code, topic.topic_id)
+
+    def update_leaders(
+        self,
+        leaders: Mapping[tuple[str, int], tuple[int, int]],
+        endpoints: Sequence[Broker] = (),
+    ) -> set[tuple[str, int]]:
+        """Install the leaders a Produce response named (KIP-951, Java's
+        ``Metadata.updatePartitionLeadership``): ``{(topic, partition): (leader id, leader
+        epoch)}``, with ``endpoints`` for leaders the cluster view does not know yet. A
+        leader replaces the known one only with a newer leader epoch. Returns the
+        partitions whose leader changed."""
+        cluster = self.cluster
+        brokers = dict(cluster.brokers)
+        for broker in endpoints:
+            brokers.setdefault(broker.node_id, broker)
+        topics = dict(cluster.topics)
+        changed: set[tuple[str, int]] = set()
+        for (name, index), (leader, epoch) in leaders.items():
+            info = topics.get(name)
+            if info is None or leader < 0 or leader not in brokers:
+                continue
+            partitions = list(info.partitions)
+            for position, partition in enumerate(partitions):
+                if partition.partition != index:
+                    continue
+                if epoch <= partition.leader_epoch or partition.leader == leader:
+                    break
+                partitions[position] = PartitionInfo(
+                    index, leader, epoch, partition.replicas, partition.isr
+                )
+                topics[name] = TopicInfo(name, tuple(partitions), info.error_code, info.topic_id)
+                changed.add((name, index))
+                info = topics[name]
+                break
+        if changed:
+            self.cluster = Cluster(
+                brokers=brokers,
+                topics=topics,
+                cluster_id=cluster.cluster_id,
+                controller_id=cluster.controller_id,
+            )
+            self.version += 1
+        return changed
 
     async def wait_for_update(self, timeout: float) -> bool:
         """Wait for the next update, at most ``timeout`` seconds; False on timeout."""

@@ -92,6 +92,7 @@ class ProducerMetrics:
         self._record_size = _Windowed(window_s, now)
         self._bytes = _Windowed(window_s, now)
         self._requests = _Windowed(window_s, now)
+        self._throttle_time = _Windowed(window_s, now)
 
     def records_sent(self, count: int) -> None:
         """``count`` records were acknowledged."""
@@ -133,6 +134,10 @@ class ProducerMetrics:
         """A produce response arrived ``latency`` seconds after its request."""
         self._request_latency.record(latency * 1000.0, now)
 
+    def request_throttled(self, throttle_time_ms: int, now: float) -> None:
+        """A produce response asked the client to wait ``throttle_time_ms`` (a quota)."""
+        self._throttle_time.record(throttle_time_ms, now)
+
     def snapshot(
         self,
         buffer_available: int,
@@ -156,6 +161,8 @@ class ProducerMetrics:
             "compression-offload-total": float(self.compression_offload_total),
             "request-latency-avg": self._request_latency.avg(now),
             "request-latency-max": self._request_latency.max(now),
+            "produce-throttle-time-avg": self._throttle_time.avg(now),
+            "produce-throttle-time-max": self._throttle_time.max(now),
             "record-queue-time-avg": self._queue_time.avg(now),
             "record-queue-time-max": self._queue_time.max(now),
             "record-size-avg": self._record_size.avg(now),

@@ -205,6 +205,8 @@ class Sender:
         )
         self._availability = BrokerAvailability(config.partitioner_availability_timeout_ms)
         self._next_load_update = 0.0
+        # KIP-219: a broker that answered with a throttle time gets nothing before then.
+        self._throttled_until: dict[int, float] = {}
         # As the Java client: one request in flight means strict order, idempotent or not.
         # A partition stays muted until its request's response is processed, so a newer batch
         # cannot slip out in the moment between the connection freeing its slot (response
@@ -372,7 +374,15 @@ class Sender:
         delay = min(delay, result.next_ready_check_delay)
         sendable: list[int] = []
         availability = self._availability
+        throttled = self._throttled_until
         for node in result.ready_nodes:
+            if throttled:
+                until = throttled.get(node)
+                if until is not None:
+                    if until > now:
+                        delay = min(delay, until - now)
+                        continue
+                    del throttled[node]
             connection = self._connections.ready(node)
             if connection is None:
                 self._connections.ensure_connecting(node, now)
@@ -908,10 +918,30 @@ class Sender:
             self.wakeup()
             return
         response: ProduceResponse = future.result()
+        if response.throttle_time_ms > 0:
+            # KIP-219: the broker answered at once and asks for a pause (a quota): nothing
+            # more goes to it until then (Java's NetworkClient throttles the connection).
+            self._throttled_until[node] = now + response.throttle_time_ms / 1000.0
+            self._metrics.request_throttled(response.throttle_time_ms, now)
         results: dict[tuple[str, int], Any] = {}
+        leaders: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in response.topics:
             for partition in topic.partitions:
-                results[(topic.name, partition.index)] = partition
+                tp = (topic.name, partition.index)
+                results[tp] = partition
+                current = partition.current_leader
+                if partition.error_code and current is not None and current.leader_id >= 0:
+                    leaders[tp] = (current.leader_id, current.leader_epoch)
+        moved: set[tuple[str, int]] = set()
+        if leaders:
+            # KIP-951: the new leader named in the answer takes over now, without waiting
+            # for a metadata refresh; a retry to it goes without a backoff.
+            endpoints = [Broker(e.node_id, e.host, e.port, e.rack) for e in response.node_endpoints]
+            moved = self._metadata.update_leaders(leaders, endpoints)
+            if moved and endpoints:
+                self._connections.set_brokers(
+                    {b.node_id: (b.host, b.port) for b in self._metadata.cluster.brokers.values()}
+                )
         for batch in batches:
             if batch.final:
                 # Expired while in flight: only its buffer is left to return.
@@ -951,7 +981,12 @@ class Sender:
             if error.invalid_metadata:
                 self._metadata.request_update()
             self._retry_or_fail(
-                batch, error, now, node=node, log_start_offset=partition_response.log_start_offset
+                batch,
+                error,
+                now,
+                node=node,
+                log_start_offset=partition_response.log_start_offset,
+                leader_moved=batch.tp in moved,
             )
         self.wakeup()
 
@@ -1016,6 +1051,7 @@ class Sender:
         *,
         node: int | None = None,
         log_start_offset: int = -1,
+        leader_moved: bool = False,
     ) -> None:
         code = getattr(exc, "error_code", None)
         if code == _MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
@@ -1038,7 +1074,8 @@ class Sender:
             self._metrics.records_retried(batch.record_count)
             if self._idempotence is not None:
                 self._idempotence.mark_retrying(batch)
-            self._accumulator.reenqueue(batch, now, self._backoff(batch.attempts))
+            backoff = 0.0 if leader_moved else self._backoff(batch.attempts)
+            self._accumulator.reenqueue(batch, now, backoff)
             return
         if isinstance(exc, KafkaError) and exc.retriable and now >= batch.delivery_deadline:
             timeout = DeliveryTimeoutError(

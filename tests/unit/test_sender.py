@@ -55,6 +55,7 @@ from aioproducer.protocol.messages import (
     FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    LeaderIdAndEpoch,
     MetadataRequest,
     MetadataResponse,
     MetadataResponseBroker,
@@ -1915,3 +1916,50 @@ async def test_a_transactional_batch_split_keeps_the_transaction_and_its_order()
     assert txn.state is TransactionState.IN_TRANSACTION
     commit = txn.begin_commit()
     assert not commit.done()
+
+
+# ---- KIP-951 and KIP-219 ----------------------------------------------------------------------
+
+
+async def test_a_new_leader_named_in_the_answer_takes_the_retry_at_once() -> None:
+    # KIP-951: NOT_LEADER_OR_FOLLOWER with current_leader moves the partition to broker 2
+    # without a metadata round trip, and the retry skips its backoff.
+    h = Harness(linger_ms=0, retry_backoff_ms=1000)
+    future = h.append(0, b"a")
+    h.step()
+    answer = ProducePartitionResponse(
+        0, NOT_LEADER_OR_FOLLOWER, -1, current_leader=LeaderIdAndEpoch(2, 7)
+    )
+    await h.respond(h.last_produce(1), answer)
+    assert h.metadata.cluster.leader_for(TOPIC, 0) == 2
+    h.step()
+    retry = h.last_produce(2)
+    assert retry.values(0) == [b"a"]
+    await h.respond(retry, ok(0, 3))
+    assert future.result().offset == 3
+
+
+async def test_a_throttled_broker_gets_nothing_until_the_throttle_ends() -> None:
+    h = Harness(linger_ms=0)
+    first = h.append(0, b"a")
+    h.step()
+    topics = [ProduceTopicResponse(TOPIC, [ok(0, 0)])]
+    response = ProduceResponse(topics=topics, throttle_time_ms=500)
+    h.last_produce(1).future.set_result(response)
+    await run_callbacks()
+    assert first.result().offset == 0
+    second = h.append(0, b"b")
+    other = h.append(2, b"c")
+    delay = h.step()
+    assert len(h.produce_requests(1)) == 1, "a throttled broker was sent a request"
+    assert len(h.produce_requests(2)) == 1, "another broker waited for the throttle"
+    assert delay <= 0.5
+    h.step(T0 + 0.499)
+    assert len(h.produce_requests(1)) == 1
+    h.step(T0 + 0.5)
+    assert h.last_produce(1).values(0) == [b"b"]
+    await h.respond(h.last_produce(1), ok(0, 1))
+    await h.respond(h.last_produce(2), ok(2, 0))
+    assert (second.result().offset, other.result().offset) == (1, 0)
+    snapshot = h.metrics.snapshot(0, 0, 0.0, 0)
+    assert snapshot["produce-throttle-time-max"] == 500

@@ -1,0 +1,56 @@
+"""The cluster view: which leader metadata is believed (KIP-320) and leaders named in Produce
+responses (KIP-951)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
+
+BROKERS = [Broker(n, f"broker{n}", 9092) for n in (1, 2, 3)]
+
+
+async def _metadata() -> Metadata:
+    loop = asyncio.get_running_loop()
+    return Metadata(max_age=300.0, max_idle=300.0, retry_backoff=0.1, loop=loop)
+
+
+def _topic(leaders: dict[int, tuple[int, int]], topic_id: bytes | None = b"id-1") -> TopicInfo:
+    return TopicInfo(
+        "t",
+        tuple(PartitionInfo(p, leader, epoch) for p, (leader, epoch) in sorted(leaders.items())),
+        topic_id=topic_id,
+    )
+
+
+async def test_metadata_with_an_older_leader_epoch_does_not_move_a_leader_back() -> None:
+    # Java's Metadata.updateLatestMetadata: a broker behind on metadata answers with the
+    # leader of an older epoch; the newer one known stays.
+    metadata = await _metadata()
+    metadata.update(BROKERS, [_topic({0: (1, 5), 1: (2, 3)})], 0.0)
+    metadata.update(BROKERS, [_topic({0: (3, 4), 1: (3, 4)})], 1.0)
+    assert metadata.cluster.leader_for("t", 0) == 1, "a stale leader replaced a newer one"
+    assert metadata.cluster.leader_for("t", 1) == 3, "a newer leader was not taken"
+
+
+async def test_a_recreated_topic_takes_its_new_metadata_whole() -> None:
+    metadata = await _metadata()
+    metadata.update(BROKERS, [_topic({0: (1, 5)})], 0.0)
+    metadata.update(BROKERS, [_topic({0: (2, 0)}, topic_id=b"id-2")], 1.0)
+    assert metadata.cluster.leader_for("t", 0) == 2
+
+
+async def test_a_leader_named_in_a_produce_response_takes_over_when_newer() -> None:
+    metadata = await _metadata()
+    metadata.update(BROKERS[:2], [_topic({0: (1, 5), 1: (1, 5)})], 0.0)
+    version = metadata.version
+    moved = metadata.update_leaders(
+        {("t", 0): (3, 6), ("t", 1): (2, 4)}, [Broker(3, "broker3", 9093)]
+    )
+    assert moved == {("t", 0)}
+    assert metadata.cluster.leader_for("t", 0) == 3
+    assert metadata.cluster.broker(3) == Broker(3, "broker3", 9093)
+    assert metadata.cluster.leader_for("t", 1) == 1, "an older epoch moved a leader"
+    assert metadata.version == version + 1
+    # A leader the cluster view cannot reach (no endpoint) is not installed.
+    assert metadata.update_leaders({("t", 1): (9, 7)}) == set()
