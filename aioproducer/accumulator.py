@@ -13,7 +13,7 @@ import asyncio
 import math
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -829,8 +829,16 @@ class RecordAccumulator:
         records: list[Any],
         now: float,
         target_size: int | None = None,
-    ) -> list[ProducerBatch]:
-        """Split a batch the broker found too large into batch_size batches; return them.
+        refused: Mapping[int, BaseException] | None = None,
+    ) -> tuple[list[ProducerBatch], list[tuple[ProducerBatch, BaseException]]]:
+        """Split a batch into new ones and queue them again; return them, and the batches of
+        the ``refused`` records.
+
+        Two uses: a batch the broker found too large is split into batches of at most
+        ``batch_size`` (and ``target_size``); a batch the broker refused for some of its
+        records (KIP-467: ``refused`` maps a record's index to its error) goes again
+        without them. Each refused record gets a batch of its own, not queued, for the
+        caller to fail with its error.
 
         ``records`` are the decoded records of the batch, in order. The new batches take the
         place of the old one in the partition; the old batch's :attr:`forward` tells each
@@ -839,17 +847,32 @@ class RecordAccumulator:
         among the partition's queued retries (Java's ``ProducerBatch.split`` and
         ``splitAndReenqueue``), so nothing overtakes them.
         """
-        if self.compressed:
+        if self.compressed and not refused:
             # As Java's: the estimate failed for this topic, so it starts over from at least
             # 1.0 (batch_size of records) rather than make the next batches too large too.
             self._compression_ratios[batch.topic] = max(1.0, batch.builder.compression_ratio)
+        limit = self.batch_size if target_size is None else min(self.batch_size, target_size)
         new_batches: list[ProducerBatch] = []
+        refused_batches: list[tuple[ProducerBatch, BaseException]] = []
         current: ProducerBatch | None = None
         # Where each record goes, by its offset here; futures (of send() records, and of
         # send_many records whenever they are made) follow it there when next asked.
         forward: list[tuple[ProducerBatch, int]] = []
-        for record in records:
+        for index, record in enumerate(records):
             timestamp = batch.builder.base_timestamp + record.timestamp_delta
+            record_size = (
+                len(record.key or b"") + len(record.value or b"") + 64
+                + sum(len(k) + len(v or b"") + 10 for k, v in record.headers)
+            )
+            error = None if refused is None else refused.get(index)
+            if error is not None:
+                lone = self._split_part(batch, record_size + RECORD_BATCH_OVERHEAD)
+                offset = lone.builder.try_append(
+                    timestamp, record.key, record.value, record.headers
+                )
+                refused_batches.append((lone, error))
+                forward.append((lone, offset))
+                continue
             while True:
                 if current is not None:
                     offset = current.builder.try_append(
@@ -858,27 +881,9 @@ class RecordAccumulator:
                     if offset >= 0:
                         break
                     current.full = True
-                record_size = (
-                    len(record.key or b"") + len(record.value or b"") + 64
-                    + sum(len(k) + len(v or b"") + 10 for k, v in record.headers)
-                )
-                limit = self.batch_size if target_size is None else min(
-                    self.batch_size, target_size
-                )
                 # The new batches are at most target_size (a record bigger than that gets
                 # a batch of its own).
-                size = max(limit, record_size + RECORD_BATCH_OVERHEAD)
-                current = ProducerBatch(
-                    batch.topic,
-                    batch.partition,
-                    RecordBatchBuilder(bytearray(size), self._compression, self._compression_level),
-                    size,
-                    batch.created,
-                    0.0,
-                    self._loop,
-                )
-                current.delivery_deadline = batch.delivery_deadline
-                current.split_from = batch
+                current = self._split_part(batch, max(limit, record_size + RECORD_BATCH_OVERHEAD))
                 new_batches.append(current)
             forward.append((current, offset))
         if self._keep_record_futures:
@@ -894,15 +899,15 @@ class RecordAccumulator:
         # account nothing), so the pool stays within its total while the split batches live.
         sequence = batch.base_sequence
         for index, new_batch in enumerate(new_batches):
-            new_batch.full = True
             new_batch.buffer_size = batch.buffer_size if index == 0 else 0
-            self._incomplete.add(new_batch)
             if sequence >= 0:
                 new_batch.producer_id = batch.producer_id
                 new_batch.producer_epoch = batch.producer_epoch
                 new_batch.transactional = batch.transactional
                 new_batch.base_sequence = sequence
                 sequence = (sequence + new_batch.record_count) % SEQUENCE_MODULO
+        if refused_batches and not new_batches:
+            refused_batches[0][0].buffer_size = batch.buffer_size
         batches = self.deque_for(batch.tp)
         if batch.has_sequence:
             for new_batch in new_batches:
@@ -918,7 +923,25 @@ class RecordAccumulator:
         batch.records = _NO_RECORDS
         batch.open_run = None
         batch.mark_split()
-        return new_batches
+        return new_batches, refused_batches
+
+    def _split_part(self, batch: ProducerBatch, size: int) -> ProducerBatch:
+        """A new, full batch of ``batch``'s partition, for records moved out of it."""
+        part = ProducerBatch(
+            batch.topic,
+            batch.partition,
+            RecordBatchBuilder(bytearray(size), self._compression, self._compression_level),
+            size,
+            batch.created,
+            0.0,
+            self._loop,
+        )
+        part.delivery_deadline = batch.delivery_deadline
+        part.split_from = batch
+        part.full = True
+        part.buffer_size = 0
+        self._incomplete.add(part)
+        return part
 
     # ---- flush and close ------------------------------------------------------------------------
 

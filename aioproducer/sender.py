@@ -97,6 +97,8 @@ _MESSAGE_TOO_LARGE: Final = 10
 _DUPLICATE_SEQUENCE_NUMBER: Final = 46
 _OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 _UNKNOWN_PRODUCER_ID: Final = 59
+# The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
+_RECORD_ERROR_CODES: Final = frozenset({32, 87})
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL: Final = 1.0
 # Steps of the sender that fail one after another (each after a backoff) before the task
@@ -971,6 +973,13 @@ class Sender:
                 )
                 continue
             message = partition_response.error_message
+            if (
+                partition_response.record_errors
+                and code in _RECORD_ERROR_CODES
+                and self._transactions is None
+                and self._resend_valid_records(batch, partition_response, now, node)
+            ):
+                continue
             if partition_response.record_errors:
                 details = "; ".join(
                     f"record {e.batch_index}: {e.batch_index_error_message}"
@@ -1103,21 +1112,26 @@ class Sender:
             return idempotence.can_retry(batch, code, log_start_offset)
         return exc.retriable
 
-    def _split(self, batch: ProducerBatch, now: float) -> bool:
+    def _records_of(self, batch: ProducerBatch) -> list[Any] | None:
+        """The records of a sent batch, decoded from its bytes; None if they cannot be."""
         view = batch.builder._closed_view
         if view is None:
-            return False
+            return None
         try:
             decoded = decode_record_batches(bytes(view))
         except KafkaError:
-            return False
+            return None
         records: list[Any] = [record for part in decoded for record in part.records]
-        if len(records) != batch.record_count:
+        return records if len(records) == batch.record_count else None
+
+    def _split(self, batch: ProducerBatch, now: float) -> bool:
+        records = self._records_of(batch)
+        if records is None:
             return False
         # Halve the batch: the broker's limit is below what we sent. The parts carry the
         # batch's sequence range, so an idempotent or transactional producer goes on
         # without a gap (Java's splitAndReenqueue).
-        parts = self._accumulator.split_and_reenqueue(
+        parts, _ = self._accumulator.split_and_reenqueue(
             batch, records, now, target_size=max(1, batch.size_in_bytes // 2)
         )
         if self._idempotence is not None:
@@ -1129,6 +1143,55 @@ class Sender:
             batch.partition,
             len(parts),
         )
+        return True
+
+    def _resend_valid_records(
+        self, batch: ProducerBatch, answer: Any, now: float, node: int
+    ) -> bool:
+        """KIP-467: the broker refused ``batch`` for the records ``answer.record_errors``
+        names. Those fail, each with its own message; the others go again in new batches in
+        their place (an idempotent producer restarts the partition's sequences, as the
+        refused batch took none). False when every record was named, or the batch cannot
+        be read back: it then fails whole. Not for a transactional producer, whose
+        transaction must be aborted either way."""
+        records = self._records_of(batch)
+        if records is None:
+            return False
+        named: dict[int, str | None] = {}
+        for record_error in answer.record_errors:
+            if 0 <= record_error.batch_index < len(records):
+                named[record_error.batch_index] = record_error.batch_index_error_message
+        if not named or len(named) == len(records):
+            return False
+        refused: dict[int, BaseException] = {
+            index: error_for_code(
+                answer.error_code,
+                f"record {index} of its batch to {batch.topic}-{batch.partition}: "
+                f"{message or answer.error_message or 'refused by the broker'}",
+            )
+            for index, message in named.items()
+        }
+        parts, refused_batches = self._accumulator.split_and_reenqueue(
+            batch, records, now, refused=refused
+        )
+        idempotence = self._idempotence
+        if idempotence is not None:
+            idempotence.split(batch, parts)
+            idempotence.request_epoch_bump(
+                batch.tp, f"the broker refused {len(named)} record(s) of a batch"
+            )
+        log.warning(
+            "the broker refused %d of %d record(s) of a batch for %s-%d; sending the other "
+            "%d again",
+            len(named),
+            len(records),
+            batch.topic,
+            batch.partition,
+            len(records) - len(named),
+        )
+        for lone, error in refused_batches:
+            self._fail_batch(lone, error, now, node=node)
+        self.wakeup()
         return True
 
     async def wait_closed(self) -> None:

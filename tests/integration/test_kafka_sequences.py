@@ -188,3 +188,26 @@ async def test_a_stale_instance_is_the_one_fenced(
         bootstrap, topic, expected=2, isolation_level="read_committed", extra_wait=1.0
     )
     assert [r.value for r in consumed] == [b"newer-1", b"newer-2"]
+
+
+async def test_records_kafka_refuses_in_a_batch_fail_alone(kafka: KafkaBroker) -> None:
+    # KIP-467: a compacted topic refuses records without a key; Kafka names them in the
+    # answer, and only they fail, each with its own message. The others are written.
+    topic = _topic(kafka, cleanup_policy="compact")
+    async with Producer(bootstrap_servers=kafka.bootstrap_servers, linger_ms=50) as producer:
+        futures = [
+            await producer.send(topic, value, key=key, partition=0)
+            for key, value in ((b"k1", b"a"), (None, b"b"), (b"k3", b"c"), (None, b"d"))
+        ]
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True), _HANG
+        )
+    assert [type(o).__name__ for o in outcomes] == [
+        "RecordMetadata",
+        "InvalidRecordError",
+        "RecordMetadata",
+        "InvalidRecordError",
+    ]
+    assert "record 1 of its batch" in str(outcomes[1])
+    consumed = read_back(kafka.bootstrap_servers, topic, expected=2, extra_wait=1.0)
+    assert [(r.key, r.value) for r in consumed] == [(b"k1", b"a"), (b"k3", b"c")]

@@ -187,7 +187,7 @@ def _split(h: Harness, batch: ProducerBatch, batch_size: int, now: float = 1.0) 
     of ``batch_size``; return how many."""
     records = decode_record_batches(bytes(batch.builder.close()))[0].records
     h.acc.batch_size = batch_size
-    return len(h.acc.split_and_reenqueue(batch, list(records), now))
+    return len(h.acc.split_and_reenqueue(batch, list(records), now)[0])
 
 
 def _complete_in_order(batches: list[ProducerBatch], base: int) -> int:
@@ -869,5 +869,5 @@ async def test_a_split_sets_the_estimate_back_to_at_least_one() -> None:
     batch = h.acc.deque_for(("t", 0)).popleft()
     view = batch.builder.close()
     records = decode_record_batches(bytes(view))[0].records
-    assert len(h.acc.split_and_reenqueue(batch, records, 1.0)) >= 1
+    assert len(h.acc.split_and_reenqueue(batch, records, 1.0)[0]) >= 1
     assert h.acc.compression_ratio("t") == 1.0

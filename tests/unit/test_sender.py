@@ -720,7 +720,8 @@ async def test_a_non_retriable_error_fails_only_its_partition(
     (sent,) = h.produce_requests(1)
     await h.respond(
         sent,
-        error(0, code, "rejected", record_errors=[(1, "record 1 is broken")]),
+        # Every record named: the batch fails whole (KIP-467 resends only unnamed ones).
+        error(0, code, "rejected", record_errors=[(0, "record 0 too"), (1, "record 1 is broken")]),
         ok(1, 50),
     )
     for future in failing:
@@ -1963,3 +1964,48 @@ async def test_a_throttled_broker_gets_nothing_until_the_throttle_ends() -> None
     assert (second.result().offset, other.result().offset) == (1, 0)
     snapshot = h.metrics.snapshot(0, 0, 0.0, 0)
     assert snapshot["produce-throttle-time-max"] == 500
+
+
+# ---- KIP-467: records the broker refused inside a batch ----------------------------------------
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_records_named_in_record_errors_fail_alone_and_the_rest_go_again(
+    idempotent: bool,
+) -> None:
+    h = Harness(linger_ms=0, idempotent=idempotent)
+    if idempotent:
+        await h.init_producer_id(1000)
+    futures = [h.append(0, value) for value in (b"a", b"b", b"c", b"d")]
+    h.step()
+    await h.respond(
+        h.last_produce(1),
+        error(0, INVALID_RECORD, "one or more records were invalid", [(1, "bad b"), (3, "bad d")]),
+    )
+    for index in (1, 3):
+        exc = futures[index].exception()
+        assert isinstance(exc, InvalidRecordError)
+        assert f"record {index} of its batch" in str(exc) and "bad" in str(exc)
+    assert not futures[0].done() and not futures[2].done()
+    h.step()
+    h.step()
+    resent = h.last_produce(1)
+    assert resent.values(0) == [b"a", b"c"]
+    if idempotent:
+        # The refused batch took no sequence: the partition starts again, epoch bumped.
+        assert identity(resent) == (1000, 1, 0)
+    await h.respond(resent, ok(0, 10))
+    assert offsets([futures[0], futures[2]]) == [10, 11]
+    assert h.metrics.record_error_total == 2
+    assert h.memory_is_back()
+
+
+async def test_a_batch_whose_every_record_is_named_fails_whole() -> None:
+    h = Harness(linger_ms=0)
+    futures = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD, "bad", [(0, "x"), (1, "y")]))
+    assert all(isinstance(f.exception(), InvalidRecordError) for f in futures)
+    h.step(h.now + 1.0)
+    assert len(h.produce_requests()) == 1
+    assert h.memory_is_back()
