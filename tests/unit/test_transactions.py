@@ -1167,6 +1167,15 @@ async def _abortable_after_a_lost_sequence(open_txn: Harness) -> None:
     assert txn.state is State.ABORTABLE_ERROR
 
 
+def _abort_until_the_epoch_bump(open_txn: Harness) -> tuple[Any, Any, Any]:
+    """Abort; answer EndTxn; return the abort's result and the InitProducerId that bumps."""
+    abort = open_txn.txn.begin_abort()
+    item, _ = open_txn.expect(Kind.END_TXN)
+    open_txn.answer(item, EndTxnResponse(0, 0))
+    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    return abort, item, request
+
+
 async def test_the_epoch_bump_after_an_abort_names_the_producer_id_and_epoch(
     open_txn: Harness,
 ) -> None:
@@ -1174,10 +1183,7 @@ async def test_the_epoch_bump_after_an_abort_names_the_producer_id_and_epoch(
     # one the coordinator fences (PRODUCER_FENCED), never the newer instance.
     await _abortable_after_a_lost_sequence(open_txn)
     txn = open_txn.txn
-    abort = txn.begin_abort()
-    item, _ = open_txn.expect(Kind.END_TXN)
-    open_txn.answer(item, EndTxnResponse(0, 0))
-    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    abort, item, request = _abort_until_the_epoch_bump(open_txn)
     assert (request.producer_id, request.producer_epoch) == (PRODUCER_ID, EPOCH)
     open_txn.answer(item, InitProducerIdResponse(0, PRODUCER_FENCED, -1, -1))
     assert isinstance(abort.exception(), ProducerFencedError)
@@ -1189,10 +1195,7 @@ async def test_a_coordinator_without_kip_360_is_asked_again_with_no_id(
 ) -> None:
     await _abortable_after_a_lost_sequence(open_txn)
     txn = open_txn.txn
-    abort = txn.begin_abort()
-    item, _ = open_txn.expect(Kind.END_TXN)
-    open_txn.answer(item, EndTxnResponse(0, 0))
-    item, request = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    abort, item, request = _abort_until_the_epoch_bump(open_txn)
     assert request.producer_id == PRODUCER_ID
     # Tansu answers UNKNOWN_SERVER_ERROR to an InitProducerId that names an id.
     open_txn.answer(item, InitProducerIdResponse(0, -1, -1, -1))
@@ -1300,10 +1303,7 @@ async def test_an_epoch_bump_refused_abortably_is_tried_again_by_the_next_abort(
     # Java's InitProducerIdHandler: these make the producer abortable, not dead.
     await _abortable_after_a_lost_sequence(open_txn)
     txn = open_txn.txn
-    abort = txn.begin_abort()
-    item, _ = open_txn.expect(Kind.END_TXN)
-    open_txn.answer(item, EndTxnResponse(0, 0))
-    item, _ = open_txn.expect(Kind.INIT_PRODUCER_ID)
+    abort, item, _ = _abort_until_the_epoch_bump(open_txn)
     open_txn.answer(item, InitProducerIdResponse(0, code, -1, -1))
     assert isinstance(abort.exception(), KafkaError)
     assert txn.state is State.ABORTABLE_ERROR
