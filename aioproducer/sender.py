@@ -97,6 +97,8 @@ _MESSAGE_TOO_LARGE: Final = 10
 _DUPLICATE_SEQUENCE_NUMBER: Final = 46
 _OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 _UNKNOWN_PRODUCER_ID: Final = 59
+# What a broker that takes no locally bumped epoch answers it with (Tansu: PRODUCER_FENCED).
+_FENCED_EPOCH: Final = frozenset({47, 90})
 # The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
 _RECORD_ERROR_CODES: Final = frozenset({32, 87})
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
@@ -1110,6 +1112,12 @@ class Sender:
             _UNKNOWN_PRODUCER_ID,
         ):
             return idempotence.can_retry(batch, code, log_start_offset)
+        if (
+            idempotence is not None
+            and code in _FENCED_EPOCH
+            and idempotence.local_bump_refused(batch, str(exc.error_name))
+        ):
+            return True
         return exc.retriable
 
     def _records_of(self, batch: ProducerBatch) -> list[Any] | None:

@@ -171,6 +171,10 @@ class IdempotenceManager:
         self.init_in_flight = False
         self._local_bump_required = False
         self._partitions_to_rewrite: set[TopicPartition] = set()
+        # Whether the epoch was bumped locally since the producer id was last set, and
+        # whether a broker refused such an epoch (then bumps take a new producer id).
+        self._bumped_locally = False
+        self._local_bumps_refused = False
 
     @property
     def has_producer_id(self) -> bool:
@@ -192,6 +196,7 @@ class IdempotenceManager:
         self.producer_epoch = producer_epoch
         self.needs_producer_id = False
         self.init_in_flight = False
+        self._bumped_locally = False
         for tp in self._partitions_to_rewrite:
             self._start_sequences_at_beginning(tp)
         self._partitions_to_rewrite.clear()
@@ -229,10 +234,15 @@ class IdempotenceManager:
         if not self._local_bump_required or self.needs_producer_id:
             return
         self._local_bump_required = False
-        if self.producer_id < 0 or self.producer_epoch >= MAX_PRODUCER_EPOCH:
+        if (
+            self.producer_id < 0
+            or self.producer_epoch >= MAX_PRODUCER_EPOCH
+            or self._local_bumps_refused
+        ):
             # A new id; the partitions to rewrite start over once it arrives.
             self.needs_producer_id = True
             return
+        self._bumped_locally = True
         self.producer_epoch += 1
         log.info("producer id %d: epoch bumped to %d", self.producer_id, self.producer_epoch)
         for tp in self._partitions_to_rewrite:
@@ -372,6 +382,30 @@ class IdempotenceManager:
                 self.request_epoch_bump(tp, "the broker reported a sequence gap")
             return True
         return False
+
+    def local_bump_refused(self, batch: ProducerBatch, error_name: str) -> bool:
+        """Whether a broker's PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answer to ``batch``
+        refuses an epoch this producer bumped itself: Kafka takes such epochs, but some
+        brokers (Tansu) fence them. Then this and later bumps take a new producer id
+        instead, and the batch goes again under it (True)."""
+        if not (
+            self._bumped_locally
+            and batch.producer_id == self.producer_id
+            and batch.producer_epoch == self.producer_epoch
+        ):
+            return False
+        if not self._local_bumps_refused:
+            log.warning(
+                "the broker refused the locally bumped epoch %d of producer id %d (%s); "
+                "asking for a new producer id instead, now and at every later bump",
+                self.producer_epoch,
+                self.producer_id,
+                error_name,
+            )
+        self._local_bumps_refused = True
+        self._partitions_to_rewrite.add(batch.tp)
+        self.needs_producer_id = True
+        return True
 
     def _sequences_lost(self, tp: TopicPartition, reason: str) -> None:
         # The idempotent producer bumps the epoch (never reusing a sequence under one epoch).
@@ -1197,6 +1231,11 @@ class TransactionManager(IdempotenceManager):
         ``resetSequenceNumbers``)."""
         super().set_producer_id(producer_id, producer_epoch)
         self.reset_sequences()
+
+    def local_bump_refused(self, batch: ProducerBatch, error_name: str) -> bool:
+        """A transactional producer never bumps its epoch locally: a fencing answer is what
+        it says."""
+        return False
 
     def request_epoch_bump(self, tp: TopicPartition, reason: str) -> None:
         """A transactional producer bumps its epoch only through the coordinator, after the

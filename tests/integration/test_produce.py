@@ -5,6 +5,7 @@ per-partition order exactly as sent."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections import defaultdict
@@ -565,3 +566,51 @@ async def test_a_broker_without_idempotence_fails_start_clearly(mock_cluster: An
         topic = f"noidem-{next(_counter)}"
         mock_cluster.create_topic(topic, partitions=1)
         await producer.send_and_wait(topic, b"x")
+
+
+@pytest.mark.tansu
+async def test_tansu_fencing_a_local_epoch_bump_falls_back_to_a_new_producer_id(
+    tansu: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An answer OUT_OF_ORDER_SEQUENCE_NUMBER (made up here, the request is not sent) makes
+    # the idempotent producer bump its epoch locally, as the Java client does. Tansu fences
+    # such an epoch (PRODUCER_FENCED, where Kafka takes it): the producer then asks for a
+    # new producer id, and every record still arrives once, in order.
+    from aioproducer.protocol.messages import (
+        ProducePartitionResponse,
+        ProduceResponse,
+        ProduceTopicResponse,
+    )
+
+    topic = _name("fenced-bump")
+    tansu.create_topic(topic, partitions=1)
+    original = BrokerConnection.send
+    made_up: list[int] = []
+
+    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+        if isinstance(request, ProduceRequest) and armed and not made_up:
+            made_up.append(1)
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            topics = [
+                ProduceTopicResponse(
+                    t.name, [ProducePartitionResponse(p.index, 45, -1) for p in t.partitions]
+                )
+                for t in request.topics
+            ]
+            answer.set_result(ProduceResponse(topics=topics))
+            return answer
+        return original(self, request, version)
+
+    armed = False
+    monkeypatch.setattr(BrokerConnection, "send", send)
+    caplog.set_level(logging.WARNING, logger="aioproducer")
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers, linger_ms=0) as producer:
+        first = [await producer.send_and_wait(topic, b"%02d" % i, partition=0) for i in range(3)]
+        armed = True
+        rest = [await producer.send(topic, b"%02d" % i, partition=0) for i in range(3, 8)]
+        await asyncio.wait_for(asyncio.gather(*rest), 30)
+    assert made_up, "no answer was made up"
+    assert any("refused the locally bumped epoch" in r.getMessage() for r in caplog.records)
+    records = read_back(tansu.bootstrap_servers, topic, expected=8)
+    assert [r.value for r in records] == [b"%02d" % i for i in range(8)]
+    assert [m.offset for m in first] == [0, 1, 2]

@@ -2009,3 +2009,47 @@ async def test_a_batch_whose_every_record_is_named_fails_whole() -> None:
     h.step(h.now + 1.0)
     assert len(h.produce_requests()) == 1
     assert h.memory_is_back()
+
+
+@pytest.mark.parametrize("code", [90, 47])
+async def test_a_broker_that_fences_a_local_epoch_bump_gets_a_new_producer_id(code: int) -> None:
+    # Kafka takes an epoch the idempotent producer bumped itself; Tansu answers
+    # PRODUCER_FENCED. Then the producer asks for a new id, and bumps that way from then on.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    lost = h.append(0, b"bad")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(lost.exception(), InvalidRecordError)
+    later = h.append(0, b"good")
+    h.step()
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), error(0, code))
+    assert not later.done(), "the bumped epoch's refusal failed the record"
+    h.step(h.now + 1.0)
+    inits = h.connections.all_sent(InitProducerIdRequest)
+    assert len(inits) == 2
+    inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
+    await run_callbacks()
+    h.step(h.now + 1.0)
+    assert identity(h.last_produce(1)) == (2000, 0, 0)
+    await h.respond(h.last_produce(1), ok(0, 5))
+    assert later.result().offset == 5
+    # The next lost sequence goes straight to a new producer id.
+    again = h.append(0, b"bad again")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(again.exception(), InvalidRecordError)
+    h.append(0, b"after")
+    h.step()
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 3
+
+
+async def test_a_fenced_answer_to_an_epoch_never_bumped_locally_stays_fatal_for_the_batch() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    future = h.append(0, b"a")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, 90))
+    assert isinstance(future.exception(), KafkaError)
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
