@@ -120,6 +120,7 @@ END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 
 _NONE = 0
+_CORRUPT_MESSAGE = 2
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _NOT_LEADER_OR_FOLLOWER = 6
 _UNSUPPORTED_VERSION = 35
@@ -131,6 +132,30 @@ _INVALID_PRODUCER_ID_MAPPING = 49
 _PRODUCER_FENCED = 90
 
 _SEQUENCE_MODULO = 1 << 31
+
+# A record batch v2: base offset int64, batch length int32 (of what follows it), partition
+# leader epoch int32, magic int8, crc uint32 of every byte after it.
+_BATCH_LENGTH = struct.Struct(">qi")
+_CRC = struct.Struct(">I")
+_CRC_OFFSET = 17
+
+
+def _crcs_hold(data: bytes) -> bool:
+    """Whether every record batch in ``data`` has the CRC-32C its header says (computed
+    here with the crc32c package, apart from the producer's own code)."""
+    import crc32c
+
+    position = 0
+    while position + _BATCH_LENGTH.size <= len(data):
+        _, length = _BATCH_LENGTH.unpack_from(data, position)
+        end = position + _BATCH_LENGTH.size + length
+        if length < _CRC_OFFSET - _BATCH_LENGTH.size + _CRC.size or end > len(data):
+            return False
+        (expected,) = _CRC.unpack_from(data, position + _CRC_OFFSET)
+        if crc32c.crc32c(data[position + _CRC_OFFSET + _CRC.size : end]) != expected:
+            return False
+        position = end
+    return position == len(data)
 # Kafka keeps the last five batches of each producer per partition to recognise retries
 # (ProducerStateEntry.NUM_BATCHES_TO_RETAIN); that is why max.in.flight is at most 5.
 _RETAINED_BATCHES = 5
@@ -769,6 +794,8 @@ class ScriptedCluster:
         )
 
     def _produce(self, broker: ScriptedBroker, frame: bytes, version: int, action: Action) -> Any:
+        """Append each partition's records as Kafka does (the leader checks, then every
+        batch's CRC-32C, then the producer's sequence), unless ``action`` says otherwise."""
         request = KProduceRequest.decode(frame, version=version, header=True)
         R = KProduceResponse
         P = R.TopicProduceResponse.PartitionProduceResponse
@@ -790,6 +817,9 @@ class ScriptedCluster:
                     code, offset = _UNKNOWN_TOPIC_OR_PARTITION, -1
                 elif self.leader_for(name, index) != broker.node_id:
                     code, offset = _NOT_LEADER_OR_FOLLOWER, -1
+                elif not _crcs_hold(bytes(data.records)):
+                    # As Kafka's LogValidator: a batch whose CRC-32C does not match.
+                    code, offset = _CORRUPT_MESSAGE, -1
                 elif request.transactional_id is not None:
                     code, offset = self._append_transactional(
                         request.transactional_id, name, index, bytes(data.records), version

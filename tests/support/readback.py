@@ -87,6 +87,7 @@ def read_back(
     timeout: float = 30.0,
     isolation_level: str = "read_uncommitted",
     extra_wait: float = 0.0,
+    check_crcs: bool = True,
 ) -> list[ConsumedRecord]:
     """Read ``topic`` from the beginning until ``expected`` records have arrived.
 
@@ -99,13 +100,17 @@ def read_back(
         isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
         extra_wait: After ``expected`` records, keep reading this long to catch
             records beyond the expected ones (duplicates, for instance).
+        check_crcs: Verify every batch's CRC-32C (librdkafka's ``check.crcs``), so a
+            corrupt batch fails the read instead of passing unseen: neither Tansu nor the
+            mock cluster checks CRCs when they store a batch. Only topics holding the mock
+            cluster's own transaction markers, which it writes with CRC 0, turn it off.
 
     Returns:
         The records sorted by (partition, offset). Fewer than ``expected`` means the
         timeout ran out; the caller's assertion then shows what did arrive.
 
     Raises:
-        ReadBackError: the consumer reported a fatal error.
+        ReadBackError: the consumer reported a fatal error, or a corrupt record batch.
     """
     if partitions is None:
         partitions = partitions_of(bootstrap, topic, timeout=timeout)
@@ -114,6 +119,7 @@ def read_back(
             bootstrap,
             **{
                 "isolation.level": isolation_level,
+                "check.crcs": check_crcs,
                 "enable.partition.eof": False,
                 "fetch.wait.max.ms": 100,
             },
@@ -141,6 +147,10 @@ def read_back(
                 if error is not None:
                     if error.fatal():
                         raise ReadBackError(f"consumer failed: {error}")
+                    if error.code() == confluent_kafka.KafkaError._BAD_MSG:
+                        # A record batch that fails its CRC (or does not parse): what the
+                        # producer wrote is corrupt.
+                        raise ReadBackError(f"corrupt record batch in {topic}: {error}")
                     continue  # transient: the consumer retries on its own
                 records.append(_record(message))
     finally:
