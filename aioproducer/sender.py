@@ -89,6 +89,8 @@ class _Connections(Protocol):
 
     def check_request_timeouts(self, now: float) -> None: ...
 
+    def close_idle(self, now: float) -> None: ...
+
     def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
 
 log = logging.getLogger("aioproducer.sender")
@@ -211,6 +213,10 @@ class Sender:
         self._next_load_update = 0.0
         # KIP-219: a broker that answered with a throttle time gets nothing before then.
         self._throttled_until: dict[int, float] = {}
+        # connections_max_idle_ms: idle connections are looked for at most this often.
+        max_idle = config.connections_max_idle_ms / 1000.0
+        self._idle_check_interval = min(1.0, max_idle / 4) if max_idle >= 0 else float("inf")
+        self._next_idle_check = 0.0
         # As the Java client: one request in flight means strict order, idempotent or not.
         # A partition stays muted until its request's response is processed, so a newer batch
         # cannot slip out in the moment between the connection freeing its slot (response
@@ -431,6 +437,10 @@ class Sender:
             delay = min(delay, self._expire_in_flight(now) - now)
             self._connections.check_request_timeouts(now)
             delay = min(delay, self._request_timeout_ms / 1000.0 / 4)
+        if now >= self._next_idle_check:
+            self._connections.close_idle(now)
+            self._next_idle_check = now + self._idle_check_interval
+        delay = min(delay, self._next_idle_check - now)
         if sent_any:
             # More may be ready behind what just went out (a backlog, up to the in-flight
             # limit): look again at once rather than after a timeout, as Java's pollTimeout 0.

@@ -317,6 +317,9 @@ class BrokerConnection(asyncio.Protocol):
         self._on_close = on_close
         self._on_capacity = on_capacity
         self._clock = clock
+        # When the last request went out (clock seconds): connections_max_idle_ms counts
+        # from there once nothing is in flight.
+        self.last_used = clock()
         self._client_id: str | None = config.client_id
         self._max_in_flight: int = config.max_in_flight_requests_per_connection
         self._max_response_size: int = config.max_response_size
@@ -823,8 +826,9 @@ class BrokerConnection(asyncio.Protocol):
         lost = self._lost
         loop = lost.get_loop() if lost is not None else asyncio.get_running_loop()
         future: asyncio.Future[_R | None] = loop.create_future()
+        now = self.last_used = self._clock()
         if expects_response:
-            self._in_flight.append((correlation_id, request, version, future, self._clock()))
+            self._in_flight.append((correlation_id, request, version, future, now))
         else:
             self._unanswered_ids.append(correlation_id)
             future.set_result(None)
@@ -1630,6 +1634,29 @@ class ConnectionManager:
             connection = node.connection
             if connection is not None and connection.is_ready:
                 connection.check_request_timeouts(now)
+
+    def close_idle(self, now: float) -> None:
+        """Close the connections with nothing in flight and no request for
+        ``connections_max_idle_ms`` (as the Java client's Selector does); a broker is
+        connected to again when there is something to send it."""
+        max_idle_ms = self._config.connections_max_idle_ms
+        if max_idle_ms < 0:
+            return
+        limit = max_idle_ms / 1000.0
+        for node in [*self._nodes.values(), *self._bootstrap_nodes]:
+            connection = node.connection
+            if (
+                connection is not None
+                and connection.is_ready
+                and connection.in_flight_count() == 0
+                and now - connection.last_used >= limit
+            ):
+                log.debug(
+                    "closing the connection to %s: idle for %.0f s (connections_max_idle_ms)",
+                    connection.description,
+                    now - connection.last_used,
+                )
+                connection.close()
 
     @property
     def closed(self) -> bool:

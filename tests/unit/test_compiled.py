@@ -105,6 +105,26 @@ def test_the_build_under_test_is_the_expected_one() -> None:
         assert compiled_modules() == ()
 
 
+# The C helpers beside the mypyc-compiled modules; each has a pure-Python fallback.
+_NATIVE_HELPERS = ("aioproducer._crcutil", "aioproducer._gcutil", "aioproducer._sockwriter")
+
+
+@pytest.mark.parametrize("name", _NATIVE_HELPERS)
+def test_the_native_helpers_are_there_only_in_the_compiled_build(name: str) -> None:
+    # The pure-Python pass must run what a machine without a C compiler installs: no
+    # helper may come from a build elsewhere on the path (an editable install's checkout).
+    import importlib.util
+
+    expected = os.environ.get("AIOPRODUCER_EXPECT_COMPILED")
+    if expected is None:
+        pytest.skip("AIOPRODUCER_EXPECT_COMPILED is not set")
+    spec = importlib.util.find_spec(name)
+    if expected == "1":
+        assert spec is not None, f"{name} was not built"
+    else:
+        assert spec is None, f"{name} is importable in the pure build: {spec.origin}"
+
+
 
 def test_without_the_gc_helper_every_record_future_stays_tracked(
     monkeypatch: pytest.MonkeyPatch,

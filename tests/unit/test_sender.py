@@ -178,6 +178,7 @@ class FakeConnections:
         self.any_connecting_calls = 0
         self.brokers_set: list[dict[int, tuple[str, int]]] = []
         self.timeout_checks: list[float] = []
+        self.idle_checks: list[float] = []
         self.ready_error: BaseException | None = None
 
     def ready(self, node_id: int) -> FakeConnection | None:
@@ -204,6 +205,9 @@ class FakeConnections:
 
     def check_request_timeouts(self, now: float) -> None:
         self.timeout_checks.append(now)
+
+    def close_idle(self, now: float) -> None:
+        self.idle_checks.append(now)
 
     def all_sent(self, kind: type[Request[Any]]) -> list[Sent]:
         found = [s for c in self.nodes.values() for s in c.requests(kind)]
