@@ -1194,6 +1194,7 @@ async def test_a_split_batch_keeps_its_sequences_and_nothing_overtakes_it() -> N
         offset += count
     order = [value for request in sent_after for value in request.values(0)]
     assert order == [*values, b"b"], "a batch overtook the split one"
+    assert all(len(r.batch(0).records) < len(values) for r in sent_after), "not split"
     sequences = [identity(request) for request in sent_after]
     assert all(pid == 1000 and epoch == 0 for pid, epoch, _ in sequences)
     starts = [sequence for _, _, sequence in sequences]
@@ -1912,6 +1913,7 @@ async def test_a_transactional_batch_split_keeps_the_transaction_and_its_order()
             break
         assert part.batch(0).is_transactional
         assert identity(part)[:2] == (5000, 2)
+        assert len(part.batch(0).records) < len(values), "sent again whole, not split"
         seen.extend(part.values(0))
         count = len(part.batch(0).records)
         await h.respond(part, ok(0, offset))
@@ -2057,3 +2059,28 @@ async def test_a_fenced_answer_to_an_epoch_never_bumped_locally_stays_fatal_for_
     await h.respond(h.last_produce(1), error(0, 90))
     assert isinstance(future.exception(), KafkaError)
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+
+
+async def test_sequences_wrap_at_2_to_the_31() -> None:
+    # Kafka's sequences are int32 and wrap to 0 after 2**31 - 1.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    assert h.idempotence is not None
+    state = h.idempotence._state((TOPIC, 0))
+    state.producer_id, state.producer_epoch = 1000, 0
+    state.next_sequence = 2**31 - 2
+    state.last_acked_sequence = 2**31 - 3
+    first = [h.append(0, value) for value in (b"a", b"b", b"c", b"d")]
+    h.step()
+    assert identity(h.last_produce(1)) == (1000, 0, 2**31 - 2)
+    await h.respond(h.last_produce(1), ok(0, 0))
+    assert offsets(first) == [0, 1, 2, 3]
+    after = h.append(0, b"e")
+    h.step()
+    assert identity(h.last_produce(1)) == (1000, 0, 2)
+    # It is next in line across the wrap: an OUT_OF_ORDER answer is a real gap.
+    await h.respond(h.last_produce(1), error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 1.0)
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 4))
+    assert after.result().offset == 4
