@@ -98,8 +98,10 @@ def read_back(
         expected: Stop once this many records are read.
         timeout: Stop after this many seconds even if fewer arrived.
         isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
-        extra_wait: After ``expected`` records, keep reading this long to catch
-            records beyond the expected ones (duplicates, for instance).
+        extra_wait: After ``expected`` records, keep reading at least this long to catch
+            records beyond the expected ones (duplicates, for instance). With
+            ``read_uncommitted`` the read also goes on to each partition's high watermark
+            (exact on Kafka and the mock; Tansu may report one a batch short).
         check_crcs: Verify every batch's CRC-32C (librdkafka's ``check.crcs``), so a
             corrupt batch fails the read instead of passing unseen: neither Tansu nor the
             mock cluster checks CRCs when they store a batch. Only topics holding the mock
@@ -134,15 +136,26 @@ def read_back(
             ]
         )
         deadline = time.monotonic() + timeout
-        stop_at: float | None = None
+        # After ``expected`` records: read on for extra_wait, and (read_uncommitted) up to
+        # each partition's high watermark as it was then, so what the log holds beyond the
+        # expected records (duplicates) is read too and the caller's count sees it.
+        settle_until: float | None = None
+        ends: list[Any] | None = None
         while True:
             now = time.monotonic()
-            if stop_at is None and len(records) >= expected:
-                stop_at = now + extra_wait
-            limit = deadline if stop_at is None else min(deadline, stop_at)
-            if now >= limit:
+            if settle_until is None and len(records) >= expected:
+                settle_until = now + extra_wait
+                if isolation_level == "read_uncommitted":
+                    ends = _high_watermarks(consumer, topic, partitions)
+            if now >= deadline:
                 break
-            for message in consumer.consume(num_messages=500, timeout=min(0.2, limit - now)):
+            if settle_until is not None:
+                caught_up = ends is None or _caught_up(consumer, ends)
+                if (caught_up and now >= settle_until) or now >= settle_until + _CATCH_UP:
+                    break
+            limit = deadline if settle_until is None else max(settle_until, now + 0.05)
+            wait = max(0.0, min(0.2, limit - now, deadline - now))
+            for message in consumer.consume(num_messages=500, timeout=wait):
                 error = message.error()
                 if error is not None:
                     if error.fatal():
@@ -157,6 +170,34 @@ def read_back(
         consumer.close()
     records.sort(key=lambda record: (record.partition, record.offset))
     return records
+
+
+# How long reading on to the high watermarks may take at the most (it takes one fetch).
+_CATCH_UP = 5.0
+
+
+def _high_watermarks(consumer: Any, topic: str, partitions: list[int]) -> list[Any]:
+    return [
+        confluent_kafka.TopicPartition(
+            topic,
+            partition,
+            consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=10, cached=False
+            )[1],
+        )
+        for partition in partitions
+    ]
+
+
+def _caught_up(consumer: Any, ends: list[Any]) -> bool:
+    """Whether the consumer's position reached each partition's end offset in ``ends``."""
+    positions = {
+        tp.partition: tp.offset
+        for tp in consumer.position(
+            [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in ends]
+        )
+    }
+    return all(end.offset <= 0 or positions.get(end.partition, -1) >= end.offset for end in ends)
 
 
 def _record(message: Any) -> ConsumedRecord:
