@@ -11,6 +11,10 @@
   ``kafka_tv1``: another, formatted with ``transaction.version=1``. Each starts on first
   use. Without Java 17+ (or Maven, to fetch the jars) they skip, unless ``CI`` is set:
   then they fail.
+- ``kafka_cluster``: three real Apache Kafka nodes forming one KRaft quorum
+  (:class:`~tests.support.kafka.KafkaCluster`) shared by every test of the run, started on
+  first use; skipped or failed as ``kafka`` is. Tests that pause, stop or move things on it
+  leave every node running and in sync when they end.
 - ``new_topic``: ``new_topic(broker, partitions=N) -> name`` creates a uniquely named
   topic on any of the above.
 
@@ -40,7 +44,7 @@ if str(_ROOT) not in sys.path:
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
     from tests.support import TopicCreator
-    from tests.support.kafka import KafkaBroker
+    from tests.support.kafka import KafkaBroker, KafkaCluster
     from tests.support.mock_cluster import MockCluster, MockClusterProcess
 
 _FIXTURE_MARKERS = {
@@ -49,6 +53,7 @@ _FIXTURE_MARKERS = {
     "mock_cluster_process": "mock_cluster",
     "kafka": "kafka",
     "kafka_tv1": "kafka",
+    "kafka_cluster": "kafka",
 }
 
 
@@ -130,6 +135,34 @@ def kafka_tv1() -> Iterator[KafkaBroker]:
     """Another Apache Kafka node for the whole session, formatted with
     transaction.version=1: the transaction protocol before KIP-890's second part."""
     yield from _kafka_broker(transaction_version=1)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes, each broker and controller, forming one KRaft quorum,
+    shared by every test of the run: replication 3 and ``min.insync.replicas=2`` by default.
+    Skips without Java 17+ (or Maven), unless ``CI`` is set: then it fails."""
+    from tests.support.kafka import KafkaCluster, KafkaUnavailableError, kafka_available
+
+    reason = kafka_available()
+    cluster = KafkaCluster()
+    if reason is None:
+        try:
+            cluster.start()
+        except KafkaUnavailableError as exc:  # the jars could not be fetched
+            reason = str(exc)
+        except BaseException:
+            cluster.stop()
+            raise
+    if reason is not None:
+        cluster.stop()
+        if _on_ci():
+            pytest.fail(f"CI is set, so the Kafka tests must run: {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

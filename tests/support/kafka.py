@@ -9,6 +9,16 @@ loopback ports, from the Kafka jars that :func:`kafka_libs` fetches with Maven::
         kafka.create_topic("events", partitions=3, max_message_bytes=65536)
         print(kafka.bootstrap_servers)   # "127.0.0.1:<port>"
 
+:class:`KafkaCluster` runs three such nodes as one KRaft quorum (replication 3, two
+replicas in sync), and can pause, kill, stop and restart them, move leaders and set
+client quotas::
+
+    from tests.support.kafka import KafkaCluster
+
+    with KafkaCluster() as cluster:
+        cluster.create_topic("events", replica_assignment={0: [1, 2, 3], 1: [2, 3, 1]})
+        cluster.pause(cluster.leader_of("events", 0))
+
 Requirements: Java 17 or later, and Maven the first time (to fetch the jars).
 :func:`kafka_available` says what is missing.
 
@@ -64,13 +74,16 @@ from typing import IO, Any
 
 __all__ = [
     "CDS_ENV",
+    "CLUSTER_JVM_OPTIONS",
     "LIBS_ENV",
     "POM",
     "KafkaBroker",
     "KafkaBrokerError",
+    "KafkaCluster",
     "KafkaUnavailableError",
     "Listener",
     "NodeLayout",
+    "cluster_node_properties",
     "cluster_properties",
     "kafka_available",
     "kafka_libs",
@@ -637,6 +650,29 @@ def _release(resources: _Resources) -> None:
         shutil.rmtree(resources.temporary_dir, ignore_errors=True)
 
 
+def _keep_class_archive(
+    process: subprocess.Popen[bytes], pending: tuple[Path, Path] | None
+) -> None:
+    """Move the class archive a JVM wrote as it exited into place, or drop it.
+
+    ``pending``: (where the exited JVM wrote it, where it goes). The JVM writes the archive
+    as it exits: it is kept only after a clean exit (on SIGTERM, Kafka's shutdown hook
+    exits with 143)."""
+    if pending is None:
+        return
+    partial, archive = pending
+    if process.returncode in (0, 143) and partial.is_file():
+        os.replace(partial, archive)
+        # Archives for another JVM or other jars are of no more use.
+        for other in archive.parent.glob("kafka-*.jsa"):
+            if other != archive:
+                with contextlib.suppress(OSError):
+                    other.unlink()
+    else:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+
+
 def _log_command(log_file: IO[bytes], command: Sequence[str]) -> None:
     log_file.write(f"$ {' '.join(command)}\n".encode())
     log_file.flush()
@@ -959,21 +995,7 @@ class KafkaBroker:
             return
         _terminate(process, grace)
         pending, self._archive_pending = self._archive_pending, None
-        if pending is None:
-            return
-        partial, archive = pending
-        # The JVM writes the archive as it exits: keep it only after a clean exit (on
-        # SIGTERM, Kafka's shutdown hook exits with 143).
-        if process.returncode in (0, 143) and partial.is_file():
-            os.replace(partial, archive)
-            # Archives for another JVM or other jars are of no more use.
-            for other in archive.parent.glob("kafka-*.jsa"):
-                if other != archive:
-                    with contextlib.suppress(OSError):
-                        other.unlink()
-        else:
-            with contextlib.suppress(OSError):
-                partial.unlink()
+        _keep_class_archive(process, pending)
 
     # -- administration -----------------------------------------------------------------
 
@@ -1066,3 +1088,917 @@ class KafkaBroker:
         """The cluster's finalized feature levels (``transaction.version``,
         ``metadata.version``, ...), from an ApiVersions v3 response."""
         return _finalized_features((HOST, self.port), timeout)
+
+
+# -- a cluster -------------------------------------------------------------------------
+
+#: A cluster node's JVM: three of them share a CI machine (2 cores), so a smaller heap
+#: than the single node's, and the same flags for a fast start.
+CLUSTER_JVM_OPTIONS = (
+    "-Xmx384m",
+    "-Xms128m",
+    *(option for option in BROKER_JVM_OPTIONS if not option.startswith("-Xm")),
+)
+#: The JVM of Kafka's command-line tools (:meth:`KafkaCluster.run_tool`): a short-lived
+#: admin client.
+ADMIN_TOOL_JVM_OPTIONS = (*TOOL_JVM_OPTIONS, "-Djava.net.preferIPv4Stack=true")
+
+# Kafka's tools log through log4j 2 as well: warnings only, to stderr.
+_TOOL_LOG4J2_PROPERTIES = """\
+status = error
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
+
+# Logged by a combined node once its broker is unfenced and serving (KafkaRaftServer's
+# startup waits for the unfencing).
+_SERVER_STARTED = "Kafka Server started"
+
+
+def cluster_node_properties() -> dict[str, str]:
+    """What a :class:`KafkaCluster` sets on top of :func:`cluster_properties`."""
+    return {
+        # acks=all needs two replicas in sync, as a production cluster would.
+        "min.insync.replicas": "2",
+        # A clean stop hands leadership over first (the single node has no one to hand to).
+        "controlled.shutdown.enable": "true",
+        # Leaders move only when a test moves them.
+        "auto.leader.rebalance.enable": "false",
+        # Client quotas measured over two 1-second windows rather than eleven: a quota
+        # throttles within a second or two, where Kafka's default lets a new client send
+        # about ten seconds' worth of its quota before the first throttle.
+        "quota.window.num": "2",
+    }
+
+
+class _ClusterNode:
+    """One combined node of a :class:`KafkaCluster`: its layout, files and JVM."""
+
+    def __init__(self, layout: NodeLayout, folder: Path) -> None:
+        self.layout = layout
+        self.folder = folder
+        self.properties_path = folder / "server.properties"
+        self.log_path = folder / "kafka.log"
+        self.log_file: IO[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        self.archive_pending: tuple[Path, Path] | None = None
+        self.launched_at = 0  # the log's size when the JVM was last started
+
+    @property
+    def node_id(self) -> int:
+        return self.layout.node_id
+
+    @property
+    def address(self) -> str:
+        return self.layout.listener("PLAINTEXT").address
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> IO[bytes]:
+        if self.log_file is None or self.log_file.closed:
+            self.log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed by close())
+        return self.log_file
+
+    def signal(self, number: signal.Signals) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            raise KafkaBrokerError(f"node {self.node_id} is not running")
+        os.kill(process.pid, number)
+
+    def close(self) -> None:
+        if self.log_file is not None:
+            self.log_file.close()
+
+
+@dataclass
+class _ClusterResources:
+    """What a running cluster holds, for a finalizer to free after the cluster is gone."""
+
+    nodes: list[_ClusterNode]
+    temporary_dir: Path | None = None
+
+
+def _release_cluster(resources: _ClusterResources) -> None:
+    """Kill whatever still runs (a paused JVM is woken first), close the logs, remove the
+    temporary folder."""
+    for node in resources.nodes:
+        process = node.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
+            process.kill()
+            process.wait()
+        node.close()
+    if resources.temporary_dir is not None:
+        shutil.rmtree(resources.temporary_dir, ignore_errors=True)
+
+
+class KafkaCluster:
+    """Apache Kafka nodes forming one KRaft quorum: each runs a broker and a controller in
+    one JVM, on loopback. Three by default.
+
+    The nodes' storage is formatted with one cluster id and a dynamic quorum of all the
+    nodes (``kafka-storage format --initial-controllers``). Topics get three replicas and
+    need two in sync (``min.insync.replicas=2``), the internal topics too; topics are never
+    created on the fly, a clean stop hands leadership over, and leaders never move back to
+    the preferred replica on their own (``auto.leader.rebalance.enable=false``)::
+
+        with KafkaCluster() as cluster:
+            cluster.create_topic("events", 2, replica_assignment={0: [1, 2, 3], 1: [2, 3, 1]})
+            assert cluster.leader_of("events", 1) == 2
+            cluster.pause(3)    # SIGSTOP: the node neither answers nor replicates
+            cluster.resume(3)
+            cluster.stop(2)     # a clean shutdown; cluster.restart(2) starts it again
+
+    Each node has a 384 MiB heap (:data:`CLUSTER_JVM_OPTIONS`). A paused node keeps its
+    place in the in-sync replicas for ``replica.lag.time.max.ms`` (30 s) and its
+    registration until its heartbeats are 9 s overdue: pause for less than 9 s to leave
+    the cluster's view of it unchanged. Client quotas (:meth:`set_client_quota`) are measured
+    over two 1-second windows, so they throttle from the first seconds
+    (:func:`cluster_node_properties` has every setting added to :func:`cluster_properties`).
+    Kafka's own tools run with :meth:`run_tool`.
+
+    Args:
+        nodes: How many nodes (each broker and controller).
+        transaction_version: The ``transaction.version`` to format with; None for the
+            format tool's default.
+        config: More settings for every node, overriding the defaults.
+        startup_timeout: Seconds for the whole cluster to answer, after the jars are there.
+        libs: The folder holding the jars; by default :func:`kafka_libs`.
+        work_dir: The folder for configuration, data and logs (a folder per node). By
+            default a temporary folder that :meth:`stop` removes.
+        log_level: The nodes' root log4j level.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        *,
+        transaction_version: int | None = None,
+        config: Mapping[str, object] | None = None,
+        startup_timeout: float = 180.0,
+        libs: str | os.PathLike[str] | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        log_level: str = "INFO",
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("a cluster needs at least one node")
+        self._size = nodes
+        self._transaction_version = transaction_version
+        self._config = {key: _config_value(value) for key, value in (config or {}).items()}
+        self._startup_timeout = startup_timeout
+        self._libs = Path(libs) if libs is not None else None
+        self._work_dir: Path | None = Path(work_dir) if work_dir is not None else None
+        self._log_level = log_level
+        self._resources = _ClusterResources(nodes=[])
+        self._finalizer = weakref.finalize(self, _release_cluster, self._resources)
+        self._nodes: dict[int, _ClusterNode] = {}
+        self._java: str | None = None
+        self._libs_dir: Path | None = None
+        self._admin: Any = None
+        self._started = False
+        self.startup_seconds: float | None = None
+        """Seconds :meth:`start` took, from formatting the storage to every node listed in
+        a Metadata answer (fetching the jars not included)."""
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def node_ids(self) -> list[int]:
+        """The nodes' ids: 1, 2, 3, ..."""
+        return list(range(1, self._size + 1))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every node's client listener, ``"127.0.0.1:<port>,..."``."""
+        return ",".join(node.address for node in self._started_nodes())
+
+    @property
+    def work_dir(self) -> Path | None:
+        """The folder holding a folder per node (``node-<id>``)."""
+        return self._work_dir
+
+    def address(self, node_id: int) -> str:
+        """``host:port`` of the node's client listener."""
+        return self._node(node_id).address
+
+    def layout(self, node_id: int) -> NodeLayout:
+        """The node's listeners and log folder."""
+        return self._node(node_id).layout
+
+    def running(self, node_id: int) -> bool:
+        """Whether the node's JVM is alive (paused counts as alive)."""
+        return self._node(node_id).running
+
+    def paused(self, node_id: int) -> bool:
+        """Whether the node is stopped by :meth:`pause`."""
+        return self._node(node_id).paused
+
+    def log_path(self, node_id: int) -> Path:
+        """The node's log: the formatter's and the JVM's output, log4j's included."""
+        return self._node(node_id).log_path
+
+    def log_tail(self, node_id: int, max_bytes: int = 6000) -> str:
+        """The last ``max_bytes`` of the node's log."""
+        return _tail(self._node(node_id).log_path, max_bytes)
+
+    def _started_nodes(self) -> list[_ClusterNode]:
+        if not self._nodes:
+            raise KafkaBrokerError("the Kafka cluster has not been started")
+        return [self._nodes[node_id] for node_id in sorted(self._nodes)]
+
+    def _node(self, node_id: int) -> _ClusterNode:
+        self._started_nodes()
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise KafkaBrokerError(
+                f"no node {node_id}: the nodes are {sorted(self._nodes)}"
+            ) from None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> KafkaCluster:
+        """Fetch the jars if needed, format every node's storage, start the nodes and wait
+        until a Metadata answer lists every broker.
+
+        Raises:
+            KafkaUnavailableError: Java or Maven is missing, or the jars cannot be fetched.
+            KafkaBrokerError: formatting failed, or a node exited or the cluster did not
+                answer within ``startup_timeout`` (the message ends with the logs' tails).
+        """
+        if self._started:
+            raise KafkaBrokerError("a KafkaCluster starts once; create a new one")
+        self._started = True
+        reason = kafka_available()
+        if reason is not None:
+            raise KafkaUnavailableError(reason)
+        java = _java()
+        assert java is not None  # kafka_available() checked
+        self._java = java
+        self._libs_dir = self._libs if self._libs is not None else kafka_libs()
+        began = time.monotonic()
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="aioproducer-kafka-cluster-"))
+            self._resources.temporary_dir = self._work_dir
+        else:
+            self._work_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            self._lay_out(attempt)
+            try:
+                self._format_all()
+                for node in self._started_nodes():
+                    self._launch(node)
+                self._wait_until_ready(began + self._startup_timeout)
+                break
+            except KafkaBrokerError:
+                port_taken = any(
+                    _BIND_FAILURE.search(_read_from(node.log_path, node.launched_at))
+                    for node in self._started_nodes()
+                )
+                self._kill_all()
+                if port_taken and attempt < _PORT_ATTEMPTS:
+                    continue
+                raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def stop(self, node_id: int | None = None, grace: float = 30.0) -> None:
+        """Stop one node cleanly, or the whole cluster when ``node_id`` is None.
+
+        One node: SIGTERM, so that it hands its leaderships over (a controlled shutdown)
+        and closes its logs; SIGKILL after ``grace`` seconds. The node keeps its storage
+        and ports: :meth:`restart` starts it again.
+
+        The cluster: every node at once with SIGKILL (their data is thrown away, so no
+        handing over is waited for), and the temporary folder is removed. Safe to call
+        more than once, and on a cluster that never started.
+        """
+        if node_id is not None:
+            node = self._node(node_id)
+            self._stop_node(node, grace)
+            return
+        self._kill_all(grace=min(grace, 10.0))
+        self._admin = None
+        self._finalizer()
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL the node: no controlled shutdown, its logs are left unflushed. The
+        cluster fences it once its heartbeats are 9 s overdue; :meth:`restart` starts it
+        again."""
+        node = self._node(node_id)
+        process = node.process
+        if process is None or process.poll() is not None:
+            raise KafkaBrokerError(f"node {node_id} is not running")
+        process.kill()
+        process.wait()
+        node.paused = False
+        _keep_class_archive(process, node.archive_pending)
+        node.archive_pending = None
+
+    def restart(self, node_id: int, *, timeout: float = 60.0, unregister: bool = True) -> None:
+        """Start the node again on its storage and ports, cleanly stopping it first if it
+        runs, and wait until its broker is serving again (unfenced). It then catches up
+        as a follower: :meth:`wait_in_sync` waits for that.
+
+        ``unregister``: first drop the stopped broker's registration (``kafka-cluster
+        unregister``). The controller otherwise refuses the new registration
+        (DUPLICATE_BROKER_REGISTRATION) until the old one's heartbeats are 9 s overdue, even
+        after a clean stop. Unregistering does
+        what that timeout would do: the broker leaves the in-sync replicas and leads
+        nothing (already so after :meth:`stop`).
+        """
+        node = self._node(node_id)
+        if node.running:
+            self._stop_node(node, grace=30.0)
+        if unregister:
+            self.run_tool(
+                "org.apache.kafka.tools.ClusterTool",
+                "unregister",
+                "--bootstrap-server",
+                self.bootstrap_servers,
+                "--id",
+                str(node_id),
+                timeout=timeout,
+            )
+        self._launch(node)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive(node)
+            if _SERVER_STARTED in _read_from(node.log_path, node.launched_at):
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaBrokerError(
+                    f"node {node_id} did not start again within {timeout:.0f} s; "
+                    f"log {node.log_path}:\n{self.log_tail(node_id)}"
+                )
+            time.sleep(0.05)
+        self._wait_for_brokers({node_id}, deadline)
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP the node's JVM: it neither answers, nor replicates, nor heartbeats,
+        but its connections stay open."""
+        node = self._node(node_id)
+        node.signal(signal.SIGSTOP)
+        node.paused = True
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT a node :meth:`pause` stopped."""
+        node = self._node(node_id)
+        node.signal(signal.SIGCONT)
+        node.paused = False
+
+    def __enter__(self) -> KafkaCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _lay_out(self, attempt: int) -> None:
+        """Pick fresh ports and write every node's server.properties."""
+        work_dir = self._work_dir
+        assert work_dir is not None
+        for node in self._nodes.values():
+            node.close()
+        ports = _free_ports(2 * self._size)
+        layouts = [
+            NodeLayout(
+                node_id=node_id,
+                roles=("broker", "controller"),
+                listeners=(
+                    Listener("PLAINTEXT", ports[2 * index]),
+                    Listener("CONTROLLER", ports[2 * index + 1]),
+                ),
+                log_dir=work_dir / f"node-{node_id}" / f"data-{attempt}",
+            )
+            for index, node_id in enumerate(self.node_ids)
+        ]
+        quorum = [layout.listener(layout.controller_listener) for layout in layouts]
+        self._nodes = {}
+        for layout in layouts:
+            folder = work_dir / f"node-{layout.node_id}"
+            folder.mkdir(parents=True, exist_ok=True)
+            node = _ClusterNode(layout, folder)
+            properties = {
+                **layout.properties(quorum=quorum),
+                **cluster_properties(brokers=self._size),
+                **cluster_node_properties(),
+                **self._config,
+            }
+            node.properties_path.write_text(_java_properties(properties))
+            (folder / "log4j2.properties").write_text(
+                _LOG4J2_PROPERTIES.format(level=self._log_level)
+            )
+            self._nodes[layout.node_id] = node
+        self._resources.nodes[:] = list(self._nodes.values())
+
+    def _jvm_common(self, node: _ClusterNode) -> list[str]:
+        assert self._libs_dir is not None
+        return [
+            f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
+            "-cp",
+            str(self._libs_dir / "*"),
+        ]
+
+    def _share_archive(self, node: _ClusterNode, *, may_dump: bool) -> list[str]:
+        """JVM options to map the class archive, or (``may_dump``, when there is none
+        yet) to write it at exit."""
+        assert self._java is not None and self._libs_dir is not None
+        archive = _class_archive(self._java, self._libs_dir)
+        if archive is None:
+            return []
+        if archive.is_file():
+            return [f"-XX:SharedArchiveFile={archive}"]
+        if not may_dump or node.archive_pending is not None:
+            return []
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        partial = archive.with_name(f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        node.archive_pending = (partial, archive)
+        return [f"-XX:ArchiveClassesAtExit={partial}"]
+
+    def _format_all(self) -> None:
+        """Format every node's storage with one cluster id and the same initial
+        controllers, the formatters running side by side."""
+        assert self._java is not None
+        cluster_id = _cluster_id()
+        directory_ids = {node_id: _cluster_id() for node_id in self._nodes}
+        initial_controllers = ",".join(
+            f"{node_id}@{node.layout.listener('CONTROLLER').address}:{directory_ids[node_id]}"
+            for node_id, node in sorted(self._nodes.items())
+        )
+        running: list[tuple[_ClusterNode, subprocess.Popen[bytes]]] = []
+        try:
+            for node in self._started_nodes():
+                command = [
+                    self._java,
+                    *TOOL_JVM_OPTIONS,
+                    *self._share_archive(node, may_dump=False),
+                    *self._jvm_common(node),
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--cluster-id",
+                    cluster_id,
+                    "--config",
+                    str(node.properties_path),
+                    "--initial-controllers",
+                    initial_controllers,
+                ]
+                if self._transaction_version is not None:
+                    command += ["--feature", f"transaction.version={self._transaction_version}"]
+                log_file = node.log()
+                _log_command(log_file, command)
+                process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
+                )
+                running.append((node, process))
+            for node, process in running:
+                code = process.wait(timeout=120)
+                if code != 0:
+                    raise KafkaBrokerError(
+                        f"formatting node {node.node_id}'s storage failed (exit code {code}); "
+                        f"log {node.log_path}:\n{self.log_tail(node.node_id)}"
+                    )
+        finally:
+            for _node, process in running:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+    def _launch(self, node: _ClusterNode) -> None:
+        """Start the node's JVM on its storage (formatted already)."""
+        assert self._java is not None
+        command = [
+            self._java,
+            *CLUSTER_JVM_OPTIONS,
+            # One node writes the class archive if there is none yet.
+            *self._share_archive(node, may_dump=node.node_id == 1),
+            *self._jvm_common(node),
+            "kafka.Kafka",
+            str(node.properties_path),
+        ]
+        log_file = node.log()
+        log_file.flush()
+        node.launched_at = log_file.tell()
+        _log_command(log_file, command)
+        node.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            # Ctrl-C reaches the test run only, whose teardown then stops the nodes.
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),
+        )
+        node.paused = False
+
+    def _check_alive(self, node: _ClusterNode) -> None:
+        process = node.process
+        code = None if process is None else process.poll()
+        if process is None or code is not None:
+            raise KafkaBrokerError(
+                f"node {node.node_id} exited with code {code}; "
+                f"log {node.log_path}:\n{self.log_tail(node.node_id)}"
+            )
+
+    def _wait_until_ready(self, deadline: float) -> None:
+        """Wait until a Metadata answer lists every broker: each has joined the quorum,
+        caught up with the metadata log and been unfenced."""
+        try:
+            self._wait_for_brokers(set(self._nodes), deadline)
+        except KafkaBrokerError as exc:
+            tails = "\n".join(
+                f"--- node {node_id} ({self.log_path(node_id)}):\n{self.log_tail(node_id, 3000)}"
+                for node_id in sorted(self._nodes)
+            )
+            raise KafkaBrokerError(f"{exc}\n{tails}") from exc
+
+    def _wait_for_brokers(self, node_ids: set[int], deadline: float) -> None:
+        from confluent_kafka import KafkaException
+
+        admin = self.admin()
+        while True:
+            for node_id in node_ids:
+                self._check_alive(self._nodes[node_id])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaBrokerError(
+                    f"the Kafka cluster did not list broker(s) {sorted(node_ids)} in time"
+                )
+            try:
+                metadata = admin.list_topics(timeout=min(1.0, remaining))
+            except KafkaException:
+                time.sleep(0.05)
+                continue
+            if node_ids <= set(metadata.brokers):
+                return
+            time.sleep(0.05)
+
+    def _stop_node(self, node: _ClusterNode, grace: float) -> None:
+        process = node.process
+        if process is None or process.poll() is not None:
+            return
+        if node.paused:
+            os.kill(process.pid, signal.SIGCONT)
+            node.paused = False
+        _terminate(process, grace)
+        _keep_class_archive(process, node.archive_pending)
+        node.archive_pending = None
+
+    def _kill_all(self, grace: float = 10.0) -> None:
+        """Stop every node: the data is thrown away, so SIGKILL, which takes no time (all
+        nodes stopping cleanly at once would wait on each other's controlled shutdowns).
+        A node writing the class archive first stops cleanly (SIGTERM, SIGKILL after
+        ``grace`` seconds), while the others still form a quorum."""
+        self._admin = None
+        nodes = list(self._nodes.values())
+        writing = [node for node in nodes if node.archive_pending is not None]
+        for node in writing:
+            self._stop_node(node, grace)
+        for node in nodes:
+            process = node.process
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(OSError):
+                    if node.paused:
+                        os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+                process.wait()
+            if process is not None:
+                _keep_class_archive(process, node.archive_pending)
+            node.archive_pending = None
+            node.process = None
+            node.paused = False
+
+    # -- administration -----------------------------------------------------------------
+
+    def admin(self) -> Any:
+        """A confluent-kafka ``AdminClient`` for the cluster (made once, then reused)."""
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "reconnect.backoff.ms": 20,
+                    "reconnect.backoff.max.ms": 200,
+                    "log_level": 0,
+                }
+            )
+        return self._admin
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        replica_assignment: Mapping[int, Sequence[int]] | None = None,
+        *,
+        timeout: float = 30.0,
+        **configs: object,
+    ) -> None:
+        """Create ``name`` and wait until every partition has a leader.
+
+        ``replica_assignment``: ``{partition: [broker ids]}`` for every partition, the
+        first broker of each the preferred leader; the topic then has as many partitions
+        as the mapping, and the call waits until each partition's leader is its preferred
+        one. ``configs`` are topic configs, ``_`` standing for ``.`` as in
+        :meth:`KafkaBroker.create_topic`.
+
+        Raises:
+            KafkaBrokerError: Kafka refused, or the leaders did not appear in time.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        config = {key.replace("_", "."): _config_value(value) for key, value in configs.items()}
+        if replica_assignment is not None:
+            if sorted(replica_assignment) != list(range(len(replica_assignment))):
+                raise ValueError("replica_assignment must name partitions 0, 1, ... in full")
+            topic = NewTopic(
+                name,
+                # librdkafka wants the count with an assignment, and no replication factor.
+                num_partitions=len(replica_assignment),
+                replica_assignment=[
+                    list(replica_assignment[p]) for p in range(len(replica_assignment))
+                ],
+                config=config,
+            )
+        else:
+            topic = NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=config,
+            )
+        futures = self.admin().create_topics(
+            [topic], operation_timeout=timeout, request_timeout=timeout
+        )
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"creating topic {name!r} failed: {exc.args[0]}") from exc
+        deadline = time.monotonic() + timeout
+        if replica_assignment is None:
+            self._wait_until(
+                name, deadline, lambda state: all(p.leader >= 0 for p in state.values())
+            )
+        else:
+            self.wait_for_preferred_leaders(name, timeout=max(0.0, deadline - time.monotonic()))
+
+    def delete_topic(self, name: str, *, timeout: float = 30.0) -> None:
+        """Delete ``name``."""
+        from confluent_kafka import KafkaException
+
+        futures = self.admin().delete_topics(
+            [name], operation_timeout=timeout, request_timeout=timeout
+        )
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"deleting topic {name!r} failed: {exc.args[0]}") from exc
+
+    def partitions(self, topic: str, *, timeout: float = 10.0) -> dict[int, Any]:
+        """``{partition: PartitionMetadata}`` (``leader``, ``replicas``, ``isrs``) from a
+        fresh Metadata request."""
+        from confluent_kafka import KafkaException
+
+        try:
+            entry = self.admin().list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"no metadata for {topic!r}: {exc.args[0]}") from exc
+        if entry is None or entry.error is not None:
+            error = "missing" if entry is None else entry.error
+            raise KafkaBrokerError(f"no metadata for {topic!r}: {error}")
+        return dict(entry.partitions)
+
+    def leader_of(self, topic: str, partition: int, *, timeout: float = 10.0) -> int:
+        """The id of the broker leading ``topic``'s ``partition`` (-1: none), as the broker
+        asked knows it: right after a change, one broker may still tell the leader before
+        (:meth:`wait_for_leaders` waits until they agree)."""
+        state = self.partitions(topic, timeout=timeout)
+        if partition not in state:
+            raise KafkaBrokerError(f"{topic!r} has no partition {partition}")
+        return int(state[partition].leader)
+
+    def _wait_until(
+        self, topic: str, deadline: float, done: Callable[[dict[int, Any]], bool]
+    ) -> dict[int, Any]:
+        """Wait until ``done`` holds in as many successive Metadata answers as there are
+        running nodes. Each broker applies a change when it reads it from the metadata
+        log, a little apart from the others, and the admin client asks any of them: one
+        answer may come from a broker a change behind."""
+        wanted = max(1, sum(1 for node in self._nodes.values() if node.running))
+        last: dict[int, Any] = {}
+        agreeing = 0
+        while True:
+            try:
+                last = self.partitions(topic, timeout=5.0)
+                agreeing = agreeing + 1 if last and done(last) else 0
+            except KafkaBrokerError:
+                agreeing = 0
+            if agreeing >= wanted:
+                return last
+            if time.monotonic() >= deadline:
+                described = {
+                    p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in sorted(last.items())
+                }
+                raise KafkaBrokerError(
+                    f"topic {topic!r} did not reach the state waited for; "
+                    f"(leader, replicas, isr) by partition: {described}"
+                )
+            time.sleep(0.02 if agreeing else 0.1)
+
+    def wait_for_leaders(
+        self, topic: str, leaders: Mapping[int, int], *, timeout: float = 30.0
+    ) -> None:
+        """Wait until each partition in ``leaders`` (``{partition: broker id}``) is led by
+        that broker, in as many successive Metadata answers as there are nodes running."""
+        self._wait_until(
+            topic,
+            time.monotonic() + timeout,
+            lambda state: all(
+                p in state and state[p].leader == leader for p, leader in leaders.items()
+            ),
+        )
+
+    def wait_for_preferred_leaders(
+        self, topic: str, partitions: Sequence[int] | None = None, *, timeout: float = 30.0
+    ) -> None:
+        """Wait until each partition (all by default) is led by its first replica."""
+        self._wait_until(
+            topic,
+            time.monotonic() + timeout,
+            lambda state: all(
+                m.replicas and m.leader == m.replicas[0]
+                for p, m in state.items()
+                if partitions is None or p in partitions
+            ),
+        )
+
+    def wait_in_sync(
+        self, topic: str, partitions: Sequence[int] | None = None, *, timeout: float = 60.0
+    ) -> None:
+        """Wait until every replica of each partition (all by default) is in sync."""
+        self._wait_until(
+            topic,
+            time.monotonic() + timeout,
+            lambda state: all(
+                m.leader >= 0 and set(m.replicas) == set(m.isrs)
+                for p, m in state.items()
+                if partitions is None or p in partitions
+            ),
+        )
+
+    def elect_preferred_leaders(
+        self, topic: str, partitions: Sequence[int] | None = None, *, timeout: float = 30.0
+    ) -> None:
+        """A preferred-leader election (``kafka-leader-election --election-type
+        preferred``) for the partitions (all by default), then wait until each is led by
+        its first replica. A partition already led by it is fine.
+
+        Raises:
+            KafkaBrokerError: the election failed (the preferred replica is not in sync,
+                say: :meth:`wait_in_sync` first).
+        """
+        from confluent_kafka import ElectionType, KafkaException, TopicPartition
+
+        if partitions is None:
+            partitions = sorted(self.partitions(topic))
+        future = self.admin().elect_leaders(
+            ElectionType.PREFERRED,
+            [TopicPartition(topic, partition) for partition in partitions],
+        )  # no timeouts: confluent-kafka 2.16's elect_leaders fails on keyword arguments
+        try:
+            results = future.result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"the leader election failed: {exc.args[0]}") from exc
+        failed = {
+            f"{tp.topic}-{tp.partition}": error.name()
+            for tp, error in results.items()
+            if error is not None and error.name() != "ELECTION_NOT_NEEDED"
+        }
+        if failed:
+            raise KafkaBrokerError(f"the leader election failed: {failed}")
+        self.wait_for_preferred_leaders(topic, partitions, timeout=timeout)
+
+    def reassign_partitions(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        *,
+        timeout: float = 60.0,
+    ) -> None:
+        """Reassign ``topic``'s partitions (``{partition: [broker ids]}``, the first one
+        the new preferred leader) with Kafka's ``kafka-reassign-partitions --execute``,
+        then wait until each partition has exactly those replicas, all in sync. Leaders
+        move only if the current one leaves the replicas: a preferred-leader election
+        (:meth:`elect_preferred_leaders`) moves the others."""
+        import json
+
+        plan = {
+            "version": 1,
+            "partitions": [
+                {"topic": topic, "partition": partition, "replicas": list(replicas)}
+                for partition, replicas in sorted(assignment.items())
+            ],
+        }
+        work_dir = self._work_dir
+        assert work_dir is not None
+        plan_path = work_dir / f"reassign-{uuid.uuid4().hex[:8]}.json"
+        plan_path.write_text(json.dumps(plan))
+        self.run_tool(
+            "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+            "--bootstrap-server",
+            self.bootstrap_servers,
+            "--reassignment-json-file",
+            str(plan_path),
+            "--execute",
+            timeout=timeout,
+        )
+        self._wait_until(
+            topic,
+            time.monotonic() + timeout,
+            lambda state: all(
+                list(state[p].replicas) == list(replicas) and set(state[p].isrs) == set(replicas)
+                for p, replicas in assignment.items()
+            ),
+        )
+
+    def set_client_quota(self, client_id: str, **quotas: float) -> None:
+        """Set client quotas for ``client_id`` with Kafka's ``kafka-configs --alter
+        --entity-type clients``: ``producer_byte_rate=200000``, ``request_percentage=...``
+        (Kafka's names). ``None`` as a value removes that quota. Every broker applies it
+        once it has read the change from the metadata log (within milliseconds here)."""
+        added = ",".join(f"{k}={v}" for k, v in quotas.items() if v is not None)
+        deleted = ",".join(k for k, v in quotas.items() if v is None)
+        arguments = ["--bootstrap-server", self.bootstrap_servers, "--alter"]
+        if added:
+            arguments += ["--add-config", added]
+        if deleted:
+            arguments += ["--delete-config", deleted]
+        arguments += ["--entity-type", "clients", "--entity-name", client_id]
+        self.run_tool("kafka.admin.ConfigCommand", *arguments)
+
+    def run_tool(self, main_class: str, *arguments: str, timeout: float = 120.0) -> str:
+        """Run one of Kafka's command-line tools by its main class, e.g.
+        ``org.apache.kafka.tools.LeaderElectionCommand`` (``kafka-leader-election``),
+        ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand``,
+        ``kafka.admin.ConfigCommand`` (``kafka-configs``) or
+        ``org.apache.kafka.tools.MetadataQuorumCommand``, and return its standard output.
+        Pass ``--bootstrap-server``, :attr:`bootstrap_servers`, yourself.
+
+        Raises:
+            KafkaBrokerError: the tool exited with an error (its output is in the message),
+                or ran longer than ``timeout`` seconds.
+        """
+        assert self._java is not None and self._libs_dir is not None and self._work_dir
+        log4j = self._work_dir / "tools-log4j2.properties"
+        if not log4j.is_file():
+            log4j.write_text(_TOOL_LOG4J2_PROPERTIES)
+        archive = _class_archive(self._java, self._libs_dir)
+        share = [f"-XX:SharedArchiveFile={archive}"] if archive and archive.is_file() else []
+        command = [
+            self._java,
+            *ADMIN_TOOL_JVM_OPTIONS,
+            *share,
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            str(self._libs_dir / "*"),
+            main_class,
+            *arguments,
+        ]
+        try:
+            result = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise KafkaBrokerError(
+                f"{main_class} ran longer than {timeout:.0f} s: {' '.join(arguments)}"
+            ) from exc
+        if result.returncode != 0:
+            raise KafkaBrokerError(
+                f"{main_class} {' '.join(arguments)} failed (exit code {result.returncode}):\n"
+                f"{(result.stdout + result.stderr).strip()[-3000:]}"
+            )
+        return result.stdout
