@@ -131,7 +131,9 @@ class PartitionSequenceState:
     # Batches with a sequence that are not done (sent, or queued again for a retry), in
     # sequence order.
     in_flight: list[ProducerBatch] = field(default_factory=list)
-    retrying: int = 0
+    # Batches with a sequence queued to go again (retries, parts of a split batch): new
+    # batches wait behind them. A batch leaves when drained or when it fails.
+    retrying: set[ProducerBatch] = field(default_factory=set)
     # The last sequence of a retried batch that expired: whether the broker has it is unknown
     # until the partition's other batches resolve (Java's partitionsWithUnresolvedSequences).
     unresolved_sequence: int | None = None
@@ -308,7 +310,7 @@ class IdempotenceManager:
         transactional = self.transactional_id is not None
         if batch.has_sequence:
             state = self._state(batch.tp)
-            state.retrying = max(0, state.retrying - 1)
+            state.retrying.discard(batch)
             if not batch.builder.closed:
                 batch.builder.close(
                     batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
@@ -343,7 +345,7 @@ class IdempotenceManager:
     def mark_retrying(self, batch: ProducerBatch) -> None:
         """A sequenced batch goes back to the accumulator to be sent again."""
         if batch.has_sequence:
-            self._state(batch.tp).retrying += 1
+            self._state(batch.tp).retrying.add(batch)
 
     def is_next_in_line(self, batch: ProducerBatch) -> bool:
         """True when every batch before this one of its partition was acknowledged."""
@@ -438,6 +440,9 @@ class IdempotenceManager:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
+        # A batch that expired (or was aborted) while queued to go again: the batches
+        # behind it no longer wait for it.
+        state.retrying.discard(batch)
         try:
             state.in_flight.remove(batch)
         except ValueError:
@@ -479,7 +484,8 @@ class IdempotenceManager:
             del state.in_flight[index]
         state.in_flight[index:index] = parts
         # Drained like retries: each in its turn, as the oldest of the partition.
-        state.retrying += len(parts)
+        state.retrying.discard(batch)
+        state.retrying.update(parts)
 
 
 # ---- transactions ----------------------------------------------------------------------------

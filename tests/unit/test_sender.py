@@ -2084,3 +2084,24 @@ async def test_sequences_wrap_at_2_to_the_31() -> None:
     assert identity(h.last_produce(1)) == (1000, 1, 0)
     await h.respond(h.last_produce(1), ok(0, 4))
     assert after.result().offset == 4
+
+
+async def test_a_retry_that_expires_in_the_accumulator_holds_its_partition_no_longer() -> None:
+    # A sequenced batch queued to go again that expires there: the batches behind it no
+    # longer wait for it (they were held for as long as the producer lived).
+    h = Harness(
+        idempotent=True, linger_ms=0, retry_backoff_ms=10_000, retry_backoff_max_ms=10_000,
+        delivery_timeout_ms=5000, request_timeout_ms=4000,
+    )
+    await h.init_producer_id(1000)
+    first = h.append(0, b"a")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, NOT_ENOUGH_REPLICAS))
+    h.step(T0 + 5.0)
+    assert isinstance(first.exception(), DeliveryTimeoutError)
+    later = h.append(0, b"b")
+    h.step()
+    h.step()
+    assert h.last_produce(1).values(0) == [b"b"]
+    await h.respond(h.last_produce(1), ok(0, 0))
+    assert later.result().offset == 0
