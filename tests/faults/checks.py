@@ -21,7 +21,7 @@ import itertools
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ __all__ = [
     "mock_log",
     "unique_topic",
     "wait_records",
+    "wait_until",
 ]
 
 T = TypeVar("T")
@@ -55,6 +56,22 @@ def unique_topic(stem: str) -> str:
 async def bounded(awaitable: Awaitable[T], timeout: float = DEFAULT_BOUND) -> T:
     """``asyncio.wait_for`` with the suite's default bound: no scenario can hang."""
     return await asyncio.wait_for(awaitable, timeout)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = DEFAULT_BOUND) -> None:
+    """Wait until ``predicate()`` holds (an observable state: a request count, a log line, a
+    future's state), looking every few milliseconds; as ``ScriptedCluster.wait_for``, for
+    scenarios on librdkafka's mock.
+
+    Raises:
+        TimeoutError: not within ``timeout`` seconds (a bound against hangs, not a check).
+    """
+
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), timeout)
 
 
 async def wait_records(records: Iterable[SentRecord], timeout: float = DEFAULT_BOUND) -> None:

@@ -41,6 +41,7 @@ Scenarios and what each proves:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -48,8 +49,15 @@ import pytest
 
 from aioproducer import Producer, ProducerState
 from aioproducer import errors as e
-from tests.faults.checks import Ledger, bounded, fast_options, unique_topic
-from tests.faults.scripted_broker import PRODUCE, Action, ScriptedCluster
+from tests.faults.checks import (
+    Ledger,
+    bounded,
+    fast_options,
+    unique_topic,
+    wait_records,
+    wait_until,
+)
+from tests.faults.scripted_broker import METADATA, PRODUCE, Action, ScriptedCluster
 
 BATCH_SIZE = 1024
 BUFFER_MEMORY = 4 * BATCH_SIZE
@@ -71,12 +79,23 @@ def _release(cluster: ScriptedCluster, release: asyncio.Event) -> None:
     release.set()
 
 
-async def _is_blocked(task: asyncio.Future[Any]) -> bool:
-    # A send that can append returns without suspending; give it a few loop turns.
-    for _ in range(20):
-        await asyncio.sleep(0)
-    await asyncio.sleep(0.02)
-    return not task.done()
+def _memory_waiters(producer: Producer) -> int:
+    """How many sends wait for buffer memory (the Java client's ``waiting-threads``)."""
+    return int(producer.metrics()["waiting-threads"])
+
+
+async def _waits_for_memory(producer: Producer, send: asyncio.Future[Any], waiters: int) -> bool:
+    """Wait until ``send`` either appended its record (False) or joined the sends waiting for
+    buffer memory, the ``waiters``-th of them (True)."""
+    await wait_until(lambda: send.done() or _memory_waiters(producer) >= waiters)
+    return not send.done()
+
+
+async def _closing(producer: Producer, close: asyncio.Future[Any]) -> None:
+    """Wait until ``close`` has begun closing the producer (and, with answers held, cannot
+    be done)."""
+    await wait_until(lambda: producer.state is ProducerState.CLOSING)
+    assert not close.done()
 
 
 async def _fill_buffer(producer: Producer, topic: str, values: list[bytes]) -> None:
@@ -84,8 +103,11 @@ async def _fill_buffer(producer: Producer, topic: str, values: list[bytes]) -> N
     for index in range(100):
         value = b"%06d" % index + b"x" * (VALUE_SIZE - 6)
         task = asyncio.ensure_future(producer.send(topic, value, partition=0))
-        if await _is_blocked(task):
+        if await _waits_for_memory(producer, task, 1):
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await bounded(task)
+            assert _memory_waiters(producer) == 0
             return
         values.append(value)
     raise AssertionError("the buffer never filled up")
@@ -114,9 +136,9 @@ async def test_cancelling_a_send_blocked_on_memory_loses_nothing() -> None:
             accepted: list[bytes] = []
             await bounded(_fill_buffer(producer, topic, accepted))
             blocked = asyncio.ensure_future(producer.send(topic, b"cancelled", partition=0))
+            assert await _waits_for_memory(producer, blocked, 1)
             queued = asyncio.ensure_future(producer.send(topic, b"queued", partition=0))
-            assert await _is_blocked(blocked)
-            assert await _is_blocked(queued)
+            assert await _waits_for_memory(producer, queued, 2)
             blocked.cancel()
             _release(cluster, release)
             with pytest.raises(asyncio.CancelledError):
@@ -159,40 +181,59 @@ async def test_cancelling_send_and_wait_still_delivers_the_record() -> None:
 
 async def test_cancelling_a_flush_leaves_the_producer_working() -> None:
     topic = unique_topic("cancel-flush")
-    async with ScriptedCluster(1, topics={topic: 1}) as cluster:
+    # Partition 0 is led by broker 1, partition 1 by broker 2.
+    async with ScriptedCluster(2, topics={topic: 2}) as cluster:
         ledger = Ledger(topic)
         options = fast_options(
-            cluster.bootstrap_servers, linger_ms=60000, delivery_timeout_ms=120000
+            cluster.bootstrap_servers,
+            linger_ms=60000,
+            delivery_timeout_ms=120000,
+            batch_size=BATCH_SIZE,
         )
         async with Producer(**options) as producer:
             await bounded(ledger.send(producer, 0))
             await bounded(producer.flush())
             release = _held(cluster)
+            sent = len(cluster.requests_of(PRODUCE))
             await bounded(ledger.send_burst(producer, 0, 3))
             flushing = asyncio.ensure_future(producer.flush())
-            assert await _is_blocked(flushing)
+            # The flush sent the lingering batch, whose answer is held: it is in progress.
+            await cluster.wait_for(lambda: len(cluster.requests_of(PRODUCE)) > sent)
+            assert not flushing.done()
             flushing.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await bounded(flushing)
             _release(cluster, release)
             await ledger.wait()
-            sent = len(cluster.requests_of(PRODUCE))
-            # With no flush in progress any more, a new record waits for linger_ms.
+            # With no flush in progress any more, a new record waits for linger_ms. Seen
+            # without waiting for time to pass: a full batch for partition 1, appended after
+            # it, goes out at once (to broker 2) and is acknowledged. Were the producer still
+            # flushing, the lingering batch would have been ready in that same step of the
+            # sender, and gone out to broker 1 then.
+            sent_to_1 = len(cluster.requests_of(PRODUCE, broker_id=1))
             lingering = await bounded(ledger.send(producer, 0))
-            await asyncio.sleep(0.3)
+            # Small records: 100 of them fill more than one batch of BATCH_SIZE.
+            full = await bounded(ledger.send_burst(producer, 1, 100))
+            await wait_records(full[:1])
             assert not lingering.future.done()
-            assert len(cluster.requests_of(PRODUCE)) == sent
+            assert len(cluster.requests_of(PRODUCE, broker_id=1)) == sent_to_1
+            assert lingering.value not in cluster.values(topic, 0)
             await bounded(producer.flush())
             assert lingering.future.done()
-        ledger.check({0: cluster.values(topic, 0)})
+        ledger.check({p: cluster.values(topic, p) for p in (0, 1)})
 
 
 async def test_cancelling_a_send_waiting_for_metadata() -> None:
     topic = unique_topic("cancel-metadata")
     async with ScriptedCluster(1) as cluster:
         async with Producer(**fast_options(cluster.bootstrap_servers)) as producer:
+            refreshes = len(cluster.requests_of(METADATA))
             waiting = asyncio.ensure_future(producer.send(topic, b"never", partition=0))
-            assert await _is_blocked(waiting)
+            # It asked for the topic and learned it is unknown (the send waits max_block_ms,
+            # 10 s, for it to appear): two Metadata requests, the second after the answer to
+            # the first.
+            await cluster.wait_for(lambda: len(cluster.requests_of(METADATA)) >= refreshes + 2)
+            assert not waiting.done()
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await bounded(waiting)
@@ -215,7 +256,7 @@ async def test_close_while_sends_are_in_flight_delivers_them() -> None:
         release = _held(cluster)
         await bounded(ledger.send_many(producer, [0, 1], 30))
         closing = asyncio.ensure_future(producer.close())
-        assert await _is_blocked(closing)
+        await _closing(producer, closing)
         _release(cluster, release)
         await bounded(closing)
         assert all(r.future.done() for r in ledger.records)
@@ -263,8 +304,10 @@ async def test_close_wakes_a_send_blocked_on_memory() -> None:
         accepted: list[bytes] = []
         await bounded(_fill_buffer(producer, topic, accepted))
         blocked = asyncio.ensure_future(producer.send(topic, b"blocked", partition=0))
-        assert await _is_blocked(blocked)
-        # max_block_ms is 30 s: the bound shows close did not wait for it.
+        assert await _waits_for_memory(producer, blocked, 1)
+        # max_block_ms is 30 s, beyond the bounds here (which only turn a hang into a
+        # failure): what ends the wait shows in the error, ProducerClosedError rather than
+        # the BufferExhaustedError of max_block_ms.
         await bounded(producer.close(timeout=0.2), timeout=10)
         with pytest.raises(e.ProducerClosedError):
             await bounded(blocked, timeout=10)
@@ -297,10 +340,19 @@ async def test_concurrent_closes() -> None:
         await bounded(producer.start())
         release = _held(cluster)
         await bounded(ledger.send_burst(producer, 0, 5))
-        first = asyncio.ensure_future(producer.close())
-        second = asyncio.ensure_future(producer.close())
-        assert await _is_blocked(first)
-        assert await _is_blocked(second)
+        called: list[str] = []
+
+        async def close(name: str) -> None:
+            called.append(name)
+            await producer.close()
+
+        first = asyncio.ensure_future(close("first"))
+        second = asyncio.ensure_future(close("second"))
+        # Both called close() (which runs to its first wait without yielding) and neither
+        # can return while the answers are held.
+        await wait_until(lambda: len(called) == 2)
+        await _closing(producer, first)
+        assert not second.done()
         _release(cluster, release)
         await bounded(asyncio.gather(first, second))
         ledger.check({0: cluster.values(topic, 0)})
@@ -322,14 +374,15 @@ async def test_cancelling_close_leaves_no_record_pending() -> None:
         _held(cluster)  # never released
         await bounded(ledger.send_burst(producer, 0, 5))
         closing = asyncio.ensure_future(producer.close())
-        assert await _is_blocked(closing)
+        await _closing(producer, closing)
         closing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await bounded(closing)
-        # Closing again is bounded, and afterwards no record is left without an outcome
-        # (delivery_timeout_ms, 60 s, is not what ends them).
+        # Closing again returns (the bound only turns a hang into a failure), and then no
+        # record is left without an outcome: every one failed with ProducerClosedError, not
+        # with what delivery_timeout_ms (60 s) would give.
         await bounded(producer.close(timeout=0.5), timeout=10)
-        await ledger.wait(timeout=10)
+        assert all(r.future.done() for r in ledger.records)
         assert all(
             isinstance(r.future.exception(), e.ProducerClosedError) for r in ledger.records[1:]
         )

@@ -20,11 +20,12 @@ Scenarios and what each proves:
   to one partition; the second fails with a retriable error, the broker rejects the three
   after it as out of sequence; all are retried and land once, in order.
 - ``test_a_backlog_goes_out_five_requests_back_to_back``: with batches waiting and nothing
-  answered yet, the producer fills its five in-flight slots at once.
+  answered yet, the producer fills its five in-flight slots at once: within turns of the
+  event loop in which no time-driven wake-up can happen.
 - ``test_a_fatal_error_mid_pipeline_fails_only_its_batch``: the same with a non-retriable
   error on the second request: that batch fails with its own class, the later in-flight
-  batches (rejected as out of sequence) are still delivered, in order, and promptly rather
-  than at delivery_timeout_ms.
+  batches (rejected as out of sequence) are still delivered, in order, sent again in answer
+  to those refusals rather than after a request or delivery timeout.
 - ``test_append_then_disconnect_is_deduplicated``: the broker appends a batch and drops the
   connection before answering; the retry is recognised as a duplicate, so every record is
   in the log once.
@@ -44,8 +45,8 @@ Scenarios and what each proves:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from typing import Any
 
 import pytest
@@ -125,10 +126,12 @@ async def test_sequence_errors_restart_the_partition_and_deliver(
 
 
 def _pipeline_options(bootstrap_servers: str) -> dict[str, Any]:
-    # Small batches, so that each request carries one; a request timeout far beyond the
-    # scenario, so that only the scripted broker decides when an answer comes.
+    # Small batches, so that each request carries one; request and delivery timeouts beyond
+    # every bound the scenarios wait with, so that only the scripted broker decides when an
+    # answer comes, and a batch left waiting for one of those timeouts is a hang the bound
+    # turns into a failure.
     return fast_options(
-        bootstrap_servers, batch_size=128, request_timeout_ms=30000, delivery_timeout_ms=60000
+        bootstrap_servers, batch_size=128, request_timeout_ms=60000, delivery_timeout_ms=120000
     )
 
 
@@ -176,15 +179,22 @@ async def test_a_backlog_goes_out_five_requests_back_to_back() -> None:
             first = Action.hold()
             cluster.broker(1).push(PRODUCE, first)
             start = len(cluster.requests_of(PRODUCE))
+            sent = producer.metrics()["request-total"]
             await bounded(ledger.send_burst(producer, 0, 60))
             try:
-                # Nothing is answered meanwhile, so only the sender's own pace decides how
-                # soon the other four requests follow the first. Back to back, that is a
-                # few milliseconds; 2 s is 1000 times that, and half what the sender takes
-                # when it waits for its poll interval (1 s) between requests.
-                await cluster.wait_for(
-                    lambda: len(cluster.requests_of(PRODUCE)) >= start + 5, timeout=2
-                )
+                # Nothing is answered meanwhile and no clock-driven wake-up can come while
+                # the test only yields (asyncio.sleep(0) lets the loop turn without time
+                # passing): what makes the sender send the next request can only be the one
+                # it just sent. A sender that waited for its poll interval (1 s) or for an
+                # answer between requests would send one, then nothing here.
+                for _ in range(200):
+                    if producer.metrics()["request-total"] >= sent + 5:
+                        break
+                    await asyncio.sleep(0)
+                assert producer.metrics()["request-total"] == sent + 5
+                # And the broker has them: five in flight, the limit, and no more.
+                await cluster.wait_for(lambda: len(cluster.requests_of(PRODUCE)) >= start + 5)
+                assert len(cluster.requests_of(PRODUCE)) == start + 5
             finally:
                 assert first.release is not None
                 first.release.set()
@@ -199,18 +209,26 @@ async def test_a_fatal_error_mid_pipeline_fails_only_its_batch() -> None:
         async with Producer(**_pipeline_options(cluster.bootstrap_servers)) as producer:
             await bounded(ledger.send(producer, 0))
             await ledger.wait()
+            connections = cluster.broker(1).connections_accepted
             burst_start = len(ledger.records)
             first = await _fill_pipeline(
                 cluster, producer, ledger, Action.error_code(INVALID_RECORD)
             )
             assert first.release is not None
             first.release.set()
-            # delivery_timeout_ms is 60 s: this bound is what catches batches left waiting.
-            await ledger.wait(timeout=15)
+            # The suite's bound (30 s) is below the request and delivery timeouts, so a batch
+            # left waiting for either would hang, and the bound turns that into a failure.
+            await ledger.wait()
             failed = {r.value for r in ledger.failed}
             assert failed, "the batch with the fatal error did not fail"
             assert failed < {r.value for r in ledger.records[burst_start:]}
             assert producer.metrics()["record-error-total"] == len(failed)
+            # The batches after it, refused as out of sequence, were sent again on the same
+            # connection in answer to those refusals (no request timed out and closed it).
+            kinds = [r.action for r in cluster.requests_of(PRODUCE)]
+            assert ActionKind.ERROR in kinds
+            assert cluster.broker(1).connections_accepted == connections
+        # Only the fatal error's class: none failed at a timeout.
         ledger.check(_log(cluster, topic, 1), expect_failed=[e.InvalidRecordError])
 
 
@@ -320,11 +338,14 @@ async def test_an_in_flight_retry_fails_at_delivery_timeout() -> None:
                 Action.error_code(NOT_ENOUGH_REPLICAS, delay=2.5),
                 Action(ActionKind.HANG),
             )
-            start = time.monotonic()
             record = await bounded(ledger.send(producer, 0))
             await ledger.wait()
-            elapsed = time.monotonic() - start
-            assert isinstance(record.future.exception(), e.DeliveryTimeoutError)
+            error = record.future.exception()
+            assert isinstance(error, e.DeliveryTimeoutError), repr(error)
+            # Not failed at the first answer: the retry was sent...
             assert len(cluster.requests_of(PRODUCE)) == 3, "the retry was not sent"
-            assert delivery_timeout_ms / 1000 <= elapsed
-            assert elapsed < 2.5 + request_timeout_ms / 1000, "the retry waited for its timeout"
+            # ... and the delivery timeout ended it while it was in flight: had the retry's
+            # request timeout (3 s after it was sent) come first, the batch would have failed
+            # with that RequestTimedOutError as the cause of its DeliveryTimeoutError.
+            assert "in flight" in str(error), str(error)
+            assert error.__cause__ is None, repr(error.__cause__)

@@ -9,19 +9,21 @@ Scenarios and what each proves:
 - ``test_a_down_broker_holds_only_its_partitions``: with one broker down, records for the
   partitions it leads wait while the others are delivered; once it is back, the waiting
   records are delivered, once and in order.
-- ``test_all_brokers_down_then_up``: with every broker down, records wait (no failure
-  before delivery_timeout_ms), then go through when the cluster returns.
+- ``test_all_brokers_down_then_up``: with every broker down, records wait through several
+  failed reconnect attempts to every broker (no failure before delivery_timeout_ms), then
+  go through when the cluster returns.
 - ``test_unreachable_leader_fails_at_delivery_timeout``: a leader that stays down makes its
-  records fail with DeliveryTimeoutError within their bound; the producer then works again
-  for that partition once the broker returns.
+  records fail with DeliveryTimeoutError, while the producer keeps asking for metadata in
+  search of a leader; the producer then works again for that partition once the broker
+  returns.
 - ``test_rebootstrap_when_every_known_broker_is_gone``: the whole cluster the producer knows
   disappears; the producer goes back to ``bootstrap_servers``, finds another cluster there
   and delivers to it.
 - ``test_reconnects_back_off``: a broker that accepts connections and drops them at once is
-  retried no faster than ``reconnect_backoff_ms`` doubling (lower bounds only), and the
-  record waiting for it is delivered once it behaves.
-- ``test_reconnects_as_soon_as_the_backoff_allows``: and no slower than that backoff either:
-  six attempts take about as long as their backoffs add up to.
+  retried again and again, no faster than ``reconnect_backoff_ms`` doubling (lower bounds
+  only), and the record waiting for it is delivered once it behaves. (How soon an attempt
+  follows the end of its backoff is a latency: it belongs in bench/, as a ratio, not in an
+  assertion here.)
 - ``test_slow_broker_within_request_timeout``: a round-trip delay below request_timeout_ms
   slows delivery down but causes no retry and no duplicate.
 - ``test_round_trip_beyond_request_timeout_is_retried``: an answer later than
@@ -60,7 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
+import logging
 
 import pytest
 
@@ -75,6 +77,7 @@ from tests.faults.checks import (
     mock_options,
     unique_topic,
     wait_records,
+    wait_until,
 )
 from tests.faults.scripted_broker import METADATA, PRODUCE, Action, ScriptedCluster
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
@@ -141,17 +144,33 @@ async def test_a_down_broker_holds_only_its_partitions(mock_cluster: MockCluster
     ledger.check(await mock_log(mock_cluster.bootstrap_servers, topic))
 
 
-async def test_all_brokers_down_then_up(mock_cluster: MockCluster) -> None:
+def _failed_connects(caplog: pytest.LogCaptureFixture, node: int) -> int:
+    """How many attempts to connect to broker ``node`` the producer logged as failed."""
+    prefix = f"connecting to node {node} ("
+    return sum(
+        1
+        for r in caplog.records
+        if r.name == "aioproducer.net"
+        and r.getMessage().startswith(prefix)
+        and " failed: " in r.getMessage()
+    )
+
+
+async def test_all_brokers_down_then_up(
+    mock_cluster: MockCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     topic = unique_topic("all-down")
     mock_cluster.create_topic(topic, 3)
     ledger = Ledger(topic)
     async with Producer(**mock_options(mock_cluster.bootstrap_servers)) as producer:
         await bounded(ledger.send_many(producer, [0, 1, 2], 2))
         await ledger.wait()
+        caplog.set_level(logging.DEBUG, logger="aioproducer.net")
         mock_cluster.broker_set_down(-1)
         await bounded(ledger.send_many(producer, [0, 1, 2], 10))
-        # Long enough for several reconnect attempts to fail.
-        await asyncio.sleep(1.0)
+        # Several reconnect attempts to every broker fail, as the producer logs them; the
+        # records wait through all of them.
+        await wait_until(lambda: all(_failed_connects(caplog, node) >= 3 for node in (1, 2, 3)))
         assert not any(r.future.done() for r in ledger.records[6:])
         mock_cluster.broker_set_up(-1)
         await ledger.wait()
@@ -176,17 +195,21 @@ async def test_unreachable_leader_fails_at_delivery_timeout(mock_cluster: MockCl
     async with Producer(**options) as producer:
         await bounded(ledger.send_many(producer, [0, 1], 2))
         await ledger.wait()
+        mock_cluster.start_request_tracking()
         mock_cluster.broker_set_down(1)
-        start = time.monotonic()
         doomed = [await bounded(ledger.send(producer, 0)) for _ in range(5)]
         spared = [await bounded(ledger.send(producer, 1)) for _ in range(5)]
+        # The bound (the suite's default, 15 times delivery_timeout_ms) only turns a hang
+        # into a failure; the error class says what ended the wait: nothing but the delivery
+        # timeout fails a record with DeliveryTimeoutError.
         await ledger.wait()
-        elapsed = time.monotonic() - start
         assert all(isinstance(r.future.exception(), e.DeliveryTimeoutError) for r in doomed)
         assert all(r.future.exception() is None for r in spared)
-        assert elapsed >= delivery_timeout_ms / 1000
-        assert elapsed < delivery_timeout_ms / 1000 + 10
         assert producer.metrics()["record-error-total"] == len(doomed)
+        # Meanwhile the producer kept looking for a reachable leader (the mock leaves a down
+        # broker out of Metadata, so broker 1 has no address until it is back).
+        refreshes = [r for r in mock_cluster.get_requests() if r.api_key == ApiKey.METADATA]
+        assert len(refreshes) >= 2, refreshes
         mock_cluster.broker_set_up(1)
         await bounded(ledger.send_many(producer, [0, 1], 3))
         await ledger.wait()
@@ -257,35 +280,6 @@ async def test_reconnects_back_off() -> None:
         gaps_ms,
         floors,
     )
-
-
-async def test_reconnects_as_soon_as_the_backoff_allows() -> None:
-    topic = unique_topic("reconnect-pace")
-    async with ScriptedCluster(2, topics={topic: 1}) as cluster:
-        cluster.leaders[(topic, 0)] = 1
-        ledger = Ledger(topic)
-        options = fast_options(
-            cluster.broker(2).address,
-            reconnect_backoff_ms=40,
-            reconnect_backoff_max_ms=160,
-            delivery_timeout_ms=30000,
-        )
-        async with Producer(**options) as producer:
-            await bounded(ledger.send(producer, 0))
-            await ledger.wait()
-            broker = cluster.broker(1)
-            broker.refuse = True
-            broker.drop_connections()
-            seen = len(broker.connection_times)
-            await bounded(ledger.send(producer, 0))
-            try:
-                # Six attempts take 40 + 80 + 160 + 160 + 160 ms (plus or minus 20%) of
-                # backoff: 3 s is five times that, and half of what a 1 s poll takes.
-                await cluster.wait_for(lambda: len(broker.connection_times) >= seen + 6, timeout=3)
-            finally:
-                broker.refuse = False
-                await ledger.wait()
-        ledger.check({0: cluster.values(topic, 0)})
 
 
 async def test_slow_broker_within_request_timeout(mock_cluster: MockCluster) -> None:

@@ -126,11 +126,19 @@ async def test_round_trip_every_field(target: Target) -> None:
         assert record.value == value
         assert list(record.headers or []) == headers
         assert record.timestamp[1] == ts
-    # Per-partition order is the order of sending.
-    for partition, records in _by_partition(consumed).items():
+    # Per-partition order is the order of sending: the log of each partition, in offset
+    # order, holds what was sent to it in the order it was sent (timestamps are unique).
+    by_partition = _by_partition(consumed)
+    assert set(by_partition) == {m.partition for m in metadata}
+    for partition, records in by_partition.items():
         offsets_in_send_order = [m.offset for m in metadata if m.partition == partition]
         assert offsets_in_send_order == sorted(offsets_in_send_order)
-        assert [r.offset for r in records] == sorted(r.offset for r in records)
+        sent_here = [
+            (key, value, ts)
+            for (key, value, _, ts, _), meta in zip(sent, metadata, strict=True)
+            if meta.partition == partition
+        ]
+        assert [(r.key, r.value, r.timestamp[1]) for r in records] == sent_here
 
 
 async def test_keys_land_where_the_java_client_puts_them(target: Target) -> None:
@@ -392,10 +400,17 @@ async def test_close_delivers_everything_buffered(target: Target) -> None:
 
 async def test_flush_sends_lingering_batches(target: Target) -> None:
     topic = target.make_topic(1)
+    values = [b"x%d" % i for i in range(10)]
     async with Producer(bootstrap_servers=target.bootstrap, linger_ms=60_000) as producer:
-        futures = [await producer.send(topic, b"x") for _ in range(10)]
+        futures = [await producer.send(topic, value) for value in values]
+        assert not any(f.done() for f in futures)  # linger holds them
         await producer.flush(timeout=20)
         assert all(f.done() and f.exception() is None for f in futures)
+        metadata = [f.result() for f in futures]
+        # What the broker holds once flush returns, where the futures say it is.
+        consumed = read_back(target.bootstrap, topic, expected=len(values))
+    assert [r.value for r in consumed] == values
+    assert [r.offset for r in consumed] == [m.offset for m in metadata]
 
 
 def test_round_trip_under_uvloop(tansu: Any) -> None:
@@ -464,12 +479,21 @@ async def test_batches_compressed_in_worker_threads_read_back_in_order(
         assert got == [v for i, v in enumerate(values) if f"k{i % 7}".encode() == key]
 
 
+#: How many records a steady stream runs ahead of its acknowledgements (see _send_steadily).
+_STEADY_LAG = 200
+
+
 async def _send_steadily(
     target: Target, topic: str, values: list[bytes], codec: str, batch_size: int
 ) -> list[RecordMetadata]:
-    """Send key-less ``values`` with long linger, pausing every 20 records so the sender
-    takes the full batches as it would in a steady stream (the compression estimate
-    follows the batches sent); return their metadata."""
+    """Send key-less ``values`` with long linger as a steady stream whose full batches the
+    sender takes as they fill (the compression estimate follows the batches sent); return
+    their metadata.
+
+    Every 20 records, wait until the record sent ``_STEADY_LAG`` records earlier is
+    acknowledged: a few batches' worth here, so later batches have long closed its batch and
+    it is normally on its way already (at worst it goes when linger_ms ends). The stream
+    then runs that far ahead of the sender and no further, whatever the machine's speed."""
     async with Producer(
         bootstrap_servers=target.bootstrap,
         compression_type=codec,
@@ -479,8 +503,8 @@ async def _send_steadily(
         futures = []
         for i, value in enumerate(values):
             futures.append(await producer.send(topic, value))
-            if i % 20 == 0:
-                await asyncio.sleep(0.001)
+            if i % 20 == 0 and i >= _STEADY_LAG:
+                await futures[i - _STEADY_LAG]
         return list(await asyncio.gather(*futures))
 
 
