@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 import pytest
@@ -282,11 +281,11 @@ async def test_close_with_a_timeout_is_bounded() -> None:
         await ledger.wait()
         _held(cluster)  # never released
         await bounded(ledger.send_burst(producer, 0, 20))
-        start = time.monotonic()
         await bounded(producer.close(timeout=0.5), timeout=10)
-        assert time.monotonic() - start >= 0.5
         assert all(r.future.done() for r in ledger.records)
         assert ledger.failed, "nothing could have been acknowledged"
+        # What ended them is the close timeout, not an early return or another error.
+        assert all("timeout of 0.5 s" in str(r.future.exception()) for r in ledger.failed)
         ledger.check(
             {0: cluster.values(topic, 0)},
             failed_absent=False,
@@ -322,10 +321,8 @@ async def test_flush_with_a_timeout_is_bounded() -> None:
             await ledger.wait()
             release = _held(cluster)
             await bounded(ledger.send_burst(producer, 0, 5))
-            start = time.monotonic()
-            with pytest.raises(e.FlushTimeoutError):
+            with pytest.raises(e.FlushTimeoutError, match=r"after 0\.3 s"):
                 await bounded(producer.flush(timeout=0.3), timeout=10)
-            assert time.monotonic() - start >= 0.3
             _release(cluster, release)
             await bounded(producer.flush())
             await ledger.wait()
