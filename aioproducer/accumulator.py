@@ -886,6 +886,12 @@ class RecordAccumulator:
                 current = self._split_part(batch, max(limit, record_size + RECORD_BATCH_OVERHEAD))
                 new_batches.append(current)
             forward.append((current, offset))
+            if record_size + RECORD_BATCH_OVERHEAD > limit:
+                # A record larger than target_size stays alone, so a split always makes
+                # progress: otherwise a small record could join the large one in the slack
+                # of its buffer, and the same batch would be split into itself again and
+                # again (the Java client's KAFKA-8350). Alone, it fails as too large.
+                current = None
         if self._keep_record_futures:
             # The interceptors read the records of each new batch when it finishes: hand
             # them their futures (in offset order, as the records were appended).

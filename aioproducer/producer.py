@@ -29,6 +29,7 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
+    ProducerFencedError,
     RequestTimedOutError,
     SenderCrashedError,
     UnknownTopicOrPartitionError,
@@ -531,6 +532,11 @@ class Producer:
             return
         try:
             await self.abort_transaction()
+        except ProducerFencedError as fenced:
+            # The caller needs to know first that this producer is done for: a newer one
+            # with the same transactional id took over (the leader's INVALID_PRODUCER_EPOCH
+            # that failed a record, KIP-588, says no more than that).
+            raise fenced from exc
         except Exception as abort_error:
             # The original error is what the caller needs; this one is logged.
             log.warning(

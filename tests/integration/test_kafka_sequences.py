@@ -211,3 +211,31 @@ async def test_records_kafka_refuses_in_a_batch_fail_alone(kafka: KafkaBroker) -
     assert "record 1 of its batch" in str(outcomes[1])
     consumed = read_back(kafka.bootstrap_servers, topic, expected=2, extra_wait=1.0)
     assert [(r.key, r.value) for r in consumed] == [(b"k1", b"a"), (b"k3", b"c")]
+
+
+async def test_a_record_too_large_inside_a_transaction_fails_it_and_the_next_commits(
+    any_kafka: KafkaBroker,
+) -> None:
+    # A record over the topic's max.message.bytes batched with small ones: the batch is
+    # split until the large record is alone, which fails as too large; the transaction is
+    # aborted, and the next one commits.
+    topic = _topic(any_kafka, max_message_bytes=2048)
+    async with Producer(
+        bootstrap_servers=any_kafka.bootstrap_servers,
+        transactional_id=f"large-{uuid.uuid4().hex[:8]}",
+        linger_ms=50,
+    ) as producer:
+        with pytest.raises(RecordTooLargeError):
+            async with producer.transaction():
+                for value in (b"small-1", b"x" * 4000, b"small-2"):
+                    await producer.send(topic, value, partition=0)
+        async with producer.transaction():
+            await producer.send(topic, b"committed", partition=0)
+    consumed = read_back(
+        any_kafka.bootstrap_servers,
+        topic,
+        expected=1,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    assert [r.value for r in consumed] == [b"committed"]

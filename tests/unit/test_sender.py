@@ -2105,3 +2105,28 @@ async def test_a_retry_that_expires_in_the_accumulator_holds_its_partition_no_lo
     assert h.last_produce(1).values(0) == [b"b"]
     await h.respond(h.last_produce(1), ok(0, 0))
     assert later.result().offset == 0
+
+
+async def test_a_record_too_large_for_the_broker_is_split_off_and_fails_alone() -> None:
+    # A large record and a small one in one batch, refused as too large: the split keeps
+    # the large one alone (else the small one joins it again in its buffer's slack and the
+    # same batch is split into itself forever), which then fails as too large.
+    h = Harness(linger_ms=0, batch_size=1024)
+    big = h.append(0, b"x" * 4000)
+    small = h.append(0, b"s")
+    h.step()
+    first = h.last_produce(1)
+    assert first.values(0) == [b"x" * 4000, b"s"]
+    await h.respond(first, error(0, MESSAGE_TOO_LARGE))
+    h.step()
+    alone = h.last_produce(1)
+    assert alone.values(0) == [b"x" * 4000]
+    await h.respond(alone, error(0, MESSAGE_TOO_LARGE))
+    assert isinstance(big.exception(), RecordTooLargeError)
+    h.step()
+    rest = h.last_produce(1)
+    assert rest.values(0) == [b"s"]
+    await h.respond(rest, ok(0, 0))
+    assert small.result().offset == 0
+    assert len(h.produce_requests()) == 3
+    assert h.memory_is_back()
