@@ -436,7 +436,7 @@ async def test_a_cancel_message_reaches_gather_and_await_and_callbacks_keep_thei
     assert kept.remove_done_callback(second) == 1
     cancelled.add_done_callback(second)
     assert cancelled.cancel("stopped by the test")
-    assert cancelled.remove_done_callback(second) == 0  # cancelling took it
+    assert cancelled.remove_done_callback(second) == 0  # cancelling removed it
     assert not cancelled.cancel("again")
     (gathered,) = await asyncio.gather(cancelled, return_exceptions=True)
     assert isinstance(gathered, asyncio.CancelledError)

@@ -1193,7 +1193,7 @@ async def test_a_split_batch_keeps_its_sequences_and_nothing_overtakes_it() -> N
         await h.respond(request, ok(0, offset))
         offset += count
     order = [value for request in sent_after for value in request.values(0)]
-    assert order == [*values, b"b"], "a batch overtook the split one"
+    assert order == [*values, b"b"], "a batch went out before the split one"
     assert all(len(r.batch(0).records) < len(values) for r in sent_after), "not split"
     sequences = [identity(request) for request in sent_after]
     assert all(pid == 1000 and epoch == 0 for pid, epoch, _ in sequences)
@@ -1252,7 +1252,7 @@ async def test_new_batches_wait_while_a_partition_has_batches_of_the_old_epoch_o
     # The epoch is bumped; partition 2 still has a batch of epoch 0 out.
     newer_q = h.append(2, b"q-new")
     h.step()
-    assert len(h.produce_requests(2)) == 1, "a new-epoch batch overtook an old-epoch one"
+    assert len(h.produce_requests(2)) == 1, "a new-epoch batch went out before an old-epoch one"
     await h.respond(h.last_produce(2), ok(2, 0))
     h.step()
     assert h.last_produce(2).values(2) == [b"q-new"]
@@ -1700,7 +1700,7 @@ async def test_offloaded_batches_keep_their_order_whichever_thread_finishes_firs
     assert rest and all(b.full for b in held.batches)
     held.finish(second)
     h.step()
-    assert h.produce_requests() == [], "a later batch overtook the head of its partition"
+    assert h.produce_requests() == [], "a later batch went out before the head of its partition"
     for batch in (first, *rest):
         held.finish(batch)
     for _ in range(len(held.batches)):
