@@ -127,43 +127,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.longrepr = f"skipped under CI, where every suite must run: {reason}"
 
 
-def _kafka_broker(**options: Any) -> Iterator[KafkaBroker]:
-    """Start a KafkaBroker for a session fixture; skip (fail on CI) if Kafka cannot run."""
-    from tests.support.kafka import KafkaBroker, KafkaUnavailableError, kafka_available
+def _started_kafka(kafka: Any) -> Iterator[Any]:
+    """Start ``kafka`` (a KafkaBroker or KafkaCluster) for a session fixture and stop it
+    after; skip (fail on CI) if Kafka cannot run here."""
+    from tests.support.kafka import KafkaUnavailableError, kafka_available
 
     reason = kafka_available()
-    broker = KafkaBroker(**options)
     if reason is None:
         try:
-            broker.start()
+            kafka.start()
         except KafkaUnavailableError as exc:  # the jars could not be fetched
             reason = str(exc)
         except BaseException:
-            broker.stop()
+            kafka.stop()
             raise
     if reason is not None:
-        broker.stop()
+        kafka.stop()
         if _on_ci():
             pytest.fail(f"CI is set, so the Kafka tests must run: {reason}", pytrace=False)
         pytest.skip(reason)
     try:
-        yield broker
+        yield kafka
     finally:
-        broker.stop()
+        kafka.stop()
 
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaBroker]:
     """A real Apache Kafka node (broker and controller) shared by the whole session,
     formatted with Kafka's default transaction.version (2: KIP-890 transactions)."""
-    yield from _kafka_broker()
+    from tests.support.kafka import KafkaBroker
+
+    yield from _started_kafka(KafkaBroker())
 
 
 @pytest.fixture(scope="session")
 def kafka_tv1() -> Iterator[KafkaBroker]:
     """Another Apache Kafka node for the whole session, formatted with
     transaction.version=1: the transaction protocol before KIP-890's second part."""
-    yield from _kafka_broker(transaction_version=1)
+    from tests.support.kafka import KafkaBroker
+
+    yield from _started_kafka(KafkaBroker(transaction_version=1))
 
 
 @pytest.fixture(scope="session")
@@ -171,27 +175,9 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     """Three Apache Kafka nodes, each broker and controller, forming one KRaft quorum,
     shared by every test of the run: replication 3 and ``min.insync.replicas=2`` by default.
     Skips without Java 17+ (or Maven), unless ``CI`` is set: then it fails."""
-    from tests.support.kafka import KafkaCluster, KafkaUnavailableError, kafka_available
+    from tests.support.kafka import KafkaCluster
 
-    reason = kafka_available()
-    cluster = KafkaCluster()
-    if reason is None:
-        try:
-            cluster.start()
-        except KafkaUnavailableError as exc:  # the jars could not be fetched
-            reason = str(exc)
-        except BaseException:
-            cluster.stop()
-            raise
-    if reason is not None:
-        cluster.stop()
-        if _on_ci():
-            pytest.fail(f"CI is set, so the Kafka tests must run: {reason}", pytrace=False)
-        pytest.skip(reason)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _started_kafka(KafkaCluster())
 
 
 @pytest.fixture
