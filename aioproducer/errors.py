@@ -1860,26 +1860,32 @@ ERROR_CODES: Mapping[int, type[KafkaError]] = _code_table()
 """Every Kafka error code this client knows (``-1`` and ``1`` upwards), mapped to its class."""
 
 
-def error_for_code(code: int, message: str | None = None) -> KafkaError:
+def error_for_code(
+    code: int, message: str | None = None, *, where: str | None = None
+) -> KafkaError:
     """Return an exception instance for a Kafka error ``code`` taken from a response.
 
     The message starts with the code and its protocol name, then the broker's own
-    ``message`` when it sent one (else the class's description). A code this client does not
-    know gives an :class:`UnknownServerError` whose ``code`` attribute and message carry the
-    number, as the Java client does.
+    ``message`` when it sent one (else the class's description), then ``where`` the error
+    applies (such as ``"topic-partition orders-3"``) in parentheses. A code this client does
+    not know gives an :class:`UnknownServerError` whose ``code`` attribute and message carry
+    the number, as the Java client does.
 
     Raises:
         ValueError: ``code`` is 0, which means "no error".
     """
     if code == 0:
         raise ValueError("error code 0 means no error")
+    suffix = f" ({where})" if where else ""
     cls = ERROR_CODES.get(code)
     if cls is None:
         text = f"[Error {code}] unknown error code"
-        return UnknownServerError(f"{text}: {message}" if message else text, code=code)
+        return UnknownServerError(
+            f"{text}: {message}{suffix}" if message else text + suffix, code=code
+        )
     detail = message or _description(cls)
     text = f"[Error {code} {cls.error_name}]"
-    return cls(f"{text} {detail}" if detail else text)
+    return cls(f"{text} {detail}{suffix}" if detail else text + suffix)
 
 
 def _description(cls: type[KafkaError]) -> str:

@@ -93,6 +93,7 @@ class _Connections(Protocol):
 
     def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
 
+
 log = logging.getLogger("aioproducer.sender")
 
 _MESSAGE_TOO_LARGE: Final = 10
@@ -488,9 +489,7 @@ class Sender:
                             f"was in flight to broker {node}"
                         )
                         if self._idempotence is not None:
-                            self._idempotence.on_final_failure(
-                                batch, str(error), answered=False
-                            )
+                            self._idempotence.on_final_failure(batch, str(error), answered=False)
                         log.warning("%s", error)
                         if batch.fail(error):
                             self._metrics.records_failed(batch.record_count)
@@ -880,9 +879,7 @@ class Sender:
             return
         self._in_flight.setdefault(node, []).append(batches)
         self._in_flight_batches += len(batches)
-        future.add_done_callback(
-            lambda fut: self._on_produce_response(node, batches, now, fut)
-        )
+        future.add_done_callback(lambda fut: self._on_produce_response(node, batches, now, fut))
 
     def _on_produce_response(
         self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
@@ -998,7 +995,9 @@ class Sender:
                     for e in partition_response.record_errors
                 )
                 message = f"{message or ''} ({details})"
-            error = error_for_code(code, message)
+            error = error_for_code(
+                code, message, where=f"topic-partition {batch.topic}-{batch.partition}"
+            )
             if error.invalid_metadata:
                 self._metadata.request_update()
             self._retry_or_fail(

@@ -44,7 +44,7 @@ if str(_ROOT) not in sys.path:
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
     from tests.support import TopicCreator
-    from tests.support.kafka import KafkaBroker, KafkaCluster
+    from tests.support.kafka import KafkaBroker, KafkaCluster, SecureKafka
     from tests.support.mock_cluster import MockCluster, MockClusterProcess
 
 _FIXTURE_MARKERS = {
@@ -54,6 +54,7 @@ _FIXTURE_MARKERS = {
     "kafka": "kafka",
     "kafka_tv1": "kafka",
     "kafka_cluster": "kafka",
+    "kafka_secure": "kafka",
 }
 
 
@@ -168,6 +169,18 @@ def kafka_tv1() -> Iterator[KafkaBroker]:
     from tests.support.kafka import KafkaBroker
 
     yield from _started_kafka(KafkaBroker(transaction_version=1))
+
+
+@pytest.fixture(scope="session")
+def kafka_secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+    """An Apache Kafka node for the whole session with TLS and SASL listeners (PLAIN,
+    SCRAM-SHA-256/512, OAUTHBEARER) and ACLs enforced: see
+    :class:`~tests.support.kafka.SecureKafka`. Skipped or failed as ``kafka`` is."""
+    from tests.support.kafka import SecureKafka
+
+    secure = SecureKafka(tmp_path_factory.mktemp("kafka-secure-certs"))
+    for _ in _started_kafka(secure.broker):
+        yield secure
 
 
 @pytest.fixture(scope="session")

@@ -489,6 +489,105 @@ def cluster_properties(brokers: int = 1) -> dict[str, str]:
     }
 
 
+#: The client listeners a secured node adds, by name: (security protocol, TLS certificate).
+#: ``SSL_OTHER_HOST`` serves a certificate for another host name, for hostname checks.
+SECURE_LISTENERS: Mapping[str, tuple[str, str]] = {
+    "SSL": ("SSL", "server"),
+    "SSL_OTHER_HOST": ("SSL", "wrong_host"),
+    "SASL_PLAINTEXT": ("SASL_PLAINTEXT", ""),
+    "SASL_SSL": ("SASL_SSL", "server"),
+}
+#: The SASL mechanisms a secured node enables on its SASL listeners.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _jaas_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """What a secured :class:`KafkaBroker` serves besides its PLAINTEXT listener.
+
+    - TLS on the ``SSL`` and ``SASL_SSL`` listeners with ``certificate`` and ``key``
+      (PEM; the key unencrypted PKCS#8), and on ``SSL_OTHER_HOST`` with
+      ``other_host_certificate`` / ``other_host_key``, a certificate for another name.
+    - SASL on ``SASL_PLAINTEXT`` and ``SASL_SSL``: PLAIN and SCRAM-SHA-256/512 for each of
+      ``users`` (name: password; the SCRAM credentials are written when the storage is
+      formatted), and OAUTHBEARER with Kafka's unsecured JWT validator (tokens signed with
+      ``alg: none``, the principal in ``sub``).
+    - Kafka's StandardAuthorizer: nothing is allowed without an ACL, except to
+      ``super_users`` and to the PLAINTEXT and controller listeners (whose principal,
+      ``ANONYMOUS``, is a super user: the tests administer the broker through them).
+      So are the ``SSL`` listeners, which ask for no client certificate.
+    """
+
+    certificate: Path
+    key: Path
+    other_host_certificate: Path
+    other_host_key: Path
+    users: Mapping[str, str]
+    super_users: tuple[str, ...] = ()
+
+    def properties(self, work_dir: Path) -> dict[str, str]:
+        """The broker settings; writes the PEM key stores they name into ``work_dir``."""
+        stores = {
+            "server": self._key_store(work_dir / "server-keystore.pem", self.key, self.certificate),
+            "wrong_host": self._key_store(
+                work_dir / "other-host-keystore.pem",
+                self.other_host_key,
+                self.other_host_certificate,
+            ),
+        }
+        supers = ";".join(f"User:{name}" for name in ("ANONYMOUS", *self.super_users))
+        properties = {
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": supers,
+            "allow.everyone.if.no.acl.found": "false",
+            "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+            # A refused SASL client is answered at once, not after Kafka's default 1 s delay.
+            "connection.failed.authentication.delay.ms": "0",
+        }
+        plain_users = " ".join(
+            f"user_{name}={_jaas_quote(password)}" for name, password in self.users.items()
+        )
+        for listener, (protocol, store) in SECURE_LISTENERS.items():
+            prefix = f"listener.name.{listener.lower()}."
+            if store:
+                properties[prefix + "ssl.keystore.type"] = "PEM"
+                properties[prefix + "ssl.keystore.location"] = str(stores[store])
+                properties[prefix + "ssl.client.auth"] = "none"
+            if protocol.startswith("SASL"):
+                properties[prefix + "plain.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f"{plain_users};"
+                )
+                for mechanism in _SCRAM_MECHANISMS:
+                    properties[prefix + f"{mechanism.lower()}.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
+                # No server callback handler: Kafka then validates with its unsecured one.
+                properties[prefix + "oauthbearer.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                    'required unsecuredLoginStringClaim_sub="broker";'
+                )
+        return properties
+
+    def format_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments adding the users' SCRAM credentials."""
+        arguments: list[str] = []
+        for name, password in self.users.items():
+            for mechanism in _SCRAM_MECHANISMS:
+                arguments += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+        return arguments
+
+    @staticmethod
+    def _key_store(path: Path, key: Path, certificate: Path) -> Path:
+        path.write_bytes(key.read_bytes() + certificate.read_bytes())
+        return path
+
+
 def _java_properties(entries: Mapping[str, str]) -> str:
     def escape(text: str) -> str:
         return text.replace("\\", "\\\\").replace("\n", "\\n")
@@ -717,6 +816,8 @@ class KafkaBroker:
         work_dir: The folder for the configuration, data and log. By default a
             temporary folder that :meth:`stop` removes; a folder given here is kept.
         log_level: The broker's root log4j level.
+        security: TLS and SASL listeners and an ACL authorizer besides the PLAINTEXT
+            listener (:class:`KafkaSecurity`); :meth:`address` names their ports.
 
     The broker starts on :meth:`start` or on entering the ``with`` block, and stops on
     :meth:`stop` or on leaving it. An instance runs once.
@@ -734,8 +835,10 @@ class KafkaBroker:
         libs: str | os.PathLike[str] | None = None,
         work_dir: str | os.PathLike[str] | None = None,
         log_level: str = "INFO",
+        security: KafkaSecurity | None = None,
     ) -> None:
         self._transaction_version = transaction_version
+        self._security = security
         self._config = {key: _config_value(value) for key, value in (config or {}).items()}
         self._startup_timeout = startup_timeout
         self._libs = Path(libs) if libs is not None else None
@@ -776,6 +879,11 @@ class KafkaBroker:
     def bootstrap_servers(self) -> str:
         """``"127.0.0.1:<port>"``, for a client's ``bootstrap_servers``."""
         return self.node.listener("PLAINTEXT").address
+
+    def address(self, listener: str) -> str:
+        """``"127.0.0.1:<port>"`` of the listener called ``listener`` (``PLAINTEXT``, or one
+        of :data:`SECURE_LISTENERS` on a secured node)."""
+        return self.node.listener(listener).address
 
     @property
     def transaction_version(self) -> int | None:
@@ -873,13 +981,21 @@ class KafkaBroker:
         """Lay out the node on fresh ports, format its storage, and start its JVM."""
         work_dir, log_file = self._work_dir, self._resources.log_file
         assert work_dir is not None and log_file is not None
-        client_port, controller_port = _free_ports(2)
+        security = self._security
+        secure_listeners = SECURE_LISTENERS if security is not None else {}
+        client_port, controller_port, *secure_ports = _free_ports(2 + len(secure_listeners))
         node = NodeLayout(
             node_id=self.NODE_ID,
             roles=("broker", "controller"),
             listeners=(
                 Listener("PLAINTEXT", client_port),
                 Listener("CONTROLLER", controller_port),
+                *(
+                    Listener(name, port, protocol)
+                    for (name, (protocol, _)), port in zip(
+                        secure_listeners.items(), secure_ports, strict=True
+                    )
+                ),
             ),
             log_dir=work_dir / f"data-{attempt}",
         )
@@ -887,6 +1003,7 @@ class KafkaBroker:
         properties = {
             **node.properties(quorum=[node.listener(node.controller_listener)]),
             **cluster_properties(brokers=1),
+            **(security.properties(work_dir) if security is not None else {}),
             **self._config,
         }
         server_properties = work_dir / "server.properties"
@@ -923,6 +1040,8 @@ class KafkaBroker:
         ]
         if self._transaction_version is not None:
             format_command += ["--feature", f"transaction.version={self._transaction_version}"]
+        if security is not None:
+            format_command += security.format_arguments()
         _log_command(log_file, format_command)
         result = subprocess.run(
             format_command,
@@ -1088,6 +1207,122 @@ class KafkaBroker:
         """The cluster's finalized feature levels (``transaction.version``,
         ``metadata.version``, ...), from an ApiVersions v3 response."""
         return _finalized_features((HOST, self.port), timeout)
+
+
+class SecureKafka:
+    """A :class:`KafkaBroker` with :class:`KafkaSecurity`'s listeners, the TLS files it was
+    made with, and its users, for the security tests.
+
+    - ``tls``: the test CA, the broker's certificate (for ``localhost`` and ``127.0.0.1``)
+      and one for another host name (:func:`tests.support.tls.make_certificates`);
+      ``untrusted_ca``: a CA that signed neither.
+    - :data:`SUPER_USER` may do anything; :data:`LIMITED_USER` only what :meth:`allow`
+      grants. Both log in with PLAIN and SCRAM-SHA-256/512 using :attr:`passwords`; an
+      OAUTHBEARER token's ``sub`` names the principal the same way.
+
+    Administration (topics, ACLs) goes through the PLAINTEXT listener, a super user's.
+    """
+
+    SUPER_USER = "alice"
+    LIMITED_USER = "writer"
+
+    def __init__(self, directory: Path) -> None:
+        from tests.support.tls import make_certificates
+
+        self.tls = make_certificates(directory / "ca")
+        self.untrusted_ca = make_certificates(directory / "other-ca").ca_cert
+        self.passwords = {
+            self.SUPER_USER: "alice-secret-password",
+            self.LIMITED_USER: "writer-secret-password",
+        }
+        self.broker = KafkaBroker(
+            security=KafkaSecurity(
+                certificate=self.tls.server_cert,
+                key=self.tls.server_key,
+                other_host_certificate=self.tls.wrong_host_cert,
+                other_host_key=self.tls.wrong_host_key,
+                users=self.passwords,
+                super_users=(self.SUPER_USER,),
+            )
+        )
+
+    def address(self, listener: str) -> str:
+        """``host:port`` of ``listener`` (``SSL``, ``SASL_SSL``, ...)."""
+        return self.broker.address(listener)
+
+    def create_topic(self, name: str, partitions: int = 1, **configs: object) -> None:
+        """Create ``name`` (through the PLAINTEXT listener)."""
+        self.broker.create_topic(name, partitions, **configs)
+
+    def allow(
+        self,
+        user: str,
+        operations: Sequence[str],
+        *,
+        topic_prefix: str | None = None,
+        transactional_id_prefix: str | None = None,
+    ) -> None:
+        """Grant ``user`` the ACL ``operations`` (``"WRITE"``, ``"DESCRIBE"``, ...) on the
+        topics, or the transactional ids, whose names start with the prefix given."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        if (topic_prefix is None) == (transactional_id_prefix is None):
+            raise ValueError("give one of topic_prefix and transactional_id_prefix")
+        resource, name = (
+            (ResourceType.TOPIC, topic_prefix)
+            if topic_prefix is not None
+            else (ResourceType.TRANSACTIONAL_ID, transactional_id_prefix)
+        )
+        bindings = [
+            AclBinding(
+                resource,
+                name,
+                ResourcePatternType.PREFIXED,
+                f"User:{user}",
+                "*",
+                getattr(AclOperation, operation),
+                AclPermissionType.ALLOW,
+            )
+            for operation in operations
+        ]
+        admin = self.broker.admin()
+        for future in admin.create_acls(bindings, request_timeout=30.0).values():
+            future.result(timeout=30.0)
+        # The broker answers DescribeAcls from its own authorizer: once it lists the
+        # bindings, it enforces them.
+        deadline = time.monotonic() + 30.0
+        while True:
+            listed = admin.describe_acls(
+                AclBindingFilter(
+                    resource,
+                    name,
+                    ResourcePatternType.PREFIXED,
+                    f"User:{user}",
+                    "*",
+                    AclOperation.ANY,
+                    AclPermissionType.ALLOW,
+                ),
+                request_timeout=30.0,
+            ).result(timeout=30.0)
+            if all(binding in listed for binding in bindings):
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaBrokerError(f"the broker does not list the ACLs {bindings} yet")
+            time.sleep(0.05)
+
+    def failed_authentications(self) -> int:
+        """How many failed SASL authentications the broker has logged so far."""
+        path = self.broker.log_path
+        if path is None or not path.exists():
+            return 0
+        return path.read_text(errors="replace").count("Failed authentication with")
 
 
 # -- a cluster -------------------------------------------------------------------------

@@ -132,6 +132,16 @@ def test_error_for_code_without_message_describes_the_error() -> None:
     assert "in-sync replicas" in exc.message
 
 
+@pytest.mark.parametrize("message", [None, "denied by ACL"])
+@pytest.mark.parametrize("code", [29, 5000])
+def test_error_for_code_says_where_the_error_applies(code: int, message: str | None) -> None:
+    exc = error_for_code(code, message, where="topic-partition orders-3")
+    assert str(exc).endswith("(topic-partition orders-3)")
+    if message is not None:
+        assert message in str(exc)
+    assert "(" not in str(error_for_code(code, message))
+
+
 @pytest.mark.parametrize("code", [0x7FFF, 134, -2, 5000])
 def test_unknown_codes_become_unknown_server_error_with_the_number(code: int) -> None:
     exc = error_for_code(code, "strange")
