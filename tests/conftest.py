@@ -27,7 +27,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,11 +112,53 @@ _SKIPS_ALLOWED_IN_THE_PURE_BUILD = (
 )
 
 
+#: Where a failing test's Kafka broker logs are copied, to outlive the broker's own folder.
+KAFKA_LOGS_KEPT = Path(tempfile.gettempdir()) / "aioproducer-kafka-logs"
+
+
+def _kafka_logs(item: pytest.Item) -> list[tuple[str, Path]]:
+    """``(label, log file)`` of each real Kafka node the test used."""
+    funcargs: dict[str, Any] = getattr(item, "funcargs", {})
+    logs: list[tuple[str, Path]] = []
+    for name in ("kafka", "kafka_tv1", "kafka_secure", "kafka_cluster"):
+        fixture = funcargs.get(name)
+        if fixture is None:
+            continue
+        if name == "kafka_cluster":
+            logs += [(f"{name} node {node}", fixture.log_path(node)) for node in fixture.node_ids]
+            continue
+        broker = fixture.broker if name == "kafka_secure" else fixture
+        if broker.log_path is not None:
+            logs.append((name, broker.log_path))
+    return [(label, path) for label, path in logs if path.is_file()]
+
+
+def _attach_kafka_logs(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Keep a copy of the logs of the Kafka nodes a failed test used, and show their
+    tails in its report."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", item.nodeid).strip("-")[:150]
+    for label, path in _kafka_logs(item):
+        kept = KAFKA_LOGS_KEPT / f"{stem}.{re.sub(r'[^a-z0-9]+', '-', label)}.log"
+        try:
+            KAFKA_LOGS_KEPT.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, kept)
+            with open(path, "rb") as log:
+                log.seek(max(0, path.stat().st_size - 8000))
+                tail = log.read().decode(errors="replace")
+        except OSError as exc:
+            report.sections.append((f"Kafka log: {label}", f"could not read {path}: {exc}"))
+            continue
+        report.sections.append((f"Kafka log: {label} (whole log kept in {kept})", tail))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Under CI, turn a skip the lists above do not allow into a failure."""
+    """Show the Kafka logs of a failed test; under CI, turn a skip the lists above do not
+    allow into a failure."""
     outcome = yield
     report = outcome.get_result()
+    if report.failed:
+        _attach_kafka_logs(item, report)
     if not report.skipped or not _on_ci() or hasattr(report, "wasxfail"):
         return
     longrepr = report.longrepr
