@@ -1079,7 +1079,8 @@ class Sender:
         if code == _MESSAGE_TOO_LARGE:
             exc = RecordTooLargeError(
                 f"the broker rejected a batch of {batch.record_count} record(s) "
-                f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large"
+                f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large: "
+                "larger than the topic's max.message.bytes (or the broker's message.max.bytes)"
             )
         if self._can_retry(batch, exc, now, log_start_offset):
             log.info(

@@ -477,6 +477,7 @@ async def test_a_record_over_max_message_bytes_fails_alone(
     assert isinstance(failed, RecordTooLargeError), repr(failed)
     assert not failed.retriable
     assert f"{topic}-0" in str(failed) and "too large" in str(failed)
+    assert "max.message.bytes" in str(failed)
     delivered = outcomes[: len(before)] + outcomes[len(before) + 1 :]
     assert all(isinstance(o, RecordMetadata) for o in delivered), delivered
     offsets = [o.offset for o in delivered if isinstance(o, RecordMetadata)] + [later.offset]
