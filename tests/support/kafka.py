@@ -477,6 +477,9 @@ def cluster_properties(brokers: int = 1) -> dict[str, str]:
         "auto.create.topics.enable": "false",
         "num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Look for transactions open past their timeout twice a second, not every 10 s,
+        # so a test can watch the coordinator abort one.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
         # Small files: a test broker holds little data and starts again from scratch.
         "log.segment.bytes": str(16 * 1024 * 1024),
         "log.index.size.max.bytes": str(1024 * 1024),
