@@ -1863,6 +1863,15 @@ class TransactionManager(IdempotenceManager):
         if self._common_error(item, code, now):
             return
         error = self._error(code, item.describe())
+        if code == _INVALID_TXN_STATE and item.committed:
+            # Seen when the coordinator aborted the transaction on its own, after it had
+            # been open longer than transaction_timeout_ms: say so, the code alone does not.
+            error = self._error(
+                code,
+                item.describe(),
+                "the coordinator no longer has this transaction open to commit; it aborts a "
+                "transaction that stays open longer than transaction_timeout_ms",
+            )
         if item.transaction_v2 and code == _INVALID_PRODUCER_ID_MAPPING:
             # Java 4.0's EndTxnHandler: fatal.
             self._request_failed(item, error, fatal=True)

@@ -563,8 +563,10 @@ async def test_a_transaction_open_past_its_timeout_is_aborted_by_the_coordinator
                 assert "coordinator aborted the transaction" in str(fenced.value)
         else:
             expected_error = InvalidTxnStateError if v2 else ProducerFencedError
-            with pytest.raises(expected_error):
+            with pytest.raises(expected_error) as refused:
                 await asyncio.wait_for(producer.commit_transaction(), _HANG)
+            if v2:  # the code alone does not say why; the message does
+                assert "transaction_timeout_ms" in str(refused.value)
         usable = v2 and next_call == "send"
         if not usable:
             assert producer.transaction_state is TransactionState.FATAL_ERROR
