@@ -1,0 +1,53 @@
+"""Every Python code block in the README and the docs runs as written, against the
+embedded broker (the rules are in tests/support/doc_blocks.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aioproducer.embedded import EmbeddedBroker
+from tests.support.doc_blocks import ROOT, blocks, pages
+
+# A page runs in well under this; it only turns a hang into a failure.
+_HANG = 180.0
+
+PAGES_WITH_CODE = [page for page in pages() if any(not b.hidden for b in blocks(page))]
+
+
+def test_every_page_with_python_is_run() -> None:
+    names = {str(page.relative_to(ROOT)) for page in PAGES_WITH_CODE}
+    assert {"README.md", "docs/getting-started.md", "docs/index.md"} <= names
+
+
+def test_skipped_blocks_say_why() -> None:
+    for page in pages():
+        for block in blocks(page):
+            if block.skip is not None:
+                assert block.skip != "(no reason given)", f"{block.where}: say why it is skipped"
+
+
+@pytest.mark.parametrize(
+    "page", PAGES_WITH_CODE, ids=[str(p.relative_to(ROOT)) for p in PAGES_WITH_CODE]
+)
+def test_the_page_runs(page: Path, tansu: EmbeddedBroker, tmp_path: Path) -> None:
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.doc_blocks", str(page), tansu.bootstrap_servers],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=_HANG,
+        check=False,
+    )
+    assert result.returncode == 0, f"{page.name} failed:\n{result.stderr}\n{result.stdout}"
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    shown = [b.where for b in blocks(page) if not b.hidden and b.skip is None]
+    assert [where for where in report["ran"] if where in shown] == shown
