@@ -96,7 +96,7 @@ def run_page(page: Path, broker: str) -> list[str]:
                 "exec",
                 flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
             )
-            result = eval(code, namespace)  # noqa: S307 (the docs' own code)
+            result = eval(code, namespace)  # the docs' own code
             if inspect.iscoroutine(result):
                 loop.run_until_complete(result)
             ran.append(block.where)
