@@ -115,14 +115,14 @@ def _common_options() -> _Parser:
     group = common.add_argument_group("cluster and producer")
     group.add_argument(
         "--bootstrap-server",
-        "--bootstrap-servers",
-        "--broker-list",
         dest="bootstrap_servers",
         metavar="HOST:PORT[,...]",
-        help="the Kafka cluster to use (--bootstrap-servers and Kafka's old --broker-list "
-        "are other names for it); without it (and without bootstrap.servers in the producer "
-        "properties) an embedded Tansu broker is started for the run",
+        help="the Kafka cluster to use (also --bootstrap-servers, or Kafka's old "
+        "--broker-list); without it (and without bootstrap.servers in the producer configs) "
+        "an embedded Tansu broker is started for the run",
     )
+    for alias in ("--bootstrap-servers", "--broker-list"):  # in the help of --bootstrap-server
+        group.add_argument(alias, dest="bootstrap_servers", help=argparse.SUPPRESS)
     group.add_argument(
         "--partitions",
         type=int,
@@ -358,15 +358,12 @@ def _version() -> str:
 # ---- shared plumbing ---------------------------------------------------------------------
 
 
-def _parse_pairs(pairs: Sequence[str], option: str) -> list[tuple[str, str]]:
+def _parse_pairs(pairs: Sequence[str], option: str, hint: str = "") -> list[tuple[str, str]]:
     parsed: list[tuple[str, str]] = []
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(
-                f"{option} takes NAME=VALUE, got {pair!r} (put FILE arguments before "
-                f"{option}, or after --)"
-            )
+        if not sep or not name.strip():
+            raise UsageError(f"{option}: expected NAME=VALUE, got {pair!r}{hint}")
         parsed.append((name.strip(), value))
     return parsed
 
@@ -490,7 +487,12 @@ def _producer_props(args: argparse.Namespace) -> dict[str, str]:
     pairs: list[tuple[str, str]] = []
     if args.producer_config_file:
         pairs += _read_properties(args.producer_config_file, "--producer.config")
-    pairs += _parse_pairs(args.producer_props, "--producer-property")
+    pairs += _parse_pairs(
+        args.producer_props,
+        "a producer config",
+        # --producer-props takes every argument up to the next option.
+        " (after --producer-props, FILE arguments go after --)",
+    )
     if args.bootstrap_servers:
         pairs.append(("bootstrap.servers", args.bootstrap_servers))
     props: dict[str, str] = {}
