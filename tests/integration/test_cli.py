@@ -381,14 +381,16 @@ def test_console_producer_properties_parse_headers_key_and_value(
         "--property", "parse.key=true", "--property", "parse.headers=true",
         stdin="h1:v1,h2:v2\tkey\tvalue\n"
               "only:one\tk2\ttabs\tin\tthe value\n"
-              "a:1,a:2,\tk3\tduplicate headers, a trailing separator\n",
+              "a:1,a:2,\tk3\tduplicate headers, a trailing separator\n"
+              "\tk4\tno headers\n",
     )
     assert result.returncode == 0, explain(result)
-    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    records = read_back(tansu.bootstrap_servers, topic, expected=4)
     assert [(r.headers, r.key, r.value) for r in records] == [
         ([("h1", b"v1"), ("h2", b"v2")], b"key", b"value"),
         ([("only", b"one")], b"k2", b"tabs\tin\tthe value"),
         ([("a", b"1"), ("a", b"2")], b"k3", b"duplicate headers, a trailing separator"),
+        ([], b"k4", b"no headers"),
     ]
 
 
