@@ -52,6 +52,20 @@ PROG = "aioproducer"
 DEFAULT_PARTITIONS = 3
 PERF_CLIENT_ID = "perf-producer-client"
 CONSOLE_CLIENT_ID = "console-producer"
+#: kafka-console-producer's options that set one producer config: (option, config, metavar).
+CONSOLE_SHORTCUTS: Final = (
+    ("--request-required-acks", "acks", "ACKS"),
+    ("--timeout", "linger.ms", "MS"),
+    ("--batch-size", "batch.size", "BYTES"),
+    ("--max-partition-memory-bytes", "batch.size", "BYTES"),
+    ("--max-memory-bytes", "buffer.memory", "BYTES"),
+    ("--max-block-ms", "max.block.ms", "MS"),
+    ("--message-send-max-retries", "retries", "N"),
+    ("--retry-backoff-ms", "retry.backoff.ms", "MS"),
+    ("--request-timeout-ms", "request.timeout.ms", "MS"),
+    ("--metadata-expiry-ms", "metadata.max.age.ms", "MS"),
+    ("--socket-buffer-size", "send.buffer.bytes", "BYTES"),
+)
 #: kafka-producer-perf-test's transactional id when only a transaction duration is given.
 TRANSACTIONAL_ID_PREFIX = "performance-producer-"
 #: kafka-producer-perf-test's transaction duration when only a transactional id is given.
@@ -220,6 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a Java properties file of --property settings; --property wins over it",
     )
+    shortcuts = produce.add_argument_group(
+        "kafka-console-producer's shortcuts for producer configs (they win over the configs)"
+    )
+    shortcuts.add_argument(
+        "--compression-codec",
+        nargs="?",
+        const="gzip",
+        metavar="CODEC",
+        help="compression.type: none, gzip, snappy, lz4 or zstd (gzip when no CODEC is given)",
+    )
+    for option, config, metavar in CONSOLE_SHORTCUTS:
+        shortcuts.add_argument(option, metavar=metavar, help=f"sets {config}")
     produce.add_argument(
         "files",
         nargs="*",
@@ -569,6 +595,22 @@ def _check_config(props: dict[str, str]) -> ProducerConfig:
 
 def _bootstrap_of(props: dict[str, str]) -> str | None:
     return _value_of(props, "bootstrap_servers") or None
+
+
+def _apply_shortcuts(args: argparse.Namespace, props: dict[str, str]) -> None:
+    """Set the configs of kafka-console-producer's shortcut options that were given, each
+    checked on its own so that an error names the option."""
+    given = [("--compression-codec", "compression.type", args.compression_codec)]
+    for option, config, _ in CONSOLE_SHORTCUTS:
+        given.append((option, config, getattr(args, option[2:].replace("-", "_"))))
+    for option, config, value in given:
+        if value is None:
+            continue
+        try:
+            ProducerConfig.from_options({"bootstrap.servers": "localhost:9092", config: value})
+        except ConfigurationError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+        _put(props, config, value)
 
 
 def _default_client_id(props: dict[str, str], client_id: str) -> None:
@@ -934,6 +976,8 @@ class _ProduceReport:
     sent: int = 0
     delivered: int = 0
     offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    unacknowledged: dict[int, int] = field(default_factory=dict)
+    """Records per partition sent with acks=0: the broker gives no offsets back."""
     failures: _Failures = field(default_factory=_Failures)
 
     def on_done(self, future: RecordFuture) -> None:
@@ -943,6 +987,11 @@ class _ProduceReport:
             return
         metadata = future.result()
         self.delivered += 1
+        if metadata.offset < 0:
+            self.unacknowledged[metadata.partition] = (
+                self.unacknowledged.get(metadata.partition, 0) + 1
+            )
+            return
         low, high, count = self.offsets.get(metadata.partition, (metadata.offset, -1, 0))
         self.offsets[metadata.partition] = (
             min(low, metadata.offset),
@@ -951,16 +1000,22 @@ class _ProduceReport:
         )
 
     def summary(self) -> str:
-        parts = ", ".join(str(p) for p in sorted(self.offsets)) or "none"
+        partitions = sorted(set(self.offsets) | set(self.unacknowledged))
+        parts = ", ".join(str(p) for p in partitions) or "none"
+        verb = "sent without acknowledgement (acks=0)" if self.unacknowledged else "delivered"
         lines = [
-            f"{_count(self.delivered, 'record')} delivered to topic {self.topic} "
+            f"{_count(self.delivered, 'record')} {verb} to topic {self.topic} "
             f"(partitions: {parts})"
         ]
-        for partition in sorted(self.offsets):
-            low, high, count = self.offsets[partition]
-            lines.append(
-                f"  partition {partition}: offsets {low}..{high} ({_count(count, 'record')})"
-            )
+        for partition in partitions:
+            if partition in self.offsets:
+                low, high, count = self.offsets[partition]
+                lines.append(
+                    f"  partition {partition}: offsets {low}..{high} ({_count(count, 'record')})"
+                )
+            if partition in self.unacknowledged:
+                count = self.unacknowledged[partition]
+                lines.append(f"  partition {partition}: {_count(count, 'record')}, offsets unknown")
         return "\n".join(lines)
 
 
@@ -968,6 +1023,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     # Everything is checked before a broker is started or reached.
     _check_topic(args.topic)
     props = _producer_props(args)
+    _apply_shortcuts(args, props)
     _default_client_id(props, CONSOLE_CLIENT_ID)
     _check_config(props)
     line_format = _line_format(args)

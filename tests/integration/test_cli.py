@@ -454,6 +454,31 @@ def test_console_producer_stops_at_a_line_without_headers(tansu: Any, new_topic:
     ]
 
 
+def test_console_producer_shortcuts_win_over_the_configs(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    # --request-required-acks 0 wins over acks=all: the broker sends no offsets back.
+    unacknowledged = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--producer-property", "acks=all", "--request-required-acks", "0",
+        "--compression-codec", "--timeout", "0", "--batch-size", "1000",
+        stdin="one\ntwo\n",
+    )
+    assert unacknowledged.returncode == 0, explain(unacknowledged)
+    assert unacknowledged.stdout == (
+        f"2 records sent without acknowledgement (acks=0) to topic {topic} (partitions: 0)\n"
+        "  partition 0: 2 records, offsets unknown\n"
+    )
+    acknowledged = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--producer-property", "acks=0", "--request-required-acks", "all",
+        "--compression-codec", "zstd", "--max-block-ms", "30000", stdin="three\n",
+    )
+    assert acknowledged.returncode == 0, explain(acknowledged)
+    assert "  partition 0: offsets 2..2 (1 record)" in acknowledged.stdout, explain(acknowledged)
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [r.value for r in records] == [b"one", b"two", b"three"]
+
+
 def test_producer_property_and_producer_config_file(
     tansu: Any, new_topic: Any, tmp_path: Path
 ) -> None:
@@ -577,6 +602,10 @@ def test_a_record_the_producer_would_refuse_is_a_one_line_usage_error(
          "invalid producer config: transactional_id (transactional.id) needs idempotence"),
         (["produce", "--topic", "t", "--partitions", "0"],
          "--partitions must be at least 1, got 0"),
+        (["produce", "--topic", "t", "--timeout", "soon"],
+         "--timeout: linger_ms (linger.ms) must be an integer >= 0, got 'soon'"),
+        (["produce", "--topic", "t", "--compression-codec", "brotli"],
+         "--compression-codec: compression_type (compression.type) must be one of"),
     ],
 )
 def test_options_are_checked_before_the_embedded_broker_starts(
