@@ -234,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a Java properties file of --property settings; --property wins over it",
     )
+    produce.add_argument(
+        "--sync",
+        action="store_true",
+        help="send one record at a time: wait for each to be acknowledged before reading the "
+        "next line, and stop at the first that is not",
+    )
     shortcuts = produce.add_argument_group(
         "kafka-console-producer's shortcuts for producer configs (they win over the configs)"
     )
@@ -1090,7 +1096,16 @@ async def _produce(
                 stopped = f"line {number} was not sent: {_describe(exc)}; stopped there"
                 break
             report.sent += 1
-            future.add_done_callback(report.on_done)
+            if not args.sync:
+                future.add_done_callback(report.on_done)
+                continue
+            with contextlib.suppress(Exception):  # read below
+                await future
+            failure = future.exception()
+            if failure is not None:
+                stopped = f"line {number} was not delivered: {_describe(failure)}; stopped there"
+                break
+            report.on_done(future)
         await producer.flush()
     except KafkaError as exc:
         stopped = f"sending stopped after {_count(report.sent, 'record')}: {_describe(exc)}"

@@ -479,6 +479,27 @@ def test_console_producer_shortcuts_win_over_the_configs(tansu: Any, new_topic: 
     assert [r.value for r in records] == [b"one", b"two", b"three"]
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_sync_stops_at_the_first_record_not_delivered(sync: bool, mock_cluster: Any) -> None:
+    topic = f"sync-{sync}".lower()
+    mock_cluster.create_topic(topic, partitions=1)
+    mock_cluster.push_request_errors(0, [87])  # the first Produce request: INVALID_RECORD
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", mock_cluster.bootstrap_servers,
+        "--producer-property", "linger.ms=100", *(["--sync"] if sync else []),
+        stdin="one\ntwo\nthree\n",
+    )
+    assert result.returncode == 1, explain(result)
+    if sync:
+        # Nothing after the record that failed was sent.
+        assert "error: line 1 was not delivered: InvalidRecordError" in result.stderr
+        assert result.stdout.startswith("0 records delivered"), explain(result)
+    else:
+        # The three lines shared the batch that failed.
+        assert "3 of 3 records were not delivered:\n  InvalidRecordError" in result.stderr
+    assert read_back(mock_cluster.bootstrap_servers, topic, expected=0, timeout=2) == []
+
+
 def test_producer_property_and_producer_config_file(
     tansu: Any, new_topic: Any, tmp_path: Path
 ) -> None:
