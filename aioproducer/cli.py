@@ -593,9 +593,7 @@ def _check_config(props: dict[str, str]) -> ProducerConfig:
         text = str(exc)
         for key in props:
             if text.startswith(f"unknown option {key!r}"):
-                raise UsageError(
-                    f"unknown producer config {key!r}{_java_hint(key)}"
-                ) from None
+                raise UsageError(f"unknown producer config {key!r}{_java_hint(key)}") from None
         raise UsageError(f"invalid producer config: {text}") from None
 
 
