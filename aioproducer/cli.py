@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import difflib
+import functools
 import math
 import os
 import random
@@ -26,9 +28,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Final, NoReturn, TypeVar
 
 from aioproducer.appender import check_headers
+from aioproducer.config import ProducerConfig, options_table
 from aioproducer.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -48,6 +51,25 @@ _T = TypeVar("_T")
 PROG = "aioproducer"
 DEFAULT_PARTITIONS = 3
 PERF_CLIENT_ID = "perf-producer-client"
+CONSOLE_CLIENT_ID = "console-producer"
+#: kafka-console-producer's options that set one producer config: (option, config, metavar).
+CONSOLE_SHORTCUTS: Final = (
+    ("--request-required-acks", "acks", "ACKS"),
+    ("--timeout", "linger.ms", "MS"),
+    ("--batch-size", "batch.size", "BYTES"),
+    ("--max-partition-memory-bytes", "batch.size", "BYTES"),
+    ("--max-memory-bytes", "buffer.memory", "BYTES"),
+    ("--max-block-ms", "max.block.ms", "MS"),
+    ("--message-send-max-retries", "retries", "N"),
+    ("--retry-backoff-ms", "retry.backoff.ms", "MS"),
+    ("--request-timeout-ms", "request.timeout.ms", "MS"),
+    ("--metadata-expiry-ms", "metadata.max.age.ms", "MS"),
+    ("--socket-buffer-size", "send.buffer.bytes", "BYTES"),
+)
+#: kafka-producer-perf-test's transactional id when only a transaction duration is given.
+TRANSACTIONAL_ID_PREFIX = "performance-producer-"
+#: kafka-producer-perf-test's transaction duration when only a transactional id is given.
+DEFAULT_TRANSACTION_DURATION_MS = 3000
 #: Kafka's perf tool prints a window line every five seconds.
 REPORTING_INTERVAL_S = 5.0
 #: At most this many latencies are kept for the percentiles, as in Kafka's perf tool.
@@ -72,37 +94,80 @@ class DeliveryError(Exception):
 # ---- argument parsing ----------------------------------------------------------------------
 
 
-def _common_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that suggest the option meant."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(_EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(self, "commands", {}).get(getattr(parsed, "command", None))
+            target = command or self
+            target.error(f"unrecognized arguments: {' '.join(extras)}{_suggest(target, extras)}")
+        return parsed
+
+
+def _suggest(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``; did you mean --bootstrap-server?`` for the first unknown option close to a known one."""
+    known = [name for action in parser._actions for name in action.option_strings]
+    for extra in extras:
+        if extra.startswith("--"):
+            close = difflib.get_close_matches(extra.partition("=")[0], known, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
+
+
+def _common_options() -> _Parser:
+    common = _Parser(add_help=False, allow_abbrev=False)
     group = common.add_argument_group("cluster and producer")
     group.add_argument(
-        "--bootstrap-servers",
+        "--bootstrap-server",
+        dest="bootstrap_servers",
         metavar="HOST:PORT[,...]",
-        help="the Kafka cluster to use; without it (and without bootstrap.servers in the "
-        "producer properties) an embedded Tansu broker is started for the run",
+        help="the Kafka cluster to use (also --bootstrap-servers, or Kafka's old "
+        "--broker-list); without it (and without bootstrap.servers in the producer configs) "
+        "an embedded Tansu broker is started for the run",
     )
+    for alias in ("--bootstrap-servers", "--broker-list"):  # in the help of --bootstrap-server
+        group.add_argument(alias, dest="bootstrap_servers", help=argparse.SUPPRESS)
     group.add_argument(
         "--partitions",
         type=int,
         default=DEFAULT_PARTITIONS,
         metavar="N",
         help="partitions of the topic created on the embedded broker "
-        f"(default: {DEFAULT_PARTITIONS}; ignored with --bootstrap-servers)",
+        f"(default: {DEFAULT_PARTITIONS}; ignored with --bootstrap-server)",
+    )
+    group.add_argument(
+        "--producer-property",
+        dest="producer_props",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a producer config by its Java name (linger.ms=5) or snake_case name; repeat "
+        "for more; wins over --producer.config",
     )
     group.add_argument(
         "--producer-props",
+        dest="producer_props",
         nargs="+",
         action="extend",
-        default=[],
         metavar="NAME=VALUE",
-        help="producer configs by their Java names (linger.ms=5 acks=all ...); these win "
-        "over --producer.config",
+        help="producer configs, several after one option (linger.ms=5 acks=all), as "
+        "kafka-producer-perf-test takes them; win over --producer.config",
     )
     group.add_argument(
         "--producer.config",
         dest="producer_config_file",
         metavar="FILE",
-        help="a Java-style properties file of producer configs",
+        help="a Java properties file of producer configs",
     )
     group.add_argument(
         "--no-uvloop",
@@ -114,10 +179,11 @@ def _common_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``aioproducer`` argument parser with its ``produce``, ``perf`` and ``demo`` commands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
-        description="An asyncio-native Apache Kafka producer. Without --bootstrap-servers, "
+        description="An asyncio-native Apache Kafka producer. Without --bootstrap-server, "
         "each command runs against an embedded Tansu broker started for the run.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -126,9 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     produce = commands.add_parser(
         "produce",
         parents=[common],
-        help="send each line of the files (or stdin) as a record",
+        allow_abbrev=False,
+        help="send each line of the files (or stdin) as a record, like kafka-console-producer",
         description="Send each line of the FILEs (or of stdin) as one record, then print "
-        "where the records went. Exits 1 if any record was not delivered.",
+        "where the records went. Lines are read as kafka-console-producer reads them "
+        "(see --property). Exits 1 if any record was not delivered.",
     )
     produce.add_argument("--topic", required=True, help="the topic to produce to")
     keys = produce.add_mutually_exclusive_group()
@@ -136,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument(
         "--key-separator",
         metavar="SEP",
-        help="split each line at the first SEP into key and value",
+        help="split each line at the first SEP into key and value (the same as --property "
+        "parse.key=true --property key.separator=SEP)",
     )
     produce.add_argument(
         "--header",
@@ -149,6 +218,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--partition", type=int, metavar="N", help="send every record to this partition"
     )
     produce.add_argument(
+        "--property",
+        dest="reader_props",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="how lines are read, as kafka-console-producer's --property: parse.key, "
+        "key.separator (default TAB), parse.headers, headers.delimiter (default TAB), "
+        "headers.separator (default ','), headers.key.separator (default ':'), null.marker, "
+        "ignore.error; repeat for more",
+    )
+    produce.add_argument(
+        "--reader-config",
+        dest="reader_config_file",
+        metavar="FILE",
+        help="a Java properties file of --property settings; --property wins over it",
+    )
+    produce.add_argument(
+        "--sync",
+        action="store_true",
+        help="send one record at a time: wait for each to be acknowledged before reading the "
+        "next line, and stop at the first that is not",
+    )
+    shortcuts = produce.add_argument_group(
+        "kafka-console-producer's shortcuts for producer configs (they win over the configs)"
+    )
+    shortcuts.add_argument(
+        "--compression-codec",
+        nargs="?",
+        const="gzip",
+        metavar="CODEC",
+        help="compression.type: none, gzip, snappy, lz4 or zstd (gzip when no CODEC is given)",
+    )
+    for option, config, metavar in CONSOLE_SHORTCUTS:
+        shortcuts.add_argument(option, metavar=metavar, help=f"sets {config}")
+    produce.add_argument(
         "files",
         nargs="*",
         metavar="FILE",
@@ -159,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf = commands.add_parser(
         "perf",
         parents=[common],
+        allow_abbrev=False,
         help="measure throughput and latency like kafka-producer-perf-test",
         description="Send --num-records records as fast as --throughput allows and print "
         "Kafka's kafka-producer-perf-test lines: one per 5-second window, then the total.",
@@ -169,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         parents=[common],
+        allow_abbrev=False,
         help="perf with defaults, then read the records back (the README's first command)",
         description="Send 200,000 records of 100 bytes unthrottled (to an embedded broker "
-        "unless --bootstrap-servers is given), print the perf lines, then read the records "
+        "unless --bootstrap-server is given), print the perf lines, then read the records "
         "back with a confluent-kafka consumer and check that every one arrived.",
     )
     demo.add_argument("--topic", default="demo", help="the topic (default: demo)")
@@ -188,7 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
         warmup_records=0,
         chunk_size=1000,
         verify=True,
+        transactional_id=None,
+        transaction_duration_ms=None,
     )
+    parser.commands = {"produce": produce, "perf": perf, "demo": demo}
     return parser
 
 
@@ -248,6 +357,21 @@ def _add_perf_options(perf: argparse.ArgumentParser) -> None:
         help="records per send_many call with --batch (default: 1000)",
     )
     perf.add_argument(
+        "--transactional-id",
+        metavar="ID",
+        help="send in transactions with this transactional id (wins over transactional.id "
+        "in the producer configs); with only --transaction-duration-ms, the id is "
+        f"{TRANSACTIONAL_ID_PREFIX!r} and a random UUID",
+    )
+    perf.add_argument(
+        "--transaction-duration-ms",
+        type=int,
+        metavar="MS",
+        help="commit the open transaction once it is this old (checked after each send); "
+        f"turns transactions on; default {DEFAULT_TRANSACTION_DURATION_MS} when a "
+        "transactional id is given",
+    )
+    perf.add_argument(
         "--verify",
         action="store_true",
         help="afterwards, read the topic back with a confluent-kafka consumer and check "
@@ -266,15 +390,12 @@ def _version() -> str:
 # ---- shared plumbing ---------------------------------------------------------------------
 
 
-def _parse_pairs(pairs: Sequence[str], option: str) -> list[tuple[str, str]]:
+def _parse_pairs(pairs: Sequence[str], option: str, hint: str = "") -> list[tuple[str, str]]:
     parsed: list[tuple[str, str]] = []
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(
-                f"{option} takes NAME=VALUE, got {pair!r} (put FILE arguments before "
-                f"{option}, or after --)"
-            )
+        if not sep or not name.strip():
+            raise UsageError(f"{option}: expected NAME=VALUE, got {pair!r}{hint}")
         parsed.append((name.strip(), value))
     return parsed
 
@@ -293,37 +414,223 @@ def _check_topic(topic: str) -> str:
         raise UsageError(f"--topic: {exc}") from None
 
 
-def _read_properties(path: str) -> dict[str, str]:
-    """A Java ``.properties`` file: ``name=value`` or ``name: value`` lines, ``#`` comments."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read --producer.config {path}: {exc.strerror or exc}") from None
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
+_PROPERTY_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _parse_properties(text: str) -> list[tuple[str, str, int]]:
+    """The entries of a Java ``.properties`` file as ``(name, value, line)`` triples, in order.
+
+    Follows ``java.util.Properties.load``: ``#`` and ``!`` comment lines; ``name=value``,
+    ``name: value`` or ``name value``; whitespace around the separator dropped; a line ending
+    in an odd number of backslashes continues on the next one (whose leading whitespace is
+    dropped); escapes ``\\t \\n \\r \\f \\uXXXX``, and a backslash before any other character
+    stands for that character (``\\=``, ``\\:``, ``\\ ``, ``\\\\``). A name without a value
+    has the empty value. ``line`` is the number of the line the entry starts on.
+
+    Raises:
+        ValueError: a malformed ``\\uXXXX`` escape (the message names the line).
+    """
+    entries: list[tuple[str, str, int]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        number = index + 1
+        logical = lines[index].lstrip(" \t\f")
+        index += 1
+        if not logical or logical[0] in "#!":
             continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise UsageError(f"{path}:{number}: expected name=value, got {raw!r}")
-        props[line[:cut].strip()] = line[cut + 1 :].strip()
-    return props
+        while _continues(logical) and index < len(lines):
+            logical = logical[:-1] + lines[index].lstrip(" \t\f")
+            index += 1
+        if _continues(logical):  # a backslash at the very end of the file
+            logical = logical[:-1]
+        entries.append((*_split_entry(logical, number), number))
+    return entries
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_entry(line: str, number: int) -> tuple[str, str]:
+    position = 0
+    while position < len(line):
+        char = line[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char in "=: \t\f":
+            break
+        position += 1
+    name = line[:position]
+    rest = line[position:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(name, number), _unescape(rest, number)
+
+
+def _unescape(text: str, number: int) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char != "\\" or position + 1 >= len(text):
+            out.append(char)
+            position += 1
+            continue
+        escaped = text[position + 1]
+        if escaped == "u":
+            digits = text[position + 2 : position + 6]
+            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                escape = text[position : position + 6]
+                raise ValueError(f"line {number}: malformed \\uXXXX escape {escape!r}")
+            out.append(chr(int(digits, 16)))
+            position += 6
+            continue
+        out.append(_PROPERTY_ESCAPES.get(escaped, escaped))
+        position += 2
+    return "".join(out)
+
+
+def _read_properties(path: str, option: str) -> list[tuple[str, str]]:
+    """The ``name, value`` pairs of a Java properties file given to ``option``.
+
+    Read as UTF-8, or as ISO-8859-1 (what Java reads) when it is not valid UTF-8.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    try:
+        return [(name, value) for name, value, _ in _parse_properties(text)]
+    except ValueError as exc:
+        raise UsageError(f"{option} {path}: {exc}") from None
 
 
 def _producer_props(args: argparse.Namespace) -> dict[str, str]:
-    props: dict[str, str] = {}
+    """The producer configs in force: the file's, then the command line's (later wins),
+    then ``--bootstrap-server``."""
+    pairs: list[tuple[str, str]] = []
     if args.producer_config_file:
-        props.update(_read_properties(args.producer_config_file))
-    props.update(_parse_pairs(args.producer_props, "--producer-props"))
+        pairs += _read_properties(args.producer_config_file, "--producer.config")
+    pairs += _parse_pairs(
+        args.producer_props,
+        "a producer config",
+        # --producer-props takes every argument up to the next option.
+        " (after --producer-props, FILE arguments go after --)",
+    )
     if args.bootstrap_servers:
-        props.pop("bootstrap_servers", None)
-        props["bootstrap.servers"] = args.bootstrap_servers
+        pairs.append(("bootstrap.servers", args.bootstrap_servers))
+    props: dict[str, str] = {}
+    for name, value in pairs:
+        _put(props, name, value)
     return props
 
 
+def _put(props: dict[str, str], name: str, value: str) -> None:
+    """Set ``name``, replacing the config of the same meaning under its other name
+    (``linger_ms`` replaces ``linger.ms``)."""
+    option = _option_names().get(name)
+    if option is not None:
+        for key in _keys_for(props, option):
+            del props[key]
+    props[name] = value
+
+
+@functools.cache
+def _option_names() -> dict[str, str]:
+    """Each config's Java name and snake_case name, mapped to its snake_case name."""
+    names: dict[str, str] = {}
+    for option in options_table():
+        names[option.name] = option.name
+        if option.java_name:
+            names[option.java_name] = option.name
+    return names
+
+
+def _keys_for(props: dict[str, str], option: str) -> list[str]:
+    """The keys of ``props`` that name the config ``option`` (by either of its names)."""
+    names = _option_names()
+    return [key for key in props if names.get(key) == option]
+
+
+def _value_of(props: dict[str, str], option: str) -> str | None:
+    keys = _keys_for(props, option)
+    return props[keys[-1]] if keys else None
+
+
+def _java_hint(key: str) -> str:
+    """``; did you mean 'linger.ms' (linger_ms)?``, naming the Java name first."""
+    names = _option_names()
+    close = difflib.get_close_matches(key, list(names), n=1)
+    if not close:
+        return ""
+    name = names[close[0]]
+    java = next((o.java_name for o in options_table() if o.name == name), None)
+    shown = f"{java!r} ({name})" if java else repr(name)
+    return f"; did you mean {shown}?"
+
+
+def _check_config(props: dict[str, str]) -> ProducerConfig:
+    """``props`` validated by the producer's own rules, before any broker is started.
+
+    Without a bootstrap server (the embedded broker's comes later) a stand-in is checked.
+    """
+    config: dict[str, Any] = dict(props)
+    if not _value_of(props, "bootstrap_servers"):
+        for key in _keys_for(props, "bootstrap_servers"):
+            del config[key]
+        config["bootstrap.servers"] = "localhost:9092"
+    try:
+        return ProducerConfig.from_options(config)
+    except ConfigurationError as exc:
+        text = str(exc)
+        for key in props:
+            if text.startswith(f"unknown option {key!r}"):
+                raise UsageError(f"unknown producer config {key!r}{_java_hint(key)}") from None
+        raise UsageError(f"invalid producer config: {text}") from None
+
+
 def _bootstrap_of(props: dict[str, str]) -> str | None:
-    return props.get("bootstrap.servers") or props.get("bootstrap_servers") or None
+    return _value_of(props, "bootstrap_servers") or None
+
+
+def _apply_shortcuts(args: argparse.Namespace, props: dict[str, str]) -> None:
+    """Set the configs of kafka-console-producer's shortcut options that were given, each
+    checked on its own so that an error names the option."""
+    given = [("--compression-codec", "compression.type", args.compression_codec)]
+    for option, config, _ in CONSOLE_SHORTCUTS:
+        given.append((option, config, getattr(args, option[2:].replace("-", "_"))))
+    for option, config, value in given:
+        if value is None:
+            continue
+        try:
+            ProducerConfig.from_options({"bootstrap.servers": "localhost:9092", config: value})
+        except ConfigurationError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+        _put(props, config, value)
+
+
+def _default_client_id(props: dict[str, str], client_id: str) -> None:
+    """Name the client as Kafka's tool does, unless the configs name it."""
+    if not _keys_for(props, "client_id"):
+        props["client.id"] = client_id
+
+
+def _check_partitions(props: dict[str, str], partitions: int) -> None:
+    if _bootstrap_of(props) is None and partitions < 1:
+        raise UsageError(f"--partitions must be at least 1, got {partitions}")
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 @contextlib.contextmanager
@@ -339,8 +646,7 @@ def _cluster(props: dict[str, str], topic: str, partitions: int) -> Iterator[tup
         return
     from aioproducer.embedded import EmbeddedBroker, EmbeddedBrokerError
 
-    if partitions < 1:
-        raise UsageError(f"--partitions must be at least 1, got {partitions}")
+    _check_partitions(props, partitions)
     broker = EmbeddedBroker()
     try:
         try:
@@ -350,7 +656,7 @@ def _cluster(props: dict[str, str], topic: str, partitions: int) -> Iterator[tup
             raise DeliveryError(f"could not start the embedded broker: {exc}") from None
         _note(
             f"started an embedded Tansu broker at {broker.bootstrap_servers}; "
-            f"topic {topic} created with {partitions} partitions"
+            f"topic {topic} created with {_count(partitions, 'partition')}"
         )
         yield broker.bootstrap_servers, True
     finally:
@@ -377,12 +683,13 @@ def _run(main_coroutine: Callable[[], Awaitable[_T]], use_uvloop: bool) -> _T:
 
 def _make_producer(props: dict[str, str], bootstrap: str) -> Producer:
     config: dict[str, Any] = dict(props)
-    config.pop("bootstrap_servers", None)
+    for key in _keys_for(props, "bootstrap_servers"):
+        del config[key]
     config["bootstrap.servers"] = bootstrap
     try:
         return Producer(config)
-    except ConfigurationError as exc:
-        raise UsageError(f"invalid producer configuration: {exc}") from None
+    except ConfigurationError as exc:  # checked before already: only a stand-in could differ
+        raise UsageError(f"invalid producer config: {exc}") from None
 
 
 def _servers(producer: Producer) -> str:
@@ -408,7 +715,8 @@ class _Failures:
             self.messages.append(message)
 
     def report(self, total: int) -> str:
-        lines = [f"{self.count} of {total} records were not delivered:"]
+        verb = "was" if self.count == 1 else "were"
+        lines = [f"{self.count} of {_count(total, 'record')} {verb} not delivered:"]
         lines += [f"  {message}" for message in self.messages]
         return "\n".join(lines)
 
@@ -488,12 +796,192 @@ class _LineReader:
                 yield line[:-1] if line.endswith(b"\r") else line
 
 
+#: kafka-console-producer's --property names, with their defaults.
+_READER_DEFAULTS: Final[dict[str, str]] = {
+    "parse.key": "false",
+    "key.separator": "\t",
+    "parse.headers": "false",
+    "headers.delimiter": "\t",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "null.marker": "",
+    "ignore.error": "false",
+}
+
+
+class _LineError(Exception):
+    """A line that cannot be read as a record."""
+
+
+@dataclass(frozen=True)
+class _LineFormat:
+    """How ``produce`` reads a line, as kafka-console-producer's line reader does.
+
+    ``[headers <headers.delimiter>][key <key.separator>]value``, the headers being
+    ``name<headers.key.separator>value`` pairs joined by ``headers.separator``.
+    """
+
+    parse_key: bool = False
+    key_separator: bytes = b"\t"
+    parse_headers: bool = False
+    headers_delimiter: bytes = b"\t"
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+    null_marker: bytes | None = None
+    ignore_error: bool = False
+
+    def parse(
+        self, line: bytes, number: int
+    ) -> tuple[list[tuple[str, bytes | None]], bytes | None, bytes | None]:
+        """``(headers, key, value)`` of line ``number``; _LineError if it does not fit."""
+        rest = line
+        headers: list[tuple[str, bytes | None]] = []
+        if self.parse_headers:
+            found, rest = self._cut(rest, self.headers_delimiter, "headers delimiter", number)
+            if found is not None and found != self.null_marker:
+                headers = self._headers(found, number)
+        key: bytes | None = None
+        if self.parse_key:
+            key, rest = self._cut(rest, self.key_separator, "key separator", number)
+            if key == self.null_marker:
+                key = None
+        value: bytes | None = None if rest == self.null_marker else rest
+        return headers, key, value
+
+    def _cut(
+        self, line: bytes, separator: bytes, what: str, number: int
+    ) -> tuple[bytes | None, bytes]:
+        head, sep, tail = line.partition(separator)
+        if sep:
+            return head, tail
+        if self.ignore_error:  # the whole rest is what comes next
+            return None, line
+        raise _LineError(f"line {number} has no {what} {_shown(separator)}")
+
+    def _headers(self, text: bytes, number: int) -> list[tuple[str, bytes | None]]:
+        pairs = text.split(self.headers_separator)
+        while pairs and not pairs[-1]:  # as Java's String.split drops trailing empty ones
+            pairs.pop()
+        headers: list[tuple[str, bytes | None]] = []
+        for pair in pairs:
+            name, sep, value = pair.partition(self.headers_key_separator)
+            if not sep:
+                if not self.ignore_error:
+                    raise _LineError(
+                        f"line {number}: header {_shown(pair)} has no header key separator "
+                        f"{_shown(self.headers_key_separator)}"
+                    )
+                headers.append((self._header_name(name, number), None))
+                continue
+            if name == self.null_marker:
+                raise _LineError(
+                    f"line {number}: a header name cannot be the null marker "
+                    f"{_shown(name)} (header names cannot be null)"
+                )
+            headers.append(
+                (self._header_name(name, number), None if value == self.null_marker else value)
+            )
+        return headers
+
+    @staticmethod
+    def _header_name(name: bytes, number: int) -> str:
+        try:
+            return name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _LineError(f"line {number}: header name {name!r} is not UTF-8 text") from None
+
+
+def _shown(separator: bytes) -> str:
+    return repr(separator.decode("utf-8", "backslashreplace"))
+
+
+def _reader_props(args: argparse.Namespace) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if args.reader_config_file:
+        props.update(_read_properties(args.reader_config_file, "--reader-config"))
+    props.update(_parse_pairs(args.reader_props, "--property"))
+    for name in props:
+        if name in _READER_DEFAULTS:
+            continue
+        if name in _option_names():
+            raise UsageError(
+                f"--property {name}: {name} is a producer config; give it with "
+                f"--producer-property {name}=VALUE"
+            )
+        close = difflib.get_close_matches(name, list(_READER_DEFAULTS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(_READER_DEFAULTS)
+        raise UsageError(f"--property: unknown property {name!r}{hint} (known: {known})")
+    return props
+
+
+def _flag(props: dict[str, str], name: str) -> bool:
+    value = props.get(name, _READER_DEFAULTS[name]).strip().lower()
+    if value not in ("true", "false"):
+        raise UsageError(f"--property {name} must be true or false, got {props[name]!r}")
+    return value == "true"
+
+
+def _line_format(args: argparse.Namespace) -> _LineFormat:
+    """The line format of ``--property``, ``--reader-config``, ``--key`` and
+    ``--key-separator``, checked as Kafka's line reader checks it."""
+    props = _reader_props(args)
+    if args.key_separator is not None:
+        if args.key_separator == "":
+            raise UsageError("--key-separator must not be empty")
+        given = props.get("key.separator")
+        if given is not None and given != args.key_separator:
+            raise UsageError(
+                f"--key-separator {args.key_separator!r} and --property "
+                f"key.separator={given} disagree"
+            )
+        if "parse.key" in props and not _flag(props, "parse.key"):
+            raise UsageError("--key-separator parses keys, but --property parse.key=false")
+        props["parse.key"] = "true"
+        props["key.separator"] = args.key_separator
+    parse_key = _flag(props, "parse.key")
+    if parse_key and args.key is not None:
+        raise UsageError("--key gives every record its key, but parse.key=true reads keys")
+    separators = {
+        name: props.get(name, _READER_DEFAULTS[name])
+        for name in ("key.separator", "headers.delimiter", "headers.separator",
+                     "headers.key.separator")
+    }
+    for name, value in separators.items():
+        if not value:
+            raise UsageError(f"--property {name} must not be empty")
+    for first, second in (
+        ("headers.delimiter", "headers.separator"),
+        ("headers.delimiter", "headers.key.separator"),
+        ("headers.separator", "headers.key.separator"),
+    ):
+        if separators[first] == separators[second]:
+            raise UsageError(f"--property {first} and {second} may not be equal")
+    null_marker = props.get("null.marker")  # an empty one makes empty fields None
+    if null_marker is not None:
+        for name, value in separators.items():
+            if value == null_marker:
+                raise UsageError(f"--property null.marker and {name} may not be equal")
+    return _LineFormat(
+        parse_key=parse_key,
+        key_separator=_argument_bytes(separators["key.separator"]),
+        parse_headers=_flag(props, "parse.headers"),
+        headers_delimiter=_argument_bytes(separators["headers.delimiter"]),
+        headers_separator=_argument_bytes(separators["headers.separator"]),
+        headers_key_separator=_argument_bytes(separators["headers.key.separator"]),
+        null_marker=None if null_marker is None else _argument_bytes(null_marker),
+        ignore_error=_flag(props, "ignore.error"),
+    )
+
+
 @dataclass
 class _ProduceReport:
     topic: str
     sent: int = 0
     delivered: int = 0
     offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    unacknowledged: dict[int, int] = field(default_factory=dict)
+    """Records per partition sent with acks=0: the broker gives no offsets back."""
     failures: _Failures = field(default_factory=_Failures)
 
     def on_done(self, future: RecordFuture) -> None:
@@ -503,6 +991,11 @@ class _ProduceReport:
             return
         metadata = future.result()
         self.delivered += 1
+        if metadata.offset < 0:
+            self.unacknowledged[metadata.partition] = (
+                self.unacknowledged.get(metadata.partition, 0) + 1
+            )
+            return
         low, high, count = self.offsets.get(metadata.partition, (metadata.offset, -1, 0))
         self.offsets[metadata.partition] = (
             min(low, metadata.offset),
@@ -511,21 +1004,33 @@ class _ProduceReport:
         )
 
     def summary(self) -> str:
-        parts = ", ".join(str(p) for p in sorted(self.offsets)) or "none"
+        partitions = sorted(set(self.offsets) | set(self.unacknowledged))
+        parts = ", ".join(str(p) for p in partitions) or "none"
+        verb = "sent without acknowledgement (acks=0)" if self.unacknowledged else "delivered"
         lines = [
-            f"{self.delivered} records delivered to topic {self.topic} "
+            f"{_count(self.delivered, 'record')} {verb} to topic {self.topic} "
             f"(partitions: {parts})"
         ]
-        for partition in sorted(self.offsets):
-            low, high, count = self.offsets[partition]
-            noun = "record" if count == 1 else "records"
-            lines.append(f"  partition {partition}: offsets {low}..{high} ({count} {noun})")
+        for partition in partitions:
+            if partition in self.offsets:
+                low, high, count = self.offsets[partition]
+                lines.append(
+                    f"  partition {partition}: offsets {low}..{high} ({_count(count, 'record')})"
+                )
+            if partition in self.unacknowledged:
+                count = self.unacknowledged[partition]
+                lines.append(f"  partition {partition}: {_count(count, 'record')}, offsets unknown")
         return "\n".join(lines)
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    props = _producer_props(args)
+    # Everything is checked before a broker is started or reached.
     _check_topic(args.topic)
+    props = _producer_props(args)
+    _apply_shortcuts(args, props)
+    _default_client_id(props, CONSOLE_CLIENT_ID)
+    _check_config(props)
+    line_format = _line_format(args)
     headers: list[tuple[str, bytes | None]] = [
         (name, _argument_bytes(value)) for name, value in _parse_pairs(args.header, "--header")
     ]
@@ -533,12 +1038,11 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         check_headers(headers)  # what send() would refuse for every line
     except SerializationError as exc:
         raise UsageError(f"--header: {exc}") from None
-    if args.key_separator == "":
-        raise UsageError("--key-separator must not be empty")
     try:
         check_partition(args.partition, "--partition")
     except InvalidArgumentError as exc:
         raise UsageError(str(exc)) from None
+    _check_partitions(props, args.partitions)
     for path in args.files:
         if path != "-" and not os.path.isfile(path):
             raise UsageError(f"no such file: {path}")
@@ -546,7 +1050,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         producer = _make_producer(props, bootstrap)
         report = _ProduceReport(args.topic)
         error = _run(
-            lambda: _produce(producer, args, headers or None, report), not args.no_uvloop
+            lambda: _produce(producer, args, line_format, headers, report), not args.no_uvloop
         )
     print(report.summary(), flush=True)
     if error is not None:
@@ -559,12 +1063,12 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 async def _produce(
     producer: Producer,
     args: argparse.Namespace,
-    headers: list[tuple[str, bytes | None]] | None,
+    line_format: _LineFormat,
+    fixed_headers: list[tuple[str, bytes | None]],
     report: _ProduceReport,
 ) -> str | None:
     """Send every line; return why sending stopped early, or None."""
-    key = _argument_bytes(args.key) if args.key is not None else None
-    separator = _argument_bytes(args.key_separator) if args.key_separator is not None else None
+    fixed_key = _argument_bytes(args.key) if args.key is not None else None
     try:
         await producer.start()
     except KafkaError as exc:
@@ -574,27 +1078,35 @@ async def _produce(
         number = 0
         async for line in _LineReader(args.files).lines():
             number += 1
-            value = line
-            if separator is not None:
-                key, sep, value = line.partition(separator)
-                if not sep:
-                    stopped = (
-                        f"line {number} has no key separator {args.key_separator!r}; "
-                        "stopped there"
-                    )
-                    break
+            try:
+                parsed, key, value = line_format.parse(line, number)
+            except _LineError as exc:
+                stopped = f"{exc}; stopped there"
+                break
+            if not line_format.parse_key:
+                key = fixed_key
+            headers = fixed_headers + parsed
             try:
                 future = await producer.send(
-                    args.topic, value, key, partition=args.partition, headers=headers
+                    args.topic, value, key, partition=args.partition, headers=headers or None
                 )
             except KafkaError as exc:  # refused, or no metadata or memory in time
                 stopped = f"line {number} was not sent: {_describe(exc)}; stopped there"
                 break
             report.sent += 1
-            future.add_done_callback(report.on_done)
+            if not args.sync:
+                future.add_done_callback(report.on_done)
+                continue
+            with contextlib.suppress(Exception):  # read below
+                await future
+            failure = future.exception()
+            if failure is not None:
+                stopped = f"line {number} was not delivered: {_describe(failure)}; stopped there"
+                break
+            report.on_done(future)
         await producer.flush()
     except KafkaError as exc:
-        stopped = f"sending stopped after {report.sent} records: {_describe(exc)}"
+        stopped = f"sending stopped after {_count(report.sent, 'record')}: {_describe(exc)}"
     except BaseException:  # Ctrl+C: a last, bounded chance for the lines already read
         await _close_quietly(producer, timeout=5.0)
         raise
@@ -765,11 +1277,15 @@ class _PerfPlan:
     batch: bool
     chunk_size: int
     print_metrics: bool
+    transaction_duration: float | None = None
+    """Seconds after which the open transaction is committed; None without transactions."""
 
 
 @dataclass
 class _PerfResult:
     stats: PerfStats | None = None
+    transactions: int = 0
+    """Transactions committed."""
     steady: PerfStats | None = None
     failures: _Failures = field(default_factory=_Failures)
     sent: int = 0
@@ -790,6 +1306,10 @@ def _perf_plan(args: argparse.Namespace) -> _PerfPlan:
         raise UsageError("--throughput must be positive, or -1 for no cap")
     if args.chunk_size <= 0:
         raise UsageError("--chunk-size should be greater than zero")
+    if args.transaction_duration_ms is not None and args.transaction_duration_ms <= 0:
+        raise UsageError("--transaction-duration-ms should be greater than zero")
+    if args.transactional_id == "":
+        raise UsageError("--transactional-id must not be empty")
     if args.verify:
         try:
             import confluent_kafka  # noqa: F401
@@ -820,10 +1340,30 @@ def _perf_plan(args: argparse.Namespace) -> _PerfPlan:
     )
 
 
+def _transactions(args: argparse.Namespace, props: dict[str, str]) -> float | None:
+    """Turn transactions on as kafka-producer-perf-test does: with --transactional-id,
+    --transaction-duration-ms, or transactional.id in the configs. Returns the duration in
+    seconds (None without transactions) and sets transactional.id in ``props``."""
+    configured = _value_of(props, "transactional_id")
+    if args.transactional_id is None and args.transaction_duration_ms is None and not configured:
+        return None
+    transactional_id = (
+        args.transactional_id or configured or f"{TRANSACTIONAL_ID_PREFIX}{uuid.uuid4()}"
+    )
+    _put(props, "transactional.id", transactional_id)
+    duration = args.transaction_duration_ms or DEFAULT_TRANSACTION_DURATION_MS
+    return duration / 1000.0
+
+
 def _cmd_perf(args: argparse.Namespace) -> int:
-    plan = _perf_plan(args)
+    # Everything is checked before a broker is started or reached.
     props = _producer_props(args)
-    props.setdefault("client.id", PERF_CLIENT_ID)
+    _default_client_id(props, PERF_CLIENT_ID)
+    transaction_duration = _transactions(args, props)
+    _check_config(props)
+    _check_partitions(props, args.partitions)
+    plan = _perf_plan(args)
+    plan.transaction_duration = transaction_duration
     with _cluster(props, plan.topic, args.partitions) as (bootstrap, embedded):
         start_offsets: dict[int, int] | None = None
         if args.verify and not embedded:
@@ -839,6 +1379,11 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         verify_error: str | None = None
         if args.verify and result.stats is not None and not result.stopped:
             verify_error = _verify(bootstrap, plan.topic, result.stats.count, start_offsets)
+    if transaction_duration is not None:
+        _note(
+            f"committed {_count(result.transactions, 'transaction')} "
+            f"(transactional id {props['transactional.id']})"
+        )
     if result.stopped:
         print(f"{PROG} perf: error: {result.stopped}", file=sys.stderr)
     if result.failures.count:
@@ -865,7 +1410,9 @@ async def _perf(producer: Producer, plan: _PerfPlan) -> _PerfResult:
         else:
             await _perf_each(producer, plan, result)
     except KafkaError as exc:
-        result.stopped = f"sending stopped after {result.sent} records: {_describe(exc)}"
+        result.stopped = (
+            f"sending stopped after {_count(result.sent, 'record')}: {_describe(exc)}"
+        )
     except BaseException:  # Ctrl+C: leave now, without delivering what is buffered
         await _close_quietly(producer, timeout=0)
         raise
@@ -950,6 +1497,41 @@ class _AckCollector:
                 result.steady.record(latency, size, now)
 
 
+class _TransactionTimer:
+    """kafka-producer-perf-test's transactions: one begins before a record when none is open,
+    and is committed after a record sent once it is ``duration`` seconds old."""
+
+    def __init__(self, producer: Producer, duration: float, result: _PerfResult) -> None:
+        self._producer = producer
+        self._duration = duration
+        self._result = result
+        self._started: float | None = None
+
+    async def before_send(self, now: float) -> None:
+        if self._started is None:
+            await self._producer.begin_transaction()
+            self._started = now
+
+    async def after_send(self, now: float) -> None:
+        if self._started is not None and now - self._started >= self._duration:
+            await self.commit()
+
+    async def commit(self) -> None:
+        """Commit the open transaction, if any (it waits for its records to be sent)."""
+        if self._started is not None:
+            await self._producer.commit_transaction()
+            self._started = None
+            self._result.transactions += 1
+
+
+def _transaction_timer(
+    producer: Producer, plan: _PerfPlan, result: _PerfResult
+) -> _TransactionTimer | None:
+    if plan.transaction_duration is None:
+        return None
+    return _TransactionTimer(producer, plan.transaction_duration, result)
+
+
 async def _perf_each(producer: Producer, plan: _PerfPlan, result: _PerfResult) -> None:
     """One ``send`` per record; each record's latency from its own acknowledgement."""
     stats = result.stats
@@ -965,6 +1547,7 @@ async def _perf_each(producer: Producer, plan: _PerfPlan, result: _PerfResult) -
     throttler = _Throttler(plan.throughput, clock())
     throttled = plan.throughput > 0
     sleep = asyncio.sleep
+    transactions = _transaction_timer(producer, plan, result)
     try:
         for i in range(plan.num_records):
             payload = str(i).encode() if plan.monotonic else payloads[i % pool]
@@ -972,9 +1555,14 @@ async def _perf_each(producer: Producer, plan: _PerfPlan, result: _PerfResult) -
                 result.steady = PerfStats(plan.num_records - plan.warmup, steady_state=True)
                 stats.suppress_printing = True
             start = clock()
+            if transactions is not None:
+                await transactions.before_send(start)
             future = await send(topic, payload)
             append((future, start, len(payload)))
             result.sent = i + 1
+            if transactions is not None:
+                collector.wake()
+                await transactions.after_send(start)
             if throttled and throttler.should_throttle(i, start):
                 collector.wake()
                 await throttler.throttle(i, start)
@@ -984,6 +1572,9 @@ async def _perf_each(producer: Producer, plan: _PerfPlan, result: _PerfResult) -
                 # filling them.
                 collector.wake()
                 await sleep(0)
+        if transactions is not None:
+            collector.wake()
+            await transactions.commit()
     except BaseException:
         collecting.cancel()
         raise
@@ -1043,6 +1634,7 @@ async def _send_chunks(
     pool = len(plan.payloads)
     cycle = plan.payloads * (plan.chunk_size // pool + 2) if pool else []
     throttler = _Throttler(plan.throughput, clock())
+    transactions = _transaction_timer(producer, plan, result)
     sent = 0
     while sent < plan.num_records:
         count = min(plan.chunk_size, plan.num_records - sent)
@@ -1058,6 +1650,8 @@ async def _send_chunks(
             items = cycle[offset : offset + count]
         size = sum(map(len, items))
         start = clock()
+        if transactions is not None:
+            await transactions.before_send(start)
         results = await producer.send_many(plan.topic, items)
         task = asyncio.ensure_future(
             collect(results, start, count, size, result.steady is not None)
@@ -1066,11 +1660,15 @@ async def _send_chunks(
         task.add_done_callback(pending.discard)
         sent += count
         result.sent = sent
+        if transactions is not None:
+            await transactions.after_send(start)
         now = clock()
         if throttler.should_throttle(sent, now):
             await throttler.throttle(sent, now)
         else:
             await asyncio.sleep(0)
+    if transactions is not None:
+        await transactions.commit()
 
 
 def _print_metrics(metrics: dict[str, float], client_id: str | None) -> None:
@@ -1184,12 +1782,12 @@ def _verify(
     stored = count_records(bootstrap, topic, acknowledged, start_offsets)
     if stored != acknowledged:
         return (
-            f"verify: the broker acknowledged {acknowledged} records but a consumer read "
-            f"{stored} back from topic {topic}"
+            f"verify: the broker acknowledged {_count(acknowledged, 'record')} but a "
+            f"consumer read {stored} back from topic {topic}"
         )
+    what = "the 1 record" if stored == 1 else f"all {stored} records"
     print(
-        f"Verified: a confluent-kafka consumer read back all {stored} records from topic "
-        f"{topic}.",
+        f"Verified: a confluent-kafka consumer read back {what} from topic {topic}.",
         flush=True,
     )
     return None

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from aioproducer.cli import PerfStats, main
-from tests.support.readback import read_back
+from aioproducer.cli import PerfStats, _parse_properties, build_parser, main
+from tests.support.readback import high_watermarks, read_back
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -38,7 +38,7 @@ WINDOW_LINE = re.compile(
 )
 EMBEDDED_NOTE = re.compile(
     r"started an embedded Tansu broker at 127\.0\.0\.1:(?P<port>\d+); "
-    r"topic (?P<topic>\S+) created with (?P<partitions>\d+) partitions"
+    r"topic (?P<topic>\S+) created with (?P<partitions>\d+) partitions?\b"
 )
 
 
@@ -267,7 +267,7 @@ def test_produce_names_the_line_the_producer_refuses(tansu: Any, new_topic: Any)
     assert len(errors) == 1, explain(result)
     assert re.search(r"error: line 2 was not sent: RecordTooLargeError: .* larger than "
                      r"max_request_size \(1000\); stopped there$", errors[0]), explain(result)
-    assert "1 records delivered" in result.stdout
+    assert "1 record delivered" in result.stdout
     assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"fits"]
 
 
@@ -337,6 +337,200 @@ def test_ctrl_c_stops_the_embedded_broker() -> None:
     assert port_is_closed(int(note["port"]))
 
 
+def test_bootstrap_server_is_an_option_and_the_old_names_are_aliases(
+    tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    for option in ("--bootstrap-server", "--bootstrap-servers", "--broker-list"):
+        result = aioproducer(
+            "produce", "--topic", topic, option, tansu.bootstrap_servers, stdin=f"{option}\n"
+        )
+        assert result.returncode == 0, explain(result)
+        assert "1 record delivered to topic" in result.stdout, explain(result)
+        assert EMBEDDED_NOTE.search(result.stderr) is None
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [r.value for r in records] == [b"--bootstrap-server", b"--bootstrap-servers",
+                                          b"--broker-list"]
+
+
+@pytest.mark.parametrize("command", ["produce", "perf", "demo"])
+def test_help_names_bootstrap_server(command: str) -> None:
+    parser = build_parser()
+    text = parser.commands[command].format_help()
+    assert "--bootstrap-server HOST:PORT" in text
+
+
+def test_an_abbreviated_option_is_refused_with_a_suggestion(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # argparse would take --bootstrap as --bootstrap-server (or --bootstrap-servers): an
+    # accident of prefixes, not an option.
+    assert main(["produce", "--topic", "t", "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("aioproducer produce: error: unrecognized arguments: --bootstrap"), err
+    assert "did you mean --bootstrap-server?" in err
+
+
+def test_console_producer_properties_parse_headers_key_and_value(
+    tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--property", "parse.key=true", "--property", "parse.headers=true",
+        stdin="h1:v1,h2:v2\tkey\tvalue\n"
+              "only:one\tk2\ttabs\tin\tthe value\n"
+              "a:1,a:2,\tk3\tduplicate headers, a trailing separator\n"
+              "\tk4\tno headers\n",
+    )
+    assert result.returncode == 0, explain(result)
+    records = read_back(tansu.bootstrap_servers, topic, expected=4)
+    assert [(r.headers, r.key, r.value) for r in records] == [
+        ([("h1", b"v1"), ("h2", b"v2")], b"key", b"value"),
+        ([("only", b"one")], b"k2", b"tabs\tin\tthe value"),
+        ([("a", b"1"), ("a", b"2")], b"k3", b"duplicate headers, a trailing separator"),
+        ([], b"k4", b"no headers"),
+    ]
+
+
+def test_console_producer_separators_null_marker_and_fixed_headers(
+    tansu: Any, new_topic: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    reader_config = tmp_path / "reader.properties"
+    # A properties file can hold a TAB as \t; --property wins over the file.
+    reader_config.write_text(
+        "parse.headers=true\nheaders.delimiter=\\t\nheaders.separator=;\n"
+        "headers.key.separator==\nkey.separator=\\t\n",
+        encoding="utf-8",
+    )
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--reader-config", str(reader_config), "--property", "key.separator=|",
+        "--property", "parse.key=true", "--property", "null.marker=<null>",
+        "--header", "origin=cli",
+        stdin="trace=1;user=<null>\tk|v\n"
+              "<null>\t<null>|a value without key\n"
+              "x=1\tkey|<null>\n",
+    )
+    assert result.returncode == 0, explain(result)
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [(r.headers, r.key, r.value) for r in records] == [
+        ([("origin", b"cli"), ("trace", b"1"), ("user", None)], b"k", b"v"),
+        ([("origin", b"cli")], None, b"a value without key"),
+        ([("origin", b"cli"), ("x", b"1")], b"key", None),
+    ]
+
+
+def test_console_producer_ignore_error_sends_what_it_can(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--property", "parse.key=true", "--property", "parse.headers=true",
+        "--property", "ignore.error=true",
+        stdin="no separators at all\nflag\tk\tv\n",
+    )
+    assert result.returncode == 0, explain(result)
+    records = read_back(tansu.bootstrap_servers, topic, expected=2)
+    assert [(r.headers, r.key, r.value) for r in records] == [
+        ([], None, b"no separators at all"),
+        ([("flag", None)], b"k", b"v"),
+    ]
+
+
+def test_console_producer_stops_at_a_line_without_headers(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--property", "parse.headers=true",
+        stdin="h:1\tfirst\nno headers here\nh:3\tthird\n",
+    )
+    assert result.returncode == 1, explain(result)
+    assert "error: line 2 has no headers delimiter '\\t'; stopped there" in result.stderr
+    assert "1 record delivered to topic" in result.stdout
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [
+        b"first"
+    ]
+
+
+def test_console_producer_shortcuts_win_over_the_configs(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    # --request-required-acks 0 wins over acks=all: the broker sends no offsets back.
+    unacknowledged = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--producer-property", "acks=all", "--request-required-acks", "0",
+        "--compression-codec", "--timeout", "0", "--batch-size", "1000",
+        stdin="one\ntwo\n",
+    )
+    assert unacknowledged.returncode == 0, explain(unacknowledged)
+    assert unacknowledged.stdout == (
+        f"2 records sent without acknowledgement (acks=0) to topic {topic} (partitions: 0)\n"
+        "  partition 0: 2 records, offsets unknown\n"
+    )
+    acknowledged = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", tansu.bootstrap_servers,
+        "--producer-property", "acks=0", "--request-required-acks", "all",
+        "--compression-codec", "zstd", "--max-block-ms", "30000", stdin="three\n",
+    )
+    assert acknowledged.returncode == 0, explain(acknowledged)
+    assert "  partition 0: offsets 2..2 (1 record)" in acknowledged.stdout, explain(acknowledged)
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [r.value for r in records] == [b"one", b"two", b"three"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_sync_stops_at_the_first_record_not_delivered(sync: bool, mock_cluster: Any) -> None:
+    topic = f"sync-{sync}".lower()
+    mock_cluster.create_topic(topic, partitions=1)
+    mock_cluster.push_request_errors(0, [87])  # the first Produce request: INVALID_RECORD
+    result = aioproducer(
+        "produce", "--topic", topic, "--bootstrap-server", mock_cluster.bootstrap_servers,
+        "--producer-property", "linger.ms=100", *(["--sync"] if sync else []),
+        stdin="one\ntwo\nthree\n",
+    )
+    assert result.returncode == 1, explain(result)
+    if sync:
+        # Nothing after the record that failed was sent.
+        assert "error: line 1 was not delivered: InvalidRecordError" in result.stderr
+        assert result.stdout.startswith("0 records delivered"), explain(result)
+    else:
+        # The three lines shared the batch that failed.
+        assert "3 of 3 records were not delivered:\n  InvalidRecordError" in result.stderr
+    assert read_back(mock_cluster.bootstrap_servers, topic, expected=0, timeout=2) == []
+
+
+def test_producer_property_and_producer_config_file(
+    tansu: Any, new_topic: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    host, port = tansu.bootstrap_servers.rsplit(":", 1)
+    config = tmp_path / "producer.properties"
+    # The Java format: comments, ':' and ' ' separators, a value continued over lines.
+    config.write_text(
+        f"# the cluster\n! also a comment\nbootstrap.servers = {host}:\\\n    {port}\n"
+        "max.request.size: 1000\nclient.id producer-from-a-file\n",
+        encoding="utf-8",
+    )
+    big = "x" * 5000
+    refused = aioproducer(
+        "produce", "--topic", topic, "--producer.config", str(config), stdin=big + "\n"
+    )
+    assert refused.returncode == 1, explain(refused)
+    assert "larger than max_request_size (1000)" in refused.stderr, explain(refused)
+    assert EMBEDDED_NOTE.search(refused.stderr) is None  # bootstrap.servers came from the file
+    accepted = aioproducer(
+        "produce", "--topic", topic, "--producer.config", str(config),
+        # The snake_case name replaces the file's Java name.
+        "--producer-property", "max_request_size=100000", "--producer-property", "linger.ms=0",
+        stdin=big + "\n",
+    )
+    assert accepted.returncode == 0, explain(accepted)
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [
+        big.encode()
+    ]
+
+
 # ---- usage errors ----------------------------------------------------------------------------
 
 
@@ -385,6 +579,78 @@ def test_a_record_the_producer_would_refuse_is_a_one_line_usage_error(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"aioproducer {args[0]}: error: {message}"), err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["produce", "--topic", "t", "--producer-property", "linger.mss=5"],
+         "unknown producer config 'linger.mss'; did you mean 'linger.ms' (linger_ms)?"),
+        (["produce", "--topic", "t", "--producer-property", "lingerms=5"],
+         "unknown producer config 'lingerms'; did you mean 'linger.ms' (linger_ms)?"),
+        (["perf", "--topic", "t", "--num-records", "1", "--record-size", "1",
+          "--throughput", "-1", "--producer-props", "acks=all", "batch_sizes=1"],
+         "unknown producer config 'batch_sizes'; did you mean 'batch.size' (batch_size)?"),
+        (["produce", "--topic", "t", "--producer-property", "linger.ms=soon"],
+         "invalid producer config: linger_ms (linger.ms) must be an integer >= 0, got 'soon'"),
+        (["produce", "--topic", "t", "--producer-property", "linger.ms"],
+         "a producer config: expected NAME=VALUE, got 'linger.ms'"),
+        (["produce", "--topic", "t", "--producer-props", "acks=all", "lines.txt"],
+         "a producer config: expected NAME=VALUE, got 'lines.txt' (after --producer-props, "
+         "FILE arguments go after --)"),
+        (["produce", "--topic", "t", "--header", "=v"],
+         "--header: expected NAME=VALUE, got '=v'"),
+        (["produce", "--topic", "t", "--property", "linger.ms=5"],
+         "--property linger.ms: linger.ms is a producer config; give it with "
+         "--producer-property linger.ms=VALUE"),
+        (["produce", "--topic", "t", "--property", "parse.kye=true"],
+         "--property: unknown property 'parse.kye'; did you mean 'parse.key'?"),
+        (["produce", "--topic", "t", "--property", "parse.key=yes"],
+         "--property parse.key must be true or false, got 'yes'"),
+        (["produce", "--topic", "t", "--property", "headers.separator=:"],
+         "--property headers.separator and headers.key.separator may not be equal"),
+        (["produce", "--topic", "t", "--property", "null.marker=\t"],
+         "--property null.marker and key.separator may not be equal"),
+        (["produce", "--topic", "t", "--key", "k", "--property", "parse.key=true"],
+         "--key gives every record its key, but parse.key=true reads keys"),
+        (["produce", "--topic", "t", "--key-separator", ":", "--property", "key.separator=|"],
+         "--key-separator ':' and --property key.separator=| disagree"),
+        (["perf", "--topic", "t", "--num-records", "1", "--record-size", "1",
+          "--throughput", "-1", "--transaction-duration-ms", "0"],
+         "--transaction-duration-ms should be greater than zero"),
+        (["perf", "--topic", "t", "--num-records", "1", "--record-size", "1",
+          "--throughput", "-1", "--transactional-id", "x", "--producer-property", "acks=1"],
+         "invalid producer config: transactional_id (transactional.id) needs idempotence"),
+        (["produce", "--topic", "t", "--partitions", "0"],
+         "--partitions must be at least 1, got 0"),
+        (["produce", "--topic", "t", "--timeout", "soon"],
+         "--timeout: linger_ms (linger.ms) must be an integer >= 0, got 'soon'"),
+        (["produce", "--topic", "t", "--compression-codec", "brotli"],
+         "--compression-codec: compression_type (compression.type) must be one of"),
+    ],
+)
+def test_options_are_checked_before_the_embedded_broker_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No --bootstrap-server: a valid command would start a broker; these must not.
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "embedded Tansu broker" not in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"aioproducer {args[0]}: error: {message}"), err
+
+
+def test_a_bad_key_in_the_producer_config_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "producer.properties"
+    config.write_text("acks=all\ncompresion.type=zstd\n", encoding="utf-8")
+    assert main(["produce", "--topic", "t", "--producer.config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "aioproducer produce: error: unknown producer config 'compresion.type'; did you mean "
+        "'compression.type' (compression_type)?\n"
+    )
 
 
 def test_an_unreachable_cluster_exits_1(
@@ -474,6 +740,55 @@ def test_perf_payload_file_throttled_with_metrics(
     assert {r.value for r in records} <= {b"red", b"green", b"blue"}
 
 
+@pytest.mark.parametrize("batch", [False, True])
+def test_perf_commits_a_transaction_every_duration(
+    batch: bool, tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    # Throttled to 200 records a second, the 300 records take at least 1.5 s: with a
+    # 100 ms duration there is more than one transaction whatever the machine's speed.
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "300", "--payload-monotonic",
+        "--throughput", "200", "--transaction-duration-ms", "100",
+        *(["--batch", "--chunk-size", "10"] if batch else []),
+        "--bootstrap-server", tansu.bootstrap_servers,
+    )
+    assert result.returncode == 0, explain(result)
+    total = TOTAL_LINE.search(result.stdout)
+    assert total is not None and total["count"] == "300", explain(result)
+    note = re.search(
+        r"committed (\d+) transactions \(transactional id (performance-producer-[0-9a-f-]{36})\)",
+        result.stderr,
+    )
+    assert note is not None, explain(result)
+    committed = int(note[1])
+    records = read_back(tansu.bootstrap_servers, topic, expected=300,
+                        isolation_level="read_committed")
+    assert sorted(int(r.value) for r in records) == list(range(300))
+    # Each commit wrote one marker into the partition's log.
+    [end] = high_watermarks(tansu.bootstrap_servers, topic).values()
+    assert end - 300 == committed > 1, explain(result)
+
+
+def test_perf_transactional_id_option_wins_and_the_last_transaction_is_committed(
+    tansu: Any, new_topic: Any
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    # transactional.id in the configs turns transactions on; --transactional-id wins over
+    # it; the duration is Kafka's default of 3 s, longer than the run.
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "50", "--payload-monotonic",
+        "--throughput", "-1", "--producer-property", "transactional.id=from-props",
+        "--transactional-id", "from-the-option",
+        "--bootstrap-server", tansu.bootstrap_servers,
+    )
+    assert result.returncode == 0, explain(result)
+    assert "committed 1 transaction (transactional id from-the-option)" in result.stderr
+    records = read_back(tansu.bootstrap_servers, topic, expected=50,
+                        isolation_level="read_committed")
+    assert sorted(int(r.value) for r in records) == list(range(50))
+
+
 def test_perf_on_the_embedded_broker_verifies_and_cleans_up() -> None:
     result = aioproducer(
         "perf", "--topic", "embedded-perf", "--num-records", "5000", "--record-size", "50",
@@ -537,3 +852,61 @@ def test_perf_stats_sample_at_most_500000_latencies() -> None:
     assert len(stats.latencies) == 250_001
     stats.record(9.0, 0, stats.start)  # iteration 1_000_004
     assert len(stats.latencies) == 250_002
+
+
+# ---- Java properties files (offline) ------------------------------------------------------------
+
+
+def test_properties_files_are_read_as_java_reads_them() -> None:
+    text = (
+        "# comment\n"
+        "   ! another comment\n"
+        "\n"
+        "plain=1\n"
+        "  spaced   =   2  \n"
+        "colon: 3\n"
+        "space 4\n"
+        "empty\n"
+        "continued = first, \\\n"
+        "            second, \\\n"
+        "   third\n"
+        "escaped\\=name\\:x = a\\tb\\nc\\\\d\n"
+        "unicode = caf\\u00e9\n"
+        "even.backslashes = ends with one \\\\\n"
+        "plain = again\n"
+    )
+    assert _parse_properties(text) == [
+        ("plain", "1", 4),
+        ("spaced", "2  ", 5),
+        ("colon", "3", 6),
+        ("space", "4", 7),
+        ("empty", "", 8),
+        ("continued", "first, second, third", 9),
+        ("escaped=name:x", "a\tb\nc\\d", 12),
+        ("unicode", "café", 13),
+        ("even.backslashes", "ends with one \\", 14),
+        ("plain", "again", 15),
+    ]
+
+
+def test_a_malformed_unicode_escape_names_its_line() -> None:
+    with pytest.raises(ValueError, match=r"line 2: malformed \\uXXXX escape '\\\\u12x'"):
+        _parse_properties("a=1\nb=\\u12x\n")
+
+
+# ---- the docs ------------------------------------------------------------------------------------
+
+
+def test_docs_name_every_option() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    missing = sorted(
+        {
+            name
+            for command in parser.commands.values()
+            for action in command._actions
+            for name in action.option_strings
+            if name.startswith("--") and name != "--help" and f"`{name}" not in doc
+        }
+    )
+    assert not missing, f"docs/cli.md does not document {missing}"
