@@ -32,10 +32,28 @@ def test_skipped_blocks_say_why() -> None:
                 assert block.skip != "(no reason given)", f"{block.where}: say why it is skipped"
 
 
+#: Pages whose code starts a real Kafka node (marked ``kafka``, as the Kafka suites are).
+_KAFKA_PAGES = {"tested-against.md"}
+
+
 @pytest.mark.parametrize(
-    "page", PAGES_WITH_CODE, ids=[str(p.relative_to(ROOT)) for p in PAGES_WITH_CODE]
+    "page",
+    [
+        pytest.param(
+            page,
+            id=str(page.relative_to(ROOT)),
+            marks=[pytest.mark.kafka] if page.name in _KAFKA_PAGES else [],
+        )
+        for page in PAGES_WITH_CODE
+    ],
 )
 def test_the_page_runs(page: Path, tansu: EmbeddedBroker, tmp_path: Path) -> None:
+    if page.name in _KAFKA_PAGES:
+        from tests.support.kafka import kafka_available
+
+        reason = kafka_available()
+        if reason is not None:
+            pytest.skip(reason)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {**os.environ, "PYTHONPATH": path}
     result = subprocess.run(
