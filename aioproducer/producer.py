@@ -154,8 +154,12 @@ class Producer:
         )
         self._closed_event = asyncio.Event()
         sender_ref: list[Sender] = []
+        metadata = self._metadata
         self._connections = ConnectionManager(
-            cfg, on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None
+            cfg,
+            on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None,
+            # A broker that cannot be reached may have lost its leaderships: refresh.
+            on_disconnect=lambda node_id: metadata.request_update(),
         )
         self._sender = Sender(
             config=cfg,

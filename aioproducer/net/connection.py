@@ -1260,7 +1260,10 @@ class ConnectionManager:
     doubling up to ``reconnect_backoff_max_ms``, plus or minus 20%); a successful handshake
     resets it. ``on_state_change`` is called (synchronously, from the event loop) whenever a
     connection becomes ready, fails to connect, closes, or frees capacity, so the sender can
-    wake up instead of polling.
+    wake up instead of polling. ``on_disconnect`` is called with the node id whenever an
+    attempt to connect fails or a connection is lost (not closed on purpose): the broker may
+    be gone for good, and its partitions led elsewhere by now, so the producer refreshes its
+    metadata (as the Java client's ``handleServerDisconnect``).
 
     Bootstrap servers get negative node ids (-1 for the first server in
     ``bootstrap_servers``, -2 for the next, ...), as in the Java client; their connections
@@ -1269,6 +1272,8 @@ class ConnectionManager:
     Args:
         config: the producer configuration.
         on_state_change: the wake-up callback.
+        on_disconnect: called with the node id when connecting to it fails or its
+            connection is lost.
         clock: the monotonic clock (seconds) shared with the sender.
         rng: the random source for the backoff jitter.
     """
@@ -1278,11 +1283,13 @@ class ConnectionManager:
         config: ProducerConfig,
         on_state_change: Callable[[], None],
         *,
+        on_disconnect: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._config = config
         self._on_state_change = on_state_change
+        self._on_disconnect = on_disconnect
         self._clock = clock
         self._backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=rng
@@ -1475,6 +1482,7 @@ class ConnectionManager:
             node.last_error = exc
             self._record_failure(node)
             log.debug("connecting to %s failed: %s", connection.description, exc)
+            self._disconnected(node)
             self._notify()
             return None
         node.task = None
@@ -1504,7 +1512,17 @@ class ConnectionManager:
             # attempt; a clean close (set_brokers, close) does not count.
             self._record_failure(node)
             log.debug("connection to %s closed: %s", connection.description, cause)
+            self._disconnected(node)
         self._notify()
+
+    def _disconnected(self, node: _Node) -> None:
+        callback = self._on_disconnect
+        if callback is None or self._closed:
+            return
+        try:
+            callback(node.node_id)
+        except Exception:
+            log.exception("on_disconnect callback failed")
 
     def _notify(self) -> None:
         if self._closed:

@@ -930,6 +930,36 @@ def test_reconnect_backoff_grows(run: Runner[None], refused_port: int) -> None:
     run(scenario())
 
 
+def test_manager_reports_failed_and_lost_connections(run: Runner[None], refused_port: int) -> None:
+    # on_disconnect (the producer refreshes its metadata then) names the node of a failed
+    # attempt and of a dropped connection, not of a connection closed on purpose.
+    async def scenario() -> None:
+        changes, disconnects = Recorder(), Recorder()
+        async with FakeBroker() as two, FakeBroker() as three:
+            manager = ConnectionManager(make_config(two.port), changes, on_disconnect=disconnects)
+            manager.set_brokers(
+                {1: (HOST, refused_port), 2: (HOST, two.port), 3: (HOST, three.port)}
+            )
+            manager.ensure_connecting(1, 0.0)
+            manager.ensure_connecting(2, 0.0)
+            manager.ensure_connecting(3, 0.0)
+            await changes.wait_until(
+                lambda: bool(manager.ready(2) and manager.ready(3)) and not manager.is_connecting(1)
+            )
+            assert disconnects.calls == [(1,)]
+            two.writers[0].close()
+            await disconnects.wait_until(lambda: len(disconnects.calls) == 2)
+            assert disconnects.calls == [(1,), (2,)]
+            third = manager.ready(3)
+            assert third is not None
+            manager.set_brokers({2: (HOST, two.port)})  # node 3 left: closed on purpose
+            await manager.close()
+            assert third.closed
+            assert disconnects.calls == [(1,), (2,)]
+
+    run(scenario())
+
+
 def test_bootstrap_fails_over_to_the_second_server(run: Runner[None], refused_port: int) -> None:
     async def scenario() -> None:
         changes = Recorder()
