@@ -80,6 +80,7 @@ class ProducerBatch:
         "full",
         "in_retry",
         "last_attempt",
+        "last_error",
         "offloaded",
         "open_run",
         "outcome",
@@ -155,6 +156,9 @@ class ProducerBatch:
         self.final = False
         self.outcome: tuple[int, int] = (-1, -1)
         self.error: BaseException | None = None
+        # The retriable error the batch was last retried for: the cause a
+        # DeliveryTimeoutError names when the batch expires before another answer.
+        self.last_error: BaseException | None = None
         self.watchers: list[RecordFuture] | None = None
 
     @property
@@ -269,6 +273,7 @@ class ProducerBatch:
         if self.done():
             return False
         self.outcome = (base_offset, log_append_time)
+        self.last_error = None
         self.final = True
         self._finish()
         return True

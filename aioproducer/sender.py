@@ -116,6 +116,17 @@ _LOAD_UPDATE_INTERVAL: Final = 0.005
 _OFFLOAD_THREADS: Final = max(1, min(4, os.cpu_count() or 1))
 
 
+def _expiry_error(batch: ProducerBatch, message: str) -> DeliveryTimeoutError:
+    """The error of a batch that ``delivery_timeout_ms`` ended: after a retry, it names the
+    error the batch was last retried for, and has it as its cause."""
+    last = batch.last_error
+    if last is None:
+        return DeliveryTimeoutError(message)
+    error = DeliveryTimeoutError(f"{message}; the last error was {last}")
+    error.__cause__ = last
+    return error
+
+
 def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:
     """Turn a decoded Metadata response into the cluster view's types."""
     brokers = [Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
@@ -425,10 +436,11 @@ class Sender:
         for batch in accumulator.expired_batches(now):
             self._fail_batch(
                 batch,
-                DeliveryTimeoutError(
+                _expiry_error(
+                    batch,
                     f"expiring {batch.record_count} record(s) for {batch.topic}-"
                     f"{batch.partition}: {now - batch.created:.3f} s passed since the batch was "
-                    "created, more than delivery_timeout_ms"
+                    "created, more than delivery_timeout_ms",
                 ),
                 now,
                 answered=False,
@@ -483,10 +495,11 @@ class Sender:
                     if batch.final:
                         continue
                     if batch.delivery_deadline <= now:
-                        error = DeliveryTimeoutError(
+                        error = _expiry_error(
+                            batch,
                             f"expiring {batch.record_count} record(s) for {batch.topic}-"
                             f"{batch.partition}: delivery_timeout_ms passed while the batch "
-                            f"was in flight to broker {node}"
+                            f"was in flight to broker {node}",
                         )
                         if self._idempotence is not None:
                             self._idempotence.on_final_failure(batch, str(error), answered=False)
@@ -1093,6 +1106,14 @@ class Sender:
                 exc,
             )
             self._metrics.records_retried(batch.record_count)
+            if batch.last_error is None or code not in (
+                _OUT_OF_ORDER_SEQUENCE_NUMBER,
+                _UNKNOWN_PRODUCER_ID,
+            ):
+                # A sequence error the producer settles itself (the gap an expired batch
+                # before this one left) says less about why the batch is late than the
+                # error it was retried for before.
+                batch.last_error = exc
             if self._idempotence is not None:
                 self._idempotence.mark_retrying(batch)
             backoff = 0.0 if leader_moved else self._backoff(batch.attempts)

@@ -346,6 +346,8 @@ async def test_an_in_flight_retry_fails_at_delivery_timeout() -> None:
             assert len(cluster.requests_of(PRODUCE)) == 3, "the retry was not sent"
             # ... and the delivery timeout ended it while it was in flight: had the retry's
             # request timeout (3 s after it was sent) come first, the batch would have failed
-            # with that RequestTimedOutError as the cause of its DeliveryTimeoutError.
+            # with that RequestTimedOutError as the cause of its DeliveryTimeoutError. The
+            # cause is the error the batch was retried for.
             assert "in flight" in str(error), str(error)
-            assert error.__cause__ is None, repr(error.__cause__)
+            assert isinstance(error.__cause__, e.NotEnoughReplicasError), repr(error.__cause__)
+            assert "NOT_ENOUGH_REPLICAS" in str(error), str(error)

@@ -294,9 +294,10 @@ async def test_delivery_timeout_ends_endless_retries(mock_cluster: MockCluster) 
         assert len(attempts) >= 2, attempts
         retried = producer.metrics()["record-retry-total"] - retries
         assert len(attempts) - 1 <= retried <= len(attempts), (retried, attempts)
-        # Whichever way the deadline found the batch, the broker's error is the cause only
-        # when its answer ended the batch (the next scenario makes that happen for sure).
-        assert error.__cause__ is None or isinstance(error.__cause__, e.NotEnoughReplicasError)
+        # Whichever way the deadline found the batch (an answer after it, in flight or
+        # waiting for its retry), the error the batch was retried for is the cause.
+        assert isinstance(error.__cause__, e.NotEnoughReplicasError), repr(error.__cause__)
+        assert "NOT_ENOUGH_REPLICAS" in str(error), str(error)
         assert producer.metrics()["record-error-total"] == 1
         mock_cluster.clear_request_errors(ApiKey.PRODUCE)
     # (What must follow such a failure, the partition taking records again, is
@@ -333,7 +334,11 @@ async def test_a_partition_works_again_after_a_batch_expired_waiting_for_its_ret
         mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.NOT_ENOUGH_REPLICAS])
         expired = await bounded(ledger.send(producer, 0))
         await ledger.wait()
-        assert isinstance(expired.future.exception(), e.DeliveryTimeoutError)
+        error = expired.future.exception()
+        assert isinstance(error, e.DeliveryTimeoutError)
+        # It expired waiting for its retry: the refusal it waited to retry is the cause.
+        assert isinstance(error.__cause__, e.NotEnoughReplicasError), repr(error.__cause__)
+        assert "NOT_ENOUGH_REPLICAS" in str(error), str(error)
         assert producer.metrics()["record-retry-total"] == 1
         # The next record of the partition goes out and is delivered (the pushed error was
         # used up by the first attempt).
