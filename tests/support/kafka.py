@@ -2240,3 +2240,33 @@ class KafkaCluster:
                 f"{(result.stdout + result.stderr).strip()[-3000:]}"
             )
         return result.stdout
+
+    def active_controller(self, *, timeout: float = 60.0) -> int:
+        """The id of the quorum's active controller (``kafka-metadata-quorum describe
+        --status``: its ``LeaderId``), once the quorum has one.
+
+        Raises:
+            KafkaBrokerError: no controller was elected within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        last = ""
+        while True:
+            try:
+                output = self.run_tool(
+                    "org.apache.kafka.tools.MetadataQuorumCommand",
+                    "--bootstrap-server",
+                    self.bootstrap_servers,
+                    "describe",
+                    "--status",
+                    timeout=max(1.0, deadline - time.monotonic()),
+                )
+            except KafkaBrokerError as exc:
+                last = str(exc)
+            else:
+                match = re.search(r"^LeaderId:\s*(-?\d+)", output, re.MULTILINE)
+                if match is not None and int(match.group(1)) >= 0:
+                    return int(match.group(1))
+                last = output
+            if time.monotonic() >= deadline:
+                raise KafkaBrokerError(f"the quorum has no active controller: {last[-2000:]}")
+            time.sleep(0.2)
