@@ -60,14 +60,17 @@ async def test_send_and_send_many_leave_none_keys_and_values_none(
     ]
 
 
-async def test_send_many_of_plain_values_with_a_key_serializer(
+async def test_send_many_of_plain_values_with_serializers(
     tansu: EmbeddedBroker, new_topic: TopicFactory
 ) -> None:
+    # The recipe the docs give: plain values have no key, which str.encode never sees.
     topic = new_topic(tansu, partitions=2)
     async with Producer(
-        bootstrap_servers=tansu.bootstrap_servers, key_serializer=str.encode
+        bootstrap_servers=tansu.bootstrap_servers,
+        key_serializer=str.encode,
+        value_serializer=str.encode,
     ) as producer:
-        results = await producer.send_many(topic, [f"{i}".encode() for i in range(50)])
+        results = await producer.send_many(topic, [f"{i}" for i in range(50)])
         metadata = await results
     assert {m.serialized_key_size for m in metadata} == {-1}
     stored = _stored(tansu, topic, 50)
