@@ -717,7 +717,7 @@ class Producer:
         headers: Mapping[str, bytes | str | None] | Sequence[tuple[str, Any]] | None = None,
         *,
         callback: DeliveryCallback | None = None,
-    ) -> RecordFuture:
+    ) -> None:
         """Buffer a record the way confluent-kafka's ``produce()`` does; its delivery
         callback runs later, in :meth:`poll`, :meth:`flush` or :meth:`close`.
 
@@ -736,8 +736,9 @@ class Producer:
         Unlike confluent-kafka's, this is a coroutine, as ``confluent_kafka.aio``'s is:
         ``await producer.produce(...)``. It returns as soon as the record is buffered,
         waiting only for topic metadata or buffer memory, up to ``max_block_ms``, where
-        confluent-kafka would raise ``BufferError`` at once. It returns the record's
-        future, which may be ignored.
+        confluent-kafka would raise ``BufferError`` at once. It returns nothing: the
+        callback is how the outcome is told (:meth:`send` returns a future to await
+        instead).
 
         Raises:
             KafkaError: what :meth:`send` raises (then no callback is called).
@@ -753,9 +754,10 @@ class Producer:
             topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
         )
         if report is not None:
+            # The future stays here: only the callback tells the outcome (a future handed
+            # out could be cancelled, which would detach it from the record's delivery).
             message = DeliveredMessage(topic, value, key, chosen, checked)
             self._reports.track(message, report, future)
-        return future
 
     async def poll(self, timeout: float | None = 0.0) -> int:
         """Run the delivery callbacks of :meth:`produce` records that are done; return how

@@ -558,7 +558,7 @@ class SyncProducer:
         headers: Mapping[str, bytes | str | None] | Sequence[tuple[str, Any]] | None = None,
         *,
         callback: DeliveryCallback | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
+    ) -> None:
         """Queue a record as confluent-kafka's ``Producer.produce()`` does; its delivery
         callback runs later, in the thread that calls :meth:`poll`, :meth:`flush` or
         :meth:`close`.
@@ -572,8 +572,8 @@ class SyncProducer:
         Returns at once, as :meth:`send` does (it blocks only while thousands of records
         wait for the loop thread); where confluent-kafka raises ``BufferError`` on a full
         queue, the loop thread waits up to ``max_block_ms`` for buffer memory and then fails
-        the record (``BufferExhaustedError`` reaches its callback). Returns the record's
-        future, which may be ignored.
+        the record (``BufferExhaustedError`` reaches its callback). Returns nothing: the
+        callback is how the outcome is told (:meth:`send` returns a future instead).
 
         Raises:
             KafkaError: what :meth:`send` raises (then no callback is called).
@@ -594,7 +594,6 @@ class SyncProducer:
         if report is not None:
             message = DeliveredMessage(topic, value, key, chosen, checked)
             self._reports.track(message, report, future)
-        return future
 
     def poll(self, timeout: float | None = -1) -> int:
         """Run the delivery callbacks of :meth:`produce` records that are done, in the
