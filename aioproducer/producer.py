@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import enum
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from threading import get_ident
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
@@ -106,6 +108,9 @@ class Producer:
         self._transactions: TransactionManager | None = None
         # The loop start() ran on: the producer's tasks, futures and connections belong to it.
         self._loop: asyncio.AbstractEventLoop | None = None
+        # send()'s cheap test that it runs on that loop (see send()).
+        self._loop_thread = -1
+        self._loop_running: Callable[[], bool] = _false
         self._reports = DeliveryReports()
 
     # ---- properties -----------------------------------------------------------------------
@@ -142,6 +147,8 @@ class Producer:
         cfg = self._config
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._loop_running = loop.is_running
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
         self._metrics = ProducerMetrics(cfg.metrics_sample_window_ms / 1000.0)
         self._metadata = Metadata(
@@ -569,12 +576,13 @@ class Producer:
 
     def _check_loop(self) -> None:
         loop = self._loop
-        # A closed producer says that it is closed, whatever the loop.
-        if (
-            loop is not None
-            and loop is not asyncio.get_running_loop()
-            and self._state is not ProducerState.CLOSED
-        ):
+        if loop is None:
+            return
+        if loop is asyncio.get_running_loop():
+            # The loop may run in another thread than it started in: send() tests this one.
+            self._loop_thread = threading.get_ident()
+        elif self._state is not ProducerState.CLOSED:
+            # (A closed producer says that it is closed, whatever the loop.)
             raise _other_loop_error(loop)
 
     def _check_running(self) -> None:
@@ -627,7 +635,9 @@ class Producer:
         if appender is None:
             self._check_sendable()  # not started: raises
             raise AssertionError("unreachable: a started producer has an appender")
-        if self._loop is not asyncio.get_running_loop():
+        # The producer's loop is running, in this thread: then it is the loop running this
+        # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
+        if get_ident() != self._loop_thread or not self._loop_running():
             self._check_loop()
         future = appender.append(topic, value, key, partition, timestamp_ms, headers)
         if future is None:
@@ -969,6 +979,10 @@ class Producer:
         return self._metrics.snapshot(
             stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
         )
+
+
+def _false() -> bool:
+    return False
 
 
 def _other_loop_error(loop: asyncio.AbstractEventLoop) -> IllegalStateError:
