@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from threading import get_ident
@@ -147,7 +146,7 @@ class Producer:
         cfg = self._config
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._loop_thread = threading.get_ident()
+        self._loop_thread = get_ident()
         self._loop_running = loop.is_running
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
         self._metrics = ProducerMetrics(cfg.metrics_sample_window_ms / 1000.0)
@@ -580,7 +579,7 @@ class Producer:
             return
         if loop is asyncio.get_running_loop():
             # The loop may run in another thread than it started in: send() tests this one.
-            self._loop_thread = threading.get_ident()
+            self._loop_thread = get_ident()
         elif self._state is not ProducerState.CLOSED:
             # (A closed producer says that it is closed, whatever the loop.)
             raise _other_loop_error(loop)
