@@ -6,6 +6,7 @@ The public names are listed in ``__all__``; errors live in :mod:`aioproducer.err
 from __future__ import annotations
 
 from aioproducer.config import ProducerConfig
+from aioproducer.delivery import DeliveredMessage
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.records import (
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchResults",
     "ConsumerGroupMetadata",
+    "DeliveredMessage",
     "Header",
     "Producer",
     "ProducerConfig",

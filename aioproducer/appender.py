@@ -108,7 +108,14 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
 def serialize(serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
     """``obj`` (the record's ``role``: "key" or "value") through ``serializer``, or
     :func:`to_bytes` when it is None; SerializationError naming the serializer when it
-    raises or returns something not bytes-like."""
+    raises or returns something not bytes-like.
+
+    A None ``obj`` stays None and never reaches the serializer, as the Java client's own
+    serializers treat null: a record with no key, or a tombstone (no value). A serializer
+    such as ``str.encode`` need not handle None itself.
+    """
+    if obj is None:
+        return None
     if serializer is None:
         return to_bytes(obj, role)
     try:

@@ -634,7 +634,8 @@ class ProducerConfig:
         default=None,
         metadata=_meta(
             java="key.serializer",
-            doc="A callable turning a record key into bytes (or None); None sends bytes as is.",
+            doc="A callable turning a record key into bytes (or None); None sends bytes as is. "
+            "A None key is never passed to it: it stays None.",
             check=_optional_callable,
         ),
     )
@@ -642,7 +643,8 @@ class ProducerConfig:
         default=None,
         metadata=_meta(
             java="value.serializer",
-            doc="A callable turning a record value into bytes (or None); None sends bytes as is.",
+            doc="A callable turning a record value into bytes (or None); None sends bytes as is. "
+            "A None value is never passed to it: it stays None.",
             check=_optional_callable,
         ),
     )

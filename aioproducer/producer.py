@@ -12,7 +12,8 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from threading import get_ident
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
@@ -23,6 +24,13 @@ from aioproducer.appender import (
 )
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
+from aioproducer.delivery import (
+    DeliveredMessage,
+    DeliveryCallback,
+    DeliveryReports,
+    check_delivery_callback,
+    confluent_arguments,
+)
 from aioproducer.errors import (
     FlushTimeoutError,
     IllegalStateError,
@@ -75,6 +83,10 @@ class Producer:
     arguments or in ``config`` under either spelling (``{"linger.ms": 5}``); keywords win.
     See the configuration page for every option.
 
+    Keys and values are bytes-like, or whatever ``key_serializer`` / ``value_serializer``
+    turn into bytes. A None key or value is never passed to a serializer: it stays None
+    (a record without a key; a tombstone, without a value).
+
     Use it as ``async with Producer(bootstrap_servers="host:9092") as producer:`` or call
     ``await producer.start()`` and ``await producer.close()``.
     """
@@ -93,6 +105,12 @@ class Producer:
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
         self._transactions: TransactionManager | None = None
+        # The loop start() ran on: the producer's tasks, futures and connections belong to it.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # send()'s cheap test that it runs on that loop (see send()).
+        self._loop_thread = -1
+        self._loop_running: Callable[[], bool] = _false
+        self._reports = DeliveryReports()
 
     # ---- properties -----------------------------------------------------------------------
 
@@ -128,6 +146,8 @@ class Producer:
         cfg = self._config
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._loop_thread = get_ident()
+        self._loop_running = loop.is_running
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
         self._metrics = ProducerMetrics(cfg.metrics_sample_window_ms / 1000.0)
         self._metadata = Metadata(
@@ -291,6 +311,7 @@ class Producer:
             return
         if self._state is ProducerState.CLOSED:
             return
+        self._check_loop()
         if self._state is ProducerState.CLOSING:
             assert self._closed_event is not None
             await self._closed_event.wait()
@@ -342,8 +363,15 @@ class Producer:
                 self._state = ProducerState.CLOSED
                 assert self._closed_event is not None
                 self._closed_event.set()
+        # As confluent-kafka's close() (which flushes), the delivery callbacks of produce()
+        # records run now, in the caller's task: failed records' too.
+        await self._serve_reports()
         if self._fatal is not None:
             raise error_copy(self._fatal)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """:meth:`close` under aiokafka's name: deliver everything buffered, then close."""
+        await self.close(timeout)
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -549,7 +577,19 @@ class Producer:
 
     # ---- sending ----------------------------------------------------------------------------
 
+    def _check_loop(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        if loop is asyncio.get_running_loop():
+            # The loop may run in another thread than it started in: send() tests this one.
+            self._loop_thread = get_ident()
+        elif self._state is not ProducerState.CLOSED:
+            # (A closed producer says that it is closed, whatever the loop.)
+            raise _other_loop_error(loop)
+
     def _check_running(self) -> None:
+        self._check_loop()
         if self._state is not ProducerState.RUNNING:
             if self._state is ProducerState.CREATED:
                 raise IllegalStateError("the producer is not started: call `await start()` first")
@@ -576,7 +616,8 @@ class Producer:
 
         Returns as soon as the record is buffered: await the returned future for the broker's
         acknowledgement. Waits (up to ``max_block_ms``) only for topic metadata or buffer
-        memory. The arguments are aiokafka's ``send()``'s, in its order.
+        memory. The arguments are aiokafka's ``send()``'s, in its order. A None ``key`` or
+        ``value`` stays None, whatever the serializers.
 
         Raises:
             SerializationError: key or value not bytes-like and no serializer set, a
@@ -597,6 +638,10 @@ class Producer:
         if appender is None:
             self._check_sendable()  # not started: raises
             raise AssertionError("unreachable: a started producer has an appender")
+        # The producer's loop is running, in this thread: then it is the loop running this
+        # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
+        if get_ident() != self._loop_thread or not self._loop_running():
+            self._check_loop()
         future = appender.append(topic, value, key, partition, timestamp_ms, headers)
         if future is None:
             if appender.pending_partition >= 0:
@@ -643,6 +688,7 @@ class Producer:
         if appender is None:
             self._check_sendable()  # not started: raises
             raise AssertionError("unreachable: a started producer has an appender")
+        self._check_loop()
         appender.check_sendable()
         topic = appender.validate_topic(topic)
         partition = check_partition(partition)
@@ -670,6 +716,108 @@ class Producer:
             exc.accepted = results
             raise
         return results
+
+    # ---- confluent-kafka style: produce, poll, init_transactions -------------------------------
+
+    async def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Mapping[str, bytes | str | None] | Sequence[tuple[str, Any]] | None = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Buffer a record the way confluent-kafka's ``produce()`` does; its delivery
+        callback runs later, in :meth:`poll`, :meth:`flush` or :meth:`close`.
+
+        The arguments are confluent-kafka's: ``partition=-1`` lets the partitioner choose,
+        ``timestamp=0`` means now (milliseconds since the epoch otherwise), ``headers`` is a
+        dict or a list of ``(name, value)`` pairs, and ``callback`` is another name for
+        ``on_delivery``. As there, a str key, value or header value is encoded as UTF-8
+        (a key or value only when no serializer is set for it).
+
+        ``on_delivery(err, msg)`` is called once per record: ``err`` is None when the broker
+        stored it, else the :class:`~aioproducer.errors.KafkaError` that failed it; ``msg``
+        is a :class:`~aioproducer.DeliveredMessage` (``topic()``, ``partition()``,
+        ``offset()``, ``key()``, ``value()``, ``error()``...). A callback that returns an
+        awaitable (an ``async def`` callback) is awaited.
+
+        Unlike confluent-kafka's, this is a coroutine, as ``confluent_kafka.aio``'s is:
+        ``await producer.produce(...)``. It returns as soon as the record is buffered,
+        waiting only for topic metadata or buffer memory, up to ``max_block_ms``, where
+        confluent-kafka would raise ``BufferError`` at once. It returns nothing: the
+        callback is how the outcome is told (:meth:`send` returns a future to await
+        instead).
+
+        Raises:
+            KafkaError: what :meth:`send` raises (then no callback is called).
+            InvalidArgumentTypeError: ``on_delivery`` is not callable, or both
+                ``on_delivery`` and ``callback`` are given.
+        """
+        self._check_loop()
+        report = check_delivery_callback(on_delivery, callback)
+        key, value, chosen, timestamp_ms, checked = confluent_arguments(
+            key, value, partition, timestamp, headers, self._key_serializer, self._value_serializer
+        )
+        future = await self.send(
+            topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
+        )
+        if report is not None:
+            # The future stays here: only the callback tells the outcome (a future handed
+            # out could be cancelled, which would detach it from the record's delivery).
+            message = DeliveredMessage(topic, value, key, chosen, checked)
+            self._reports.track(message, report, future)
+
+    async def poll(self, timeout: float | None = 0.0) -> int:
+        """Run the delivery callbacks of :meth:`produce` records that are done; return how
+        many ran.
+
+        As confluent-kafka's ``poll()``: with nothing to report it waits up to ``timeout``
+        seconds for a report (0, the default, does not wait; None or a negative number
+        waits as long as it takes), and returns 0 at once when no ``produce()`` record is
+        awaiting its report. The callbacks run here, in the calling task, one after the
+        other; if one raises, its exception propagates and the reports after it wait for the
+        next call.
+        """
+        self._check_loop()
+        reports = self._reports
+        if timeout is None or timeout < 0:
+            await reports.wait(None)
+        elif timeout > 0:
+            await reports.wait(timeout)
+        return await reports.serve_async()
+
+    async def _serve_reports(self) -> int:
+        # After flush() or close(): every record they waited for is done, but its future's
+        # callbacks (which queue its report) may not have run yet.
+        reports = self._reports
+        reports.collect()
+        return await reports.serve_async()
+
+    async def init_transactions(self) -> None:
+        """Initialize the transactional producer, under the Java and confluent-kafka name.
+
+        :meth:`start` already does what Java's ``initTransactions()`` does (find the
+        transaction coordinator, get the producer id and epoch, fence older producers with
+        the same ``transactional_id``): on a producer not started yet this starts it; on a
+        started one it has nothing left to do and returns.
+
+        Raises:
+            IllegalStateError: no ``transactional_id`` is set.
+            KafkaError: what :meth:`start` raises.
+        """
+        if self._config.transactional_id is None:
+            raise IllegalStateError(
+                "init_transactions() needs a transactional producer: set transactional_id"
+            )
+        if self._state is ProducerState.CREATED:
+            await self.start()
+            return
+        self._require_transactions("init_transactions()")
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
         for interceptor in self._interceptors:
@@ -782,9 +930,20 @@ class Producer:
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait until each record is acknowledged or failed.
 
+        Then runs the delivery callbacks of :meth:`produce` records that are done, as
+        confluent-kafka's ``flush()`` does (also when it times out).
+
         Raises:
             FlushTimeoutError: ``timeout`` seconds passed first (the records stay buffered).
         """
+        self._check_loop()
+        try:
+            await self._flush(timeout)
+        finally:
+            if self._state is ProducerState.RUNNING:
+                await self._serve_reports()
+
+    async def _flush(self, timeout: float | None) -> None:
         self._check_running()
         accumulator = self._accumulator
         sender = self._sender
@@ -823,6 +982,26 @@ class Producer:
         return self._metrics.snapshot(
             stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
         )
+
+
+def _false() -> bool:
+    return False
+
+
+def _other_loop_error(loop: asyncio.AbstractEventLoop) -> IllegalStateError:
+    """The error for a producer used from an event loop other than the one it started on."""
+    if loop.is_closed():
+        return IllegalStateError(
+            "this producer belongs to an event loop that is closed now (each asyncio.run() "
+            "makes a new loop): create and start the producer inside the loop that uses it, "
+            "for example in the same asyncio.run()"
+        )
+    return IllegalStateError(
+        "this producer belongs to another event loop (the one its start() ran on): its "
+        "connections, tasks and futures live there. From another thread, use "
+        "aioproducer.SyncProducer, which any thread may call; or create one Producer per "
+        "event loop"
+    )
 
 
 def _cancelling(sender_task: asyncio.Task[Any]) -> bool:

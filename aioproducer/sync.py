@@ -35,6 +35,13 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from aioproducer.appender import check_headers, serialize
 from aioproducer.config import ProducerConfig
+from aioproducer.delivery import (
+    DeliveredMessage,
+    DeliveryCallback,
+    DeliveryReports,
+    check_delivery_callback,
+    confluent_arguments,
+)
 from aioproducer.errors import (
     IllegalStateError,
     KafkaError,
@@ -128,6 +135,7 @@ class SyncProducer:
         self._closed = threading.Event()
         self._dead: SenderCrashedError | None = None
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
+        self._reports = DeliveryReports()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._wakeup: asyncio.Event | None = None
@@ -524,12 +532,108 @@ class SyncProducer:
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent before this call is acknowledged or failed.
 
+        Then runs the delivery callbacks of :meth:`produce` records that are done, in the
+        calling thread, as confluent-kafka's ``flush()`` does (also when it times out).
+
         Raises:
             FlushTimeoutError: ``timeout`` seconds passed first (the records stay buffered).
         """
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._enqueue((_FLUSH, timeout, future))
-        self._wait(future)
+        try:
+            self._wait(future)
+        finally:
+            self._serve_reports()
+
+    # ---- confluent-kafka style: produce, poll, init_transactions ------------------------
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Mapping[str, bytes | str | None] | Sequence[tuple[str, Any]] | None = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue a record as confluent-kafka's ``Producer.produce()`` does; its delivery
+        callback runs later, in the thread that calls :meth:`poll`, :meth:`flush` or
+        :meth:`close`.
+
+        The arguments are confluent-kafka's, as for :meth:`Producer.produce
+        <aioproducer.Producer.produce>`: ``partition=-1`` lets the partitioner choose,
+        ``timestamp=0`` means now, ``headers`` is a dict or a list of pairs, ``callback`` is
+        another name for ``on_delivery``, and a str key, value or header value is encoded as
+        UTF-8 (a key or value only when no serializer is set for it).
+
+        Returns at once, as :meth:`send` does (it blocks only while thousands of records
+        wait for the loop thread); where confluent-kafka raises ``BufferError`` on a full
+        queue, the loop thread waits up to ``max_block_ms`` for buffer memory and then fails
+        the record (``BufferExhaustedError`` reaches its callback). Returns nothing: the
+        callback is how the outcome is told (:meth:`send` returns a future instead).
+
+        Raises:
+            KafkaError: what :meth:`send` raises (then no callback is called).
+            InvalidArgumentTypeError: ``on_delivery`` is not callable, or both
+                ``on_delivery`` and ``callback`` are given.
+        """
+        report = check_delivery_callback(on_delivery, callback)
+        key, value, chosen, timestamp_ms, checked = confluent_arguments(
+            key,
+            value,
+            partition,
+            timestamp,
+            headers,
+            self._config.key_serializer,
+            self._config.value_serializer,
+        )
+        future = self.send(topic, value, key, chosen, timestamp_ms, checked)
+        if report is not None:
+            message = DeliveredMessage(topic, value, key, chosen, checked)
+            self._reports.track(message, report, future)
+
+    def poll(self, timeout: float | None = -1) -> int:
+        """Run the delivery callbacks of :meth:`produce` records that are done, in the
+        calling thread; return how many ran.
+
+        As confluent-kafka's ``poll()``: with nothing to report it blocks up to ``timeout``
+        seconds for a report (0 does not block; None or a negative number, the default,
+        blocks as long as it takes), and returns 0 at once when no ``produce()`` record is
+        awaiting its report. If a callback raises, its exception propagates and the reports
+        after it wait for the next call.
+        """
+        self._check_not_loop_thread("poll")
+        if timeout is None or timeout < 0:
+            self._reports.wait_blocking(None)
+        elif timeout > 0:
+            self._reports.wait_blocking(timeout)
+        return self._reports.serve()
+
+    def _serve_reports(self) -> int:
+        # After flush() or close(): the records are done, their reports queued or about to be.
+        self._reports.collect()
+        return self._reports.serve()
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Java's and confluent-kafka's ``init_transactions()``: creating a transactional
+        SyncProducer already did it (found the coordinator, got the producer id and epoch,
+        fenced older producers with the same ``transactional_id``, within
+        ``max_block_ms``), so this checks that the producer is transactional and open and
+        returns. ``timeout`` is taken for confluent-kafka's signature; nothing is left to
+        wait for.
+
+        Raises:
+            IllegalStateError: no ``transactional_id`` is set.
+            ProducerClosedError: the SyncProducer is closed.
+        """
+        if self._config.transactional_id is None:
+            raise IllegalStateError(
+                "init_transactions() needs a transactional producer: set transactional_id"
+            )
+        self._check_open()
 
     def _in_order(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -599,6 +703,9 @@ class SyncProducer:
         finally:
             self._portal_cm.__exit__(None, None, None)
             self._closed.set()
+            # As confluent-kafka's close() (which flushes), the delivery callbacks of
+            # produce() records run now, in the calling thread: failed records' too.
+            self._serve_reports()
 
     def __enter__(self) -> SyncProducer:
         return self

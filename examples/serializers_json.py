@@ -32,6 +32,9 @@ async def main(bootstrap_servers: str, topic: str) -> None:
             {"user": "ada", "action": "logout"},
         ]
         futures = [await producer.send(topic, event, key=event["user"]) for event in events]
+        # No key: the key serializer is not called (a None key or value stays None).
+        events.append({"action": "heartbeat"})
+        futures.append(await producer.send(topic, events[-1]))
         for event, future in zip(events, futures, strict=True):
             metadata = await future
             print(f"{event['action']:>7}: partition {metadata.partition}, offset {metadata.offset}")
