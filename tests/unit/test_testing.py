@@ -11,8 +11,11 @@ records only once committed, drop aborted ones, and follow the producer's state 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -437,3 +440,32 @@ async def test_clear_forgets_records_but_offsets_go_on() -> None:
     producer.clear()
     assert producer.records() == [] and producer.history() == []
     assert (await producer.send_and_wait("t", b"b")).offset == 1
+
+
+# ---- the testing page's snippets ------------------------------------------------------------
+
+_PAGE = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+_SNIPPETS = re.findall(r"```python\n(.*?)```", _PAGE.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+@pytest.mark.parametrize("index", range(len(_SNIPPETS)))
+def test_the_testing_pages_snippets_run(index: int) -> None:
+    """Each snippet runs as written, and so do the tests it shows (those that need no
+    fixture: the Spark one needs a SparkSession)."""
+    source = _SNIPPETS[index]
+    if "fastapi" in source:
+        pytest.importorskip("fastapi")
+    namespace: dict[str, Any] = {"__name__": f"testing_page_snippet_{index}"}
+    exec(compile(source, f"docs/testing.md snippet {index}", "exec"), namespace)
+    tests = [
+        value
+        for name, value in namespace.items()
+        if name.startswith("test_") and not inspect.signature(value).parameters
+    ]
+    if "def test_" in source and "spark" not in source:
+        assert tests, "the snippet's test was not found"
+    for test in tests:
+        if inspect.iscoroutinefunction(test):
+            asyncio.run(test())
+        else:
+            test()
