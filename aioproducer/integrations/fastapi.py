@@ -177,14 +177,21 @@ def _replacement(override: Callable[..., Any]) -> Any:
         signature = inspect.signature(override)
     except (TypeError, ValueError):
         return _NOTHING
-    needs_arguments = any(
-        parameter.default is inspect.Parameter.empty
-        and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        for parameter in signature.parameters.values()
-    )
-    if needs_arguments:
+    if any(_filled_by_fastapi(parameter) for parameter in signature.parameters.values()):
         return _NOTHING
     return override()
+
+
+def _filled_by_fastapi(parameter: inspect.Parameter) -> bool:
+    """True for a parameter only FastAPI can give a value: one without a default (the
+    request, an ``Annotated[..., Depends(...)]``), or one whose default is FastAPI's own
+    marker (``= Depends(...)``, ``= Header()``)."""
+    if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        return False
+    default = parameter.default
+    if default is inspect.Parameter.empty:
+        return True
+    return type(default).__module__.split(".")[0] == "fastapi"
 
 
 def kafka_lifespan(

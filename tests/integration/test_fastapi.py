@@ -291,6 +291,22 @@ def test_an_override_of_a_custom_state_key_that_needs_the_request(
     assert _connections(silent_listener) == 0
     assert [r.value for r in producer.records("audit")] == [b"entry"]
 
+    # Nor is one whose parameters FastAPI fills through their defaults.
+    def settings() -> str:
+        return "audit-topic"
+
+    def with_a_dependency(topic: str = Depends(settings)) -> Producer:
+        assert topic == "audit-topic"  # called by FastAPI, never by the lifespan
+        return producer
+
+    second = FastAPI(lifespan=lifespan)
+    second.post("/audit")(audit)
+    second.dependency_overrides[lifespan.dependency] = with_a_dependency
+    with TestClient(second) as client:
+        assert client.post("/audit").json() == {"state": "running"}
+    assert _connections(silent_listener) == 0
+    assert len(producer.records("audit")) == 2
+
 
 def test_a_broker_that_does_not_answer_stops_startup() -> None:
     app = _app("127.0.0.1:1", "unused", max_block_ms=500)
