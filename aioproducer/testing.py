@@ -27,17 +27,21 @@ What it shares with the real producer, so that a test fails where production wou
   with offsets counted per partition from 0.
 
 What it does not do: connect, batch, linger, compress, retry or time out. Each record is
-"acknowledged" as soon as it is sent (its future is done when ``send`` returns), so
-``flush()`` has nothing to wait for. Failures happen only when a test asks for them with
-:meth:`InMemoryProducer.fail_next`.
+acknowledged as soon as it is sent (its future is done when ``send`` returns), unless the
+producer is made with ``auto_complete=False``: records then wait for the test to
+acknowledge or fail them (:meth:`InMemoryProducer.complete_next`,
+:meth:`InMemoryProducer.fail_pending`). Failures happen only when a test asks for them, with
+those or with :meth:`InMemoryProducer.fail_next`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +60,8 @@ from aioproducer.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     KafkaError,
+    ProducerClosedError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
 from aioproducer.futures import BatchResults, RecordFuture
@@ -128,6 +134,27 @@ class _Entry:
         self.status = status
 
 
+class _Pending:
+    """A record sent and not acknowledged yet: its batch (which its future reads), the record
+    to store (its offset still -1), and the failure :meth:`InMemoryProducer.fail_next` set
+    for it."""
+
+    __slots__ = ("batch", "error", "record")
+
+    def __init__(self, batch: ProducerBatch, record: StoredRecord, error: KafkaError | None):
+        self.batch = batch
+        self.record = record
+        self.error = error
+
+    @property
+    def key_size(self) -> int:
+        return -1 if self.record.key is None else len(self.record.key)
+
+    @property
+    def value_size(self) -> int:
+        return -1 if self.record.value is None else len(self.record.value)
+
+
 @dataclass
 class _Fault:
     """Fail the next ``remaining`` records (to ``topic``, or to any topic)."""
@@ -152,7 +179,8 @@ class InMemoryProducer(Producer):
     them as the producer does; serializers, interceptors, ``partitioner``,
     ``max_request_size`` and ``transactional_id`` work as they do there. Records are
     checked as ``send`` checks them, stored with offsets counted per partition, and their
-    futures are done at once. Read them back with :meth:`records`.
+    futures are done at once (unless ``auto_complete=False``). Read them back with
+    :meth:`records`.
 
     Args:
         config: producer options by snake_case or Java name, as for ``Producer``.
@@ -163,6 +191,11 @@ class InMemoryProducer(Producer):
             broker with ``auto.create.topics.enable`` does); when False, sending to a topic
             not in ``topics`` (nor made with :meth:`create_topic`) raises
             :class:`~aioproducer.errors.UnknownTopicOrPartitionError`.
+        auto_complete: acknowledge each record as it is sent. When False, records stay
+            pending (their futures not done, nothing stored) until the test calls
+            :meth:`complete_next` or :meth:`fail_pending`, or until ``flush()``,
+            ``commit_transaction()`` or ``close()``, which deliver them as the producer
+            would.
         **options: producer options by snake_case name; they win over ``config``.
 
     Raises:
@@ -176,9 +209,12 @@ class InMemoryProducer(Producer):
         topics: Mapping[str, int] | Iterable[str] | None = None,
         default_partitions: int = 1,
         auto_create_topics: bool = True,
+        auto_complete: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(config, **options)
+        self._auto_complete = auto_complete
+        self._pending: deque[_Pending] = deque()
         self._default_partitions = _partition_count(default_partitions, "default_partitions")
         self._auto_create = auto_create_topics
         self._topics: dict[str, int] = {}
@@ -339,13 +375,7 @@ class InMemoryProducer(Producer):
             topic: only records to this topic fail; None for every topic.
             on_send: raise from ``send`` instead of failing the record's future.
         """
-        if not (
-            isinstance(error, KafkaError)
-            or (isinstance(error, type) and issubclass(error, KafkaError))
-        ):
-            raise InvalidArgumentTypeError(
-                f"error must be a KafkaError instance or subclass, not {error!r}"
-            )
+        _checked_error(error)
         if type(count) is not int or count < 1:
             raise InvalidArgumentError(f"count must be an int from 1, not {count!r}")
         checked_topic = None if topic is None else validate_topic(topic)
@@ -376,21 +406,33 @@ class InMemoryProducer(Producer):
             self._txn_state = TransactionState.READY
 
     async def close(self, timeout: float | None = None) -> None:
-        """Close the producer: every record is delivered already; an open transaction is
-        aborted, as the real producer does. Calling close again is harmless.
+        """Close the producer, as the real one does: an open transaction is aborted, and the
+        pending records (``auto_complete=False``) are delivered, or with a ``timeout`` of 0
+        or less fail with :class:`~aioproducer.errors.ProducerClosedError`. Calling close
+        again is harmless.
 
         The records stay readable after closing.
         """
-        if self._state is ProducerState.RUNNING and self._txn_state in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.ABORTABLE_ERROR,
-        ):
-            log.info(
-                "transactional id %r: aborting the open transaction because the producer is "
-                "closing",
-                self._config.transactional_id,
-            )
-            self._end_transaction(_ABORTED)
+        if self._state is ProducerState.RUNNING:
+            if self._txn_state in (
+                TransactionState.IN_TRANSACTION,
+                TransactionState.ABORTABLE_ERROR,
+            ):
+                log.info(
+                    "transactional id %r: aborting the open transaction because the producer "
+                    "is closing",
+                    self._config.transactional_id,
+                )
+                self._abort(
+                    TransactionAbortedError(
+                        "the producer was closed with the transaction open, so it was aborted"
+                    )
+                )
+            if timeout is not None and timeout <= 0:
+                self._fail_all_pending(
+                    ProducerClosedError("the producer was closed with timeout 0 before delivery")
+                )
+            self.complete_next(len(self._pending))
         self._state = ProducerState.CLOSED
 
     async def __aenter__(self) -> InMemoryProducer:
@@ -571,39 +613,122 @@ class InMemoryProducer(Producer):
             self._config.delivery_timeout_ms / 1000.0,
             loop,
         )
-        key_size = -1 if key is None else len(key)
-        value_size = -1 if value is None else len(value)
-        future = RecordFuture(batch, 0, timestamp, key_size, value_size)
-        error = self._take_fault(topic, on_send=False)
+        record = _Pending(
+            batch,
+            StoredRecord(
+                topic,
+                partition,
+                -1,
+                timestamp,
+                key,
+                value,
+                tuple(headers or ()),
+                self._txn_state is not None,
+            ),
+            self._take_fault(topic, on_send=False),
+        )
+        future = RecordFuture(batch, 0, timestamp, record.key_size, record.value_size)
+        if self._auto_complete:
+            self._complete(record)
+        else:
+            self._pending.append(record)
+        return future
+
+    def _complete(self, pending: _Pending, error: KafkaError | None = None) -> None:
+        """Acknowledge a record (store it, give it its offset) or fail it with ``error``
+        or the failure :meth:`fail_next` set for it."""
+        error = error or pending.error
+        record = pending.record
         if error is not None:
-            batch.fail(error)
-            self._metrics.records_failed(1)
             self._record_failed(error)
-            self._acknowledge(
-                RecordMetadata(topic, partition, -1, timestamp, key_size, value_size), error
-            )
-            return future
-        tp = (topic, partition)
+            self._drop(pending, error)
+            return
+        if record.transactional and self._txn_state in (
+            TransactionState.ABORTABLE_ERROR,
+            TransactionState.FATAL_ERROR,
+        ):
+            # As the sender drops the batches of a transaction that failed.
+            assert self._txn_error is not None
+            self._drop(pending, copy_error(self._txn_error, "the record was not sent"))
+            return
+        tp = (record.topic, record.partition)
         offset = self._next_offsets.get(tp, 0)
         self._next_offsets[tp] = offset + 1
-        transactional = self._txn_state is not None
-        stored = StoredRecord(
-            topic,
-            partition,
-            offset,
-            timestamp,
-            key,
-            value,
-            tuple(headers or ()),
-            transactional,
-        )
-        self._entries.append(_Entry(stored, _OPEN if transactional else _COMMITTED))
-        if transactional:
+        stored = dataclasses.replace(record, offset=offset)
+        self._entries.append(_Entry(stored, _OPEN if stored.transactional else _COMMITTED))
+        if stored.transactional:
             self._txn_partitions.add(tp)
-        batch.complete(offset, -1)
+        pending.batch.complete(offset, -1)
         self._metrics.records_sent(1)
-        self._acknowledge(future.result(), None)
-        return future
+        self._acknowledge(
+            RecordMetadata(
+                stored.topic,
+                stored.partition,
+                offset,
+                stored.timestamp,
+                pending.key_size,
+                pending.value_size,
+            ),
+            None,
+        )
+
+    def _drop(self, pending: _Pending, error: KafkaError) -> None:
+        """Fail a record with ``error``; it is not stored."""
+        record = pending.record
+        pending.batch.fail(error)
+        self._metrics.records_failed(1)
+        self._acknowledge(
+            RecordMetadata(
+                record.topic,
+                record.partition,
+                -1,
+                record.timestamp,
+                pending.key_size,
+                pending.value_size,
+            ),
+            error,
+        )
+
+    # ---- records not acknowledged yet (auto_complete=False) ------------------------------------
+
+    @property
+    def pending_count(self) -> int:
+        """How many records were sent and are neither acknowledged nor failed yet (always 0
+        with ``auto_complete``)."""
+        return len(self._pending)
+
+    def complete_next(self, count: int = 1) -> int:
+        """Acknowledge the ``count`` oldest pending records, in the order sent: they are
+        stored, get their offsets, and their futures resolve (or fail, if :meth:`fail_next`
+        said so when they were sent). Returns how many there were.
+        """
+        done = 0
+        while self._pending and done < count:
+            self._complete(self._pending.popleft())
+            done += 1
+        return done
+
+    def fail_pending(self, error: KafkaError | type[KafkaError], count: int = 1) -> int:
+        """Fail the ``count`` oldest pending records with ``error`` (an instance or a
+        :class:`~aioproducer.errors.KafkaError` subclass), as a broker's error would: they
+        are not stored, and a transaction they belong to must be aborted. Returns how many
+        there were."""
+        fault = _Fault(_checked_error(error), 1, None, False)
+        done = 0
+        while self._pending and done < count:
+            self._complete(self._pending.popleft(), fault.make())
+            done += 1
+        return done
+
+    def _fail_all_pending(self, error: KafkaError, transactional_only: bool = False) -> None:
+        kept: deque[_Pending] = deque()
+        while self._pending:
+            pending = self._pending.popleft()
+            if transactional_only and not pending.record.transactional:
+                kept.append(pending)
+            else:
+                self._drop(pending, copy_error(error))
+        self._pending = kept
 
     def _acknowledge(self, metadata: RecordMetadata, error: BaseException | None) -> None:
         for interceptor in self._interceptors:
@@ -625,13 +750,15 @@ class InMemoryProducer(Producer):
     # ---- flush, partitions, metrics ---------------------------------------------------------
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Return at once: every record sent is acknowledged (or failed) already.
+        """Acknowledge every pending record (with ``auto_complete``, there are none), then
+        return: once it returns, each record sent is acknowledged or failed.
 
         Raises:
             IllegalStateError: the producer is not started.
             ProducerClosedError: the producer is closed.
         """
         self._check_running()
+        self.complete_next(len(self._pending))
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (created with ``default_partitions`` if
@@ -703,6 +830,9 @@ class InMemoryProducer(Producer):
             IllegalStateError: no transaction is open.
         """
         self._require_transactions("commit_transaction()")
+        if self._txn_state is TransactionState.IN_TRANSACTION:
+            # The producer delivers the transaction's records before it commits.
+            self.complete_next(len(self._pending))
         self._raise_if_failed("commit the transaction")
         if self._txn_state is not TransactionState.IN_TRANSACTION:
             raise IllegalStateError(
@@ -731,6 +861,16 @@ class InMemoryProducer(Producer):
             raise IllegalStateError(
                 f"cannot abort: no transaction is open ({_state_name(self._txn_state)})"
             )
+        self._abort(None)
+
+    def _abort(self, reason: KafkaError | None) -> None:
+        # The records not sent yet fail, as the producer fails the batches it still holds.
+        cause = self._txn_error or reason
+        message = "the transaction was aborted before the record was sent"
+        self._fail_all_pending(
+            TransactionAbortedError(message) if cause is None else copy_error(cause, message),
+            transactional_only=True,
+        )
         self._end_transaction(_ABORTED)
 
     def _end_transaction(self, outcome: str) -> None:
@@ -794,6 +934,16 @@ class InMemoryProducer(Producer):
             if self._txn_state is TransactionState.ABORTABLE_ERROR:
                 await self.abort_transaction()
             raise
+
+
+def _checked_error(error: Any) -> KafkaError | type[KafkaError]:
+    if isinstance(error, KafkaError) or (
+        isinstance(error, type) and issubclass(error, KafkaError)
+    ):
+        return error
+    raise InvalidArgumentTypeError(
+        f"error must be a KafkaError instance or subclass, not {error!r}"
+    )
 
 
 def _state_name(state: TransactionState | None) -> str:

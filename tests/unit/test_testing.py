@@ -43,6 +43,7 @@ from aioproducer.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
 from aioproducer.testing import InMemoryProducer, StoredRecord
@@ -440,6 +441,98 @@ async def test_clear_forgets_records_but_offsets_go_on() -> None:
     producer.clear()
     assert producer.records() == [] and producer.history() == []
     assert (await producer.send_and_wait("t", b"b")).offset == 1
+
+
+# ---- records left pending (auto_complete=False) ------------------------------------------------
+
+
+async def test_pending_records_wait_for_the_test_to_complete_them() -> None:
+    producer = await started(auto_complete=False, topics={"t": 1})
+    waiting = asyncio.ensure_future(producer.send_and_wait("t", b"a"))
+    for _ in range(100):  # until the task has sent its record (a guard, not a delay)
+        if producer.pending_count:
+            break
+        await asyncio.sleep(0)
+    assert producer.pending_count == 1
+    future = await producer.send("t", b"b")
+    batch = await producer.send_many("t", [b"c", b"d"])
+    assert not future.done() and not waiting.done() and not batch.done()
+    assert producer.records() == [] and producer.pending_count == 4
+    assert producer.complete_next() == 1
+    assert (await asyncio.wait_for(waiting, 10)).offset == 0
+    assert not future.done()
+    assert producer.complete_next(10) == 3
+    assert (await future).offset == 1
+    assert [m.offset for m in await batch] == [2, 3]
+    assert [r.value for r in producer.records("t")] == [b"a", b"b", b"c", b"d"]
+    assert producer.complete_next() == 0
+
+
+async def test_pending_records_fail_when_told_and_as_fail_next_said() -> None:
+    producer = await started(auto_complete=False)
+    producer.fail_next(NotEnoughReplicasError)
+    doomed = await producer.send("t", b"doomed")  # fails when completed, as set up
+    refused = await producer.send("t", b"refused")
+    kept = await producer.send("t", b"kept")
+    assert producer.complete_next() == 1
+    assert isinstance(doomed.exception(), NotEnoughReplicasError)
+    assert producer.fail_pending(ProducerFencedError("refused by the test")) == 1
+    with pytest.raises(ProducerFencedError, match="refused by the test"):
+        await refused
+    assert not kept.done()
+    await producer.flush()
+    assert (await kept).offset == 0
+    assert [r.value for r in producer.records()] == [b"kept"]
+    assert producer.fail_pending(KafkaError) == 0
+
+
+async def test_close_delivers_pending_records_unless_its_timeout_is_zero() -> None:
+    delivering = await started(auto_complete=False)
+    future = await delivering.send("t", b"v")
+    await delivering.close()
+    assert (await future).offset == 0
+    assert len(delivering.records()) == 1
+
+    dropping = await started(auto_complete=False)
+    future = await dropping.send("t", b"v")
+    await dropping.close(timeout=0)
+    with pytest.raises(ProducerClosedError, match="timeout 0 before delivery"):
+        await future
+    assert dropping.records() == []
+
+
+async def test_pending_records_of_a_transaction() -> None:
+    producer = await started(auto_complete=False, transactional_id="tx")
+    # The commit delivers the transaction's records first.
+    await producer.begin_transaction()
+    committed = await producer.send("out", b"committed")
+    await producer.commit_transaction()
+    assert (await committed).offset == 0
+    assert [r.value for r in producer.records()] == [b"committed"]
+    # An abort fails the records not sent yet.
+    await producer.begin_transaction()
+    aborted = await producer.send("out", b"aborted")
+    await producer.abort_transaction()
+    with pytest.raises(TransactionAbortedError, match="aborted before the record was sent"):
+        await aborted
+    # After a failed record, the others of the transaction are not sent.
+    await producer.begin_transaction()
+    first = await producer.send("out", b"first")
+    second = await producer.send("out", b"second")
+    producer.fail_pending(NotEnoughReplicasError)
+    producer.complete_next()
+    assert isinstance(first.exception(), NotEnoughReplicasError)
+    with pytest.raises(NotEnoughReplicasError, match="the record was not sent"):
+        await second
+    await producer.abort_transaction()
+    # Closing with a transaction open aborts it, and its pending records fail.
+    await producer.begin_transaction()
+    unsent = await producer.send("out", b"unsent")
+    await producer.close()
+    with pytest.raises(TransactionAbortedError, match="closed with the transaction open"):
+        await unsent
+    assert [r.value for r in producer.records()] == [b"committed"]
+    assert producer.history() == producer.records()
 
 
 # ---- the testing page's snippets ------------------------------------------------------------
