@@ -157,19 +157,22 @@ class _Pending:
 
 @dataclass
 class _Fault:
-    """Fail the next ``remaining`` records (to ``topic``, or to any topic)."""
+    """Fail the next ``remaining`` records (to ``topic``, or to any topic) with ``error``:
+    from ``send`` itself when ``on_send``, else through their futures. ``origin`` names
+    the method that asked for it."""
 
     error: KafkaError | type[KafkaError]
     remaining: int
     topic: str | None
     on_send: bool
+    origin: str = "fail_next"
 
     def make(self) -> KafkaError:
         error = self.error
         if isinstance(error, KafkaError):
             # A copy per record: send_many adds the item's number to the message it raises.
             return copy_error(error)
-        return error("failed by InMemoryProducer.fail_next()")
+        return error(f"failed by InMemoryProducer.{self.origin}()")
 
 
 class InMemoryProducer(Producer):
@@ -563,9 +566,6 @@ class InMemoryProducer(Producer):
             self._config.max_request_size,
             self._config.buffer_memory,
         )
-        fault = self._take_fault(name, on_send=True)
-        if fault is not None:
-            raise fault
         count = self._partitions_of(name)
         sticky = False
         if partition is None:
@@ -573,6 +573,11 @@ class InMemoryProducer(Producer):
             sticky = key_bytes is None
         elif partition >= count:
             raise Metadata.partition_out_of_range_error(name, partition, count)
+        # Where the producer would wait for buffer memory: its partition is known, and the
+        # sticky partitioner is told of the record only once it is appended.
+        fault = self._take_fault(name, on_send=True)
+        if fault is not None:
+            raise fault
         if sticky:
             self._tell_partitioner(name, partition, value_bytes)
         return self._deliver(name, partition, timestamp, key_bytes, value_bytes, checked_headers)
@@ -713,7 +718,7 @@ class InMemoryProducer(Producer):
         :class:`~aioproducer.errors.KafkaError` subclass), as a broker's error would: they
         are not stored, and a transaction they belong to must be aborted. Returns how many
         there were."""
-        fault = _Fault(_checked_error(error), 1, None, False)
+        fault = _Fault(_checked_error(error), 1, None, False, "fail_pending")
         done = 0
         while self._pending and done < count:
             self._complete(self._pending.popleft(), fault.make())

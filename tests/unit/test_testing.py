@@ -32,6 +32,7 @@ from aioproducer import (
     TransactionState,
 )
 from aioproducer.errors import (
+    BufferExhaustedError,
     ConfigurationError,
     IllegalStateError,
     InvalidArgumentError,
@@ -322,6 +323,20 @@ async def test_fail_next_by_topic_with_an_instance_and_on_send() -> None:
         producer.fail_next(KafkaError, count=0)
 
 
+async def test_a_send_failure_comes_where_the_producer_would_wait_for_memory() -> None:
+    producer = await started(topics={"known": 2}, auto_create_topics=False)
+    producer.fail_next(BufferExhaustedError, on_send=True)
+    # Refused first for what the producer checks before it waits for memory.
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await producer.send("unknown", b"v")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await producer.send("known", b"v", partition=2)
+    with pytest.raises(BufferExhaustedError, match=r"InMemoryProducer\.fail_next\(\)") as raised:
+        await producer.send("known", b"v")
+    assert raised.value.retriable
+    assert (await producer.send_and_wait("known", b"v", partition=0)).offset == 0
+
+
 async def test_send_many_awaits_to_the_first_injected_failure() -> None:
     producer = await started()
     producer.fail_next(NotEnoughReplicasError)
@@ -522,6 +537,7 @@ async def test_pending_records_of_a_transaction() -> None:
     producer.fail_pending(NotEnoughReplicasError)
     producer.complete_next()
     assert isinstance(first.exception(), NotEnoughReplicasError)
+    assert "InMemoryProducer.fail_pending()" in str(first.exception())
     with pytest.raises(NotEnoughReplicasError, match="the record was not sent"):
         await second
     await producer.abort_transaction()
