@@ -221,6 +221,11 @@ class InMemoryProducer(Producer):
         self._default_partitions = _partition_count(default_partitions, "default_partitions")
         self._auto_create = auto_create_topics
         self._topics: dict[str, int] = {}
+        if isinstance(topics, str):
+            raise ConfigurationError(
+                f"topics must be a mapping of names to partition counts or a list of names, "
+                f"not the str {topics!r}"
+            )
         if isinstance(topics, Mapping):
             for name, count in topics.items():
                 self.create_topic(name, count)

@@ -200,6 +200,8 @@ async def test_options_are_validated_as_the_producer_does() -> None:
         InMemoryProducer(default_partitions=0)
     with pytest.raises(ConfigurationError, match="partition count of topic 't'"):
         InMemoryProducer(topics={"t": 0})
+    with pytest.raises(ConfigurationError, match="not the str 'orders'"):
+        InMemoryProducer(topics="orders")
 
 
 async def test_lifecycle_misuse_raises_as_in_the_producer() -> None:
