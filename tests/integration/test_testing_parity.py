@@ -3,7 +3,8 @@
 The real producer sends to librdkafka's mock cluster; the in-memory one to nothing. For
 every call below both must agree: a refused record is refused with the same error class
 and message, a keyed record lands on the same partition, a send_many refusal names the
-same item with the same records accepted. A test that passes against the in-memory
+same item with the same records accepted, and transaction calls out of order are refused
+alike. A test that passes against the in-memory
 producer then fails in production only for what a broker adds.
 """
 
@@ -121,3 +122,46 @@ async def test_send_many_refuses_the_same_item(mock_cluster: Any, items: list[An
             assert accepted is not None
             outcomes.append((type(raised.value), str(raised.value), len(await accepted)))
     assert outcomes[0] == outcomes[1]
+
+
+async def _transaction_calls(producer: Producer) -> list[tuple[str, ...]]:
+    """Transaction calls in and out of order, and what each gave."""
+    outcomes: list[tuple[str, ...]] = []
+    calls: list[tuple[str, Any]] = [
+        ("send", lambda: producer.send("t", b"v")),
+        ("commit", producer.commit_transaction),
+        ("abort", producer.abort_transaction),
+        ("offsets", lambda: producer.send_offsets_to_transaction({("in", 0): 1}, "group")),
+        ("begin", producer.begin_transaction),
+        ("begin again", producer.begin_transaction),
+        ("send", lambda: producer.send_and_wait("t", b"v")),
+        ("commit", producer.commit_transaction),
+        ("commit again", producer.commit_transaction),
+        ("begin", producer.begin_transaction),
+        ("send", lambda: producer.send_and_wait("t", b"v")),
+        ("abort", producer.abort_transaction),
+        ("abort again", producer.abort_transaction),
+    ]
+    for name, call in calls:
+        try:
+            await call()
+        except KafkaError as exc:
+            outcomes.append((name, type(exc).__name__, str(exc)))
+        else:
+            outcomes.append((name, "ok"))
+    return outcomes
+
+
+async def test_transaction_calls_have_the_same_outcomes(mock_cluster: Any) -> None:
+    mock_cluster.create_topic("t", partitions=1, replication_factor=3)
+    real = Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers,
+        transactional_id="parity",
+        max_block_ms=30_000,
+    )
+    outcomes = []
+    for producer in (real, InMemoryProducer(transactional_id="parity")):
+        async with producer:
+            outcomes.append(await _transaction_calls(producer))
+    assert outcomes[1] == outcomes[0]
+    assert {outcome[1] for outcome in outcomes[0]} == {"ok", "IllegalStateError"}
