@@ -668,13 +668,15 @@ class InMemoryProducer(Producer):
         self._entries.append(_Entry(stored, _OPEN if stored.transactional else _COMMITTED))
         if stored.transactional:
             self._txn_partitions.add(tp)
-        pending.batch.complete(offset, -1)
+        # With acks=0 no broker says where the record went: the producer reports offset -1.
+        reported = -1 if self._config.acks == 0 else offset
+        pending.batch.complete(reported, -1)
         self._metrics.records_sent(1)
         self._acknowledge(
             RecordMetadata(
                 stored.topic,
                 stored.partition,
-                offset,
+                reported,
                 stored.timestamp,
                 pending.key_size,
                 pending.value_size,

@@ -14,6 +14,7 @@ import json
 import time
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from aioproducer import Producer, ProducerRecord
@@ -165,3 +166,15 @@ async def test_transaction_calls_have_the_same_outcomes(mock_cluster: Any) -> No
             outcomes.append(await _transaction_calls(producer))
     assert outcomes[1] == outcomes[0]
     assert {outcome[1] for outcome in outcomes[0]} == {"ok", "IllegalStateError"}
+
+
+async def test_acks_0_reports_no_offset_in_both(mock_cluster: Any) -> None:
+    topic = _topic(mock_cluster)
+    options: dict[str, Any] = {"acks": 0, "enable_idempotence": False}
+    offsets = []
+    real = Producer(bootstrap_servers=mock_cluster.bootstrap_servers, **options)
+    for producer in (real, InMemoryProducer(topics={topic: PARTITIONS}, **options)):
+        async with producer:
+            metadata = await producer.send_and_wait(topic, b"v", key=b"k")
+            offsets.append((metadata.partition, metadata.offset))
+    assert offsets[0] == offsets[1] == (confluent_kafka.murmur2(b"k", PARTITIONS), -1)

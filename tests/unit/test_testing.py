@@ -81,6 +81,14 @@ async def test_records_are_stored_with_offsets_per_partition_and_metadata_says_w
     assert len(producer.history()) == 3
 
 
+async def test_with_acks_0_the_metadata_has_no_offset_as_in_the_producer() -> None:
+    producer = await started(acks=0)
+    assert (await producer.send_and_wait("t", b"v")).offset == -1
+    results = await producer.send_many("t", [b"a", b"b"])
+    assert [m.offset for m in await results] == [-1, -1]
+    assert [r.offset for r in producer.records("t")] == [0, 1, 2]
+
+
 async def test_send_returns_a_done_record_future_that_behaves_as_a_future() -> None:
     producer = await started()
     future = await producer.send("t", b"v")
