@@ -40,6 +40,7 @@ from aioproducer.errors import (
     InvalidTopicError,
     KafkaError,
     NotEnoughReplicasError,
+    PartitionerError,
     ProducerClosedError,
     ProducerFencedError,
     RecordTooLargeError,
@@ -127,6 +128,18 @@ async def test_keyless_records_stick_to_a_partition_until_a_batch_is_full() -> N
     partitions = [r.partition for r in producer.records("t")]
     assert len(set(partitions[:9])) == 1  # 900 bytes: no switch yet
     assert len(set(partitions)) > 1
+
+
+async def test_a_custom_partitioner_chooses_and_is_checked() -> None:
+    producer = await started(
+        topics={"t": 4}, partitioner=lambda topic, key, count: 0 if key is None else count - 1
+    )
+    assert (await producer.send_and_wait("t", b"v", key=b"k")).partition == 3
+    assert (await producer.send_and_wait("t", b"v")).partition == 0
+    wrong = await started(partitioner=lambda topic, key, count: count)
+    with pytest.raises(PartitionerError, match="returned partition 1 for topic 't'"):
+        await wrong.send("t", b"v")
+    assert wrong.history() == []
 
 
 async def test_serializers_and_interceptors_run_as_in_the_producer() -> None:
