@@ -39,6 +39,8 @@ __all__ = [
     "PreparedRecord",
     "RecordAppender",
     "check_headers",
+    "check_record_size",
+    "partitioner_error",
     "serialize",
     "to_bytes",
 ]
@@ -153,6 +155,31 @@ def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders 
             headers_size += len(name.encode()) + (0 if data is None else len(data)) + 10
     return estimate_record_size(
         -1 if key is None else len(key), -1 if value is None else len(value), headers_size
+    )
+
+
+def check_record_size(size: int, max_request_size: int, buffer_memory: int) -> None:
+    """RecordTooLargeError when a record of ``size`` bytes (:func:`record_size`) can never be
+    sent: its batch would exceed ``max_request_size`` or ``buffer_memory``."""
+    total = size + RECORD_BATCH_OVERHEAD
+    if total > max_request_size:
+        raise RecordTooLargeError(
+            f"the record is {total} bytes when serialized, larger than max_request_size "
+            f"({max_request_size})"
+        )
+    if total > buffer_memory:
+        raise RecordTooLargeError(
+            f"the record is {total} bytes when serialized, larger than buffer_memory "
+            f"({buffer_memory})"
+        )
+
+
+def partitioner_error(chosen: Any, topic: str, count: int) -> PartitionerError:
+    """The error for a partitioner that returned ``chosen``, not a partition of ``topic``
+    (which has ``count`` partitions)."""
+    return PartitionerError(
+        f"the partitioner returned {chosen!r} for topic {topic!r}, which has {count} "
+        f"partition(s): it must return an int from 0 to {count - 1}"
     )
 
 
@@ -282,17 +309,7 @@ class RecordAppender:
 
     def check_record_size(self, size: int) -> None:
         """RecordTooLargeError when a record of ``size`` bytes can never be sent."""
-        total = size + RECORD_BATCH_OVERHEAD
-        if total > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than max_request_size "
-                f"({self._max_request_size})"
-            )
-        if total > self._buffer_memory:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than buffer_memory "
-                f"({self._buffer_memory})"
-            )
+        check_record_size(size, self._max_request_size, self._buffer_memory)
 
     def choose_partition(self, topic: str, key: bytes | None, count: int, available: Any) -> int:
         """The partitioner's pick for a record with ``key``, checked against ``count``."""
@@ -303,10 +320,7 @@ class RecordAppender:
         else:
             chosen = self._partitioner.partition(topic, key, count, available)
         if type(chosen) is not int or not 0 <= chosen < count:
-            raise PartitionerError(
-                f"the partitioner returned {chosen!r} for topic {topic!r}, which has {count} "
-                f"partition(s): it must return an int from 0 to {count - 1}"
-            )
+            raise partitioner_error(chosen, topic, count)
         return chosen
 
     def note_sticky_append(

@@ -394,6 +394,16 @@ class Metadata:
             f"{waited_ms:.0f} ms (max_block_ms)"
         )
 
+    @staticmethod
+    def partition_out_of_range_error(topic: str, partition: int, count: int) -> KafkaError:
+        """The error for a record sent to a partition the topic does not have (not retriable:
+        the topic's metadata is fresh)."""
+        return UnknownTopicOrPartitionError(
+            f"partition {partition} is out of range: topic {topic!r} has "
+            f"{count} partition(s), 0 to {count - 1}",
+            retriable=False,
+        )
+
     def snapshot(self) -> dict[str, Any]:
         """A small summary for logs and debugging."""
         return {

@@ -40,7 +40,6 @@ from aioproducer.errors import (
     ProducerFencedError,
     RequestTimedOutError,
     SenderCrashedError,
-    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -910,10 +909,8 @@ class Producer:
                 if 0 <= partition < info.partition_count:
                     return info
                 if refreshed_for_partition or partition < 0:
-                    raise UnknownTopicOrPartitionError(
-                        f"partition {partition} is out of range: topic {topic!r} has "
-                        f"{info.partition_count} partition(s), 0 to {info.partition_count - 1}",
-                        retriable=False,
+                    raise metadata.partition_out_of_range_error(
+                        topic, partition, info.partition_count
                     )
             now = time.monotonic()
             remaining = deadline - now

@@ -16,18 +16,28 @@ The producer is built and started inside the lifespan, on the server's running l
 closed (after delivering what is buffered) when the app shuts down. Requests reach it through
 the :func:`get_producer` dependency. For publishing off the request path, see
 :func:`send_and_forget`.
+
+In tests, replace the dependency and the lifespan connects to nothing: it uses the
+replacement (an :class:`~aioproducer.testing.InMemoryProducer`, say) instead::
+
+    producer = InMemoryProducer()
+    app.dependency_overrides[get_producer] = lambda: producer
+    with TestClient(app) as client:
+        client.post("/orders", json={...})
+    assert producer.records("orders")
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
 
-from aioproducer import Producer, RecordFuture
+from aioproducer import Producer, ProducerState, RecordFuture
 
 __all__ = [
     "STATE_KEY",
@@ -57,6 +67,14 @@ class ProducerLifespan:
     producer is stored as ``app.state.producer`` and in the lifespan state, so
     ``request.state.producer`` and :func:`get_producer` find it.
 
+    When the app replaces this lifespan's dependency (``app.dependency_overrides[
+    get_producer]``, or ``[lifespan.dependency]`` for a custom ``state_key``), the lifespan
+    builds no producer and connects to nothing. If the replacement takes no arguments, it
+    is called once on startup and what it returns is stored instead, so your own lifespan
+    finds it in ``app.state``; a :class:`~aioproducer.Producer` (such as an
+    :class:`~aioproducer.testing.InMemoryProducer`) not started yet is started, and closed
+    on shutdown.
+
     Args:
         config: producer options by snake_case or Java name.
         lifespan: your own lifespan, run inside this one (so it can use the producer
@@ -64,6 +82,10 @@ class ProducerLifespan:
         state_key: the name to store the producer under; :meth:`dependency` reads it.
         close_timeout: seconds ``close()`` may take on shutdown; records still undelivered
             then fail. None waits for them (up to ``delivery_timeout_ms``).
+        producer_factory: builds the producer, called as ``producer_factory(config,
+            **options)``: :class:`~aioproducer.Producer` by default;
+            :class:`~aioproducer.testing.InMemoryProducer` for an app that runs without a
+            broker (with the same options, so the same serializers).
         **options: producer options by snake_case name; they win over ``config``.
     """
 
@@ -74,6 +96,7 @@ class ProducerLifespan:
         lifespan: _Lifespan | None = None,
         state_key: str = STATE_KEY,
         close_timeout: float | None = None,
+        producer_factory: Callable[..., Producer] = Producer,
         **options: Any,
     ) -> None:
         self._config = dict(config) if config is not None else None
@@ -81,6 +104,7 @@ class ProducerLifespan:
         self._inner = lifespan
         self._state_key = state_key
         self._close_timeout = close_timeout
+        self._factory = producer_factory
 
     def __call__(self, app: Any) -> AbstractAsyncContextManager[Mapping[str, Any]]:
         """Return the async context manager Starlette enters on startup."""
@@ -88,12 +112,25 @@ class ProducerLifespan:
 
     @asynccontextmanager
     async def _run(self, app: Any) -> AsyncIterator[Mapping[str, Any]]:
-        # Built here, not at import time: the server's loop is running now.
-        producer = Producer(self._config, **self._options)
-        await producer.start()
-        setattr(app.state, self._state_key, producer)
+        override = self._override(app)
+        producer: Any
+        if override is None:
+            # Built here, not at import time: the server's loop is running now.
+            producer = self._factory(self._config, **self._options)
+        else:
+            producer = _replacement(override)
+            log.info(
+                "the producer dependency is overridden: the lifespan builds no producer and "
+                "connects to nothing"
+            )
+        started = isinstance(producer, Producer) and producer.state is ProducerState.CREATED
+        if started:
+            await producer.start()
+        state: dict[str, Any] = {}
+        if producer is not _NOTHING:
+            setattr(app.state, self._state_key, producer)
+            state[self._state_key] = producer
         try:
-            state: dict[str, Any] = {self._state_key: producer}
             if self._inner is None:
                 yield state
             else:
@@ -102,13 +139,59 @@ class ProducerLifespan:
                         state.update(inner_state)
                     yield state
         finally:
-            if getattr(app.state, self._state_key, None) is producer:
+            if producer is not _NOTHING and getattr(app.state, self._state_key, None) is producer:
                 delattr(app.state, self._state_key)
-            await producer.close(self._close_timeout)
+            if started:
+                await producer.close(self._close_timeout)
+
+    def _override(self, app: Any) -> Callable[..., Any] | None:
+        """The app's replacement for this lifespan's dependency, if it has one."""
+        overrides = getattr(app, "dependency_overrides", None)
+        if not overrides:
+            return None
+        keys: list[Callable[..., Any]] = [self.dependency]
+        if self._state_key == STATE_KEY:
+            keys.append(get_producer)
+        for key in keys:
+            replacement = overrides.get(key)
+            if replacement is not None:
+                return cast("Callable[..., Any]", replacement)
+        return None
 
     def dependency(self, request: Request) -> Producer:
         """A dependency returning this lifespan's producer (for a custom ``state_key``)."""
         return _lookup(request, self._state_key)
+
+
+_NOTHING: Any = object()
+
+
+def _replacement(override: Callable[..., Any]) -> Any:
+    """What a dependency override gives outside a request: its result when it is a plain
+    callable that needs no argument, else ``_NOTHING`` (it is left to FastAPI to call)."""
+    if inspect.iscoroutinefunction(override) or inspect.isgeneratorfunction(override):
+        return _NOTHING
+    if inspect.isasyncgenfunction(override):
+        return _NOTHING
+    try:
+        signature = inspect.signature(override)
+    except (TypeError, ValueError):
+        return _NOTHING
+    if any(_filled_by_fastapi(parameter) for parameter in signature.parameters.values()):
+        return _NOTHING
+    return override()
+
+
+def _filled_by_fastapi(parameter: inspect.Parameter) -> bool:
+    """True for a parameter only FastAPI can give a value: one without a default (the
+    request, an ``Annotated[..., Depends(...)]``), or one whose default is FastAPI's own
+    marker (``= Depends(...)``, ``= Header()``)."""
+    if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        return False
+    default = parameter.default
+    if default is inspect.Parameter.empty:
+        return True
+    return type(default).__module__.split(".")[0] == "fastapi"
 
 
 def kafka_lifespan(
@@ -116,6 +199,7 @@ def kafka_lifespan(
     *,
     lifespan: _Lifespan | None = None,
     close_timeout: float | None = None,
+    producer_factory: Callable[..., Producer] = Producer,
     **options: Any,
 ) -> ProducerLifespan:
     """A lifespan that starts a producer with the app and closes it on shutdown.
@@ -123,7 +207,13 @@ def kafka_lifespan(
     ``FastAPI(lifespan=kafka_lifespan(bootstrap_servers="host:9092"))``; see
     :class:`ProducerLifespan` for the arguments.
     """
-    return ProducerLifespan(config, lifespan=lifespan, close_timeout=close_timeout, **options)
+    return ProducerLifespan(
+        config,
+        lifespan=lifespan,
+        close_timeout=close_timeout,
+        producer_factory=producer_factory,
+        **options,
+    )
 
 
 def _lookup(request: Request, key: str) -> Producer:
@@ -142,7 +232,9 @@ def _lookup(request: Request, key: str) -> Producer:
 def get_producer(request: Request) -> Producer:
     """The app's producer: a dependency, ``Annotated[Producer, Depends(get_producer)]``.
 
-    Tests can replace it with ``app.dependency_overrides[get_producer] = ...``.
+    Tests can replace it with ``app.dependency_overrides[get_producer] = ...`` (an
+    :class:`~aioproducer.testing.InMemoryProducer`, say); the lifespan then connects to
+    nothing (see :class:`ProducerLifespan`).
 
     Raises:
         RuntimeError: the app was not created with :func:`kafka_lifespan` (or its lifespan

@@ -16,7 +16,9 @@ columns, same options)::
 
 Streaming queries work the same way with ``df.writeStream.format("aioproducer")``. On Spark
 versions without the Python data source API, :func:`write_dataframe` does the same job with
-``foreachPartition``.
+``foreachPartition``. To test what a job writes without a broker,
+:func:`write_dataframe_on_driver` sends a DataFrame's rows through an
+:class:`~aioproducer.testing.InMemoryProducer`.
 
 Columns, as in Spark's Kafka sink (others are ignored):
 
@@ -111,6 +113,7 @@ __all__ = [
     "SinkOptions",
     "register",
     "write_dataframe",
+    "write_dataframe_on_driver",
 ]
 
 log = logging.getLogger("aioproducer.integrations.spark")
@@ -731,16 +734,21 @@ async def _refused_item(
 
 
 async def _produce(
-    sink: SinkOptions, layout: _Layout, chunks: Iterator[Mapping[str, list[Any]]]
+    sink: SinkOptions,
+    layout: _Layout,
+    chunks: Iterator[Mapping[str, list[Any]]],
+    producer: Producer | None = None,
 ) -> int:
     """Send every chunk; return the count once all are acknowledged, or raise the first
-    delivery error, or the error of the first row that cannot be a record."""
+    delivery error, or the error of the first row that cannot be a record. The records go
+    through ``producer`` (not started yet) or, when None, a new one with ``sink``'s options."""
     position = 0  # rows of the task's input before the chunk at hand
     try:
         first = next(chunks, None)
         if first is None:
             return 0  # an empty partition needs no connection
-        producer = sink.producer()
+        if producer is None:
+            producer = sink.producer()
         await producer.start()
         sent = 0
         pending: deque[BatchResults] = deque()
@@ -979,3 +987,34 @@ def write_dataframe(
     df.foreachPartition(functools.partial(_write_rows, sink, layout, counter))
     written: int = counter.value
     return written
+
+
+def write_dataframe_on_driver(
+    df: DataFrame, producer: Producer, topic: str | None = None
+) -> int:
+    """Write a DataFrame's rows through ``producer``, from the driver: for tests.
+
+    The rows are brought to the driver (``toLocalIterator``) and become records by the
+    sink's own rules: the same columns, the same checks, the same error for a row that
+    cannot be a record (naming the row, 0-based, and the column). With an
+    :class:`~aioproducer.testing.InMemoryProducer` this tests what a job would write to
+    Kafka, without a broker: the data source and :func:`write_dataframe` send from the
+    Python workers, other processes (even in local mode), where an in-memory producer's
+    records would be out of the test's reach.
+
+    Args:
+        df: the DataFrame, with the Kafka sink columns (see the module).
+        producer: a producer not started yet; it is started, and closed once every record
+            is acknowledged. With no rows it is left as it is.
+        topic: the topic for every row; None reads each row's ``topic`` column.
+
+    Returns:
+        How many records were written.
+
+    Raises:
+        ConfigurationError: the columns do not fit the sink.
+        KafkaError: a row that cannot be a record, or a delivery error.
+    """
+    layout = _layout(df.schema, topic)
+    sink = SinkOptions(topic, {})
+    return _run(_produce(sink, layout, _row_chunks(layout, df.toLocalIterator()), producer))

@@ -10,8 +10,10 @@ is a clear error, not an AttributeError.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,6 +32,7 @@ from aioproducer.integrations.fastapi import (
     log_failure,
     send_and_forget,
 )
+from aioproducer.testing import InMemoryProducer
 from tests.support.readback import read_back
 
 TopicFactory = Callable[..., str]
@@ -154,7 +157,96 @@ def test_without_the_lifespan_the_dependency_says_what_is_wrong() -> None:
         client.get("/")
 
 
-def test_the_dependency_can_be_overridden() -> None:
+@pytest.fixture
+def silent_listener() -> Iterator[socket.socket]:
+    """A listening socket that never answers: a producer pointed at it would connect (the
+    kernel completes the handshake) and then wait; ``accepted(listener)`` says if it did."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.setblocking(False)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def _address(listener: socket.socket) -> str:
+    host, port = listener.getsockname()
+    return f"{host}:{port}"
+
+
+def _connections(listener: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except BlockingIOError:
+            return count
+        connection.close()
+        count += 1
+
+
+def test_an_in_memory_producer_override_keeps_the_lifespan_from_connecting(
+    silent_listener: socket.socket,
+) -> None:
+    app = _app(_address(silent_listener), "orders", max_block_ms=2_000)
+    producer = InMemoryProducer(topics={"orders": 3})
+    app.dependency_overrides[get_producer] = lambda: producer
+    with TestClient(app) as client:
+        assert client.get("/state").json() == {"state": "running"}
+        answer = client.post("/wait/w1", content=b"waited").json()
+        assert client.post("/forget/f1", content=b"forgotten").status_code == 202
+        assert client.post("/background", content=b"background").status_code == 202
+        assert app.state.producer is producer
+    assert _connections(silent_listener) == 0
+    # The lifespan started the producer it was given, and closed it on shutdown.
+    assert producer.state is ProducerState.CLOSED
+    assert not hasattr(app.state, "producer")
+    records = {r.value: r for r in producer.records("orders")}
+    assert set(records) == {b"waited", b"forgotten", b"background"}
+    waited = records[b"waited"]
+    assert answer == {"partition": waited.partition, "offset": waited.offset}
+    assert waited.key == b"w1" and records[b"background"].key == b"bg"
+
+
+def test_a_producer_factory_runs_the_app_on_an_in_memory_producer(
+    silent_listener: socket.socket,
+) -> None:
+    seen: list[Producer] = []
+
+    @asynccontextmanager
+    async def mine(app: FastAPI) -> AsyncIterator[None]:
+        seen.append(app.state.producer)
+        await app.state.producer.send_and_wait("events", {"event": "started"})
+        yield
+
+    app = FastAPI(
+        lifespan=kafka_lifespan(
+            bootstrap_servers=_address(silent_listener),
+            value_serializer=lambda value: json.dumps(value).encode(),
+            producer_factory=InMemoryProducer,
+            lifespan=mine,
+        )
+    )
+
+    @app.post("/events/{name}")
+    async def event(name: str, producer: ProducerDep) -> dict[str, int]:
+        metadata = await producer.send_and_wait("events", {"event": name})
+        return {"offset": metadata.offset}
+
+    with TestClient(app) as client:
+        assert client.post("/events/clicked").json() == {"offset": 1}
+    assert _connections(silent_listener) == 0
+    [producer] = seen
+    assert isinstance(producer, InMemoryProducer)
+    assert [r.value for r in producer.records("events")] == [
+        b'{"event": "started"}',
+        b'{"event": "clicked"}',
+    ]
+
+
+def test_the_dependency_can_be_overridden_by_any_fake(silent_listener: socket.socket) -> None:
     class Fake:
         sent: list[bytes] = []
 
@@ -162,17 +254,58 @@ def test_the_dependency_can_be_overridden() -> None:
             self.sent.append(value)
             return type("Meta", (), {"partition": 0, "offset": 41})()
 
-    app = _app("127.0.0.1:1", "unused")
-    app.router.lifespan_context = _no_lifespan
+    app = _app(_address(silent_listener), "unused", max_block_ms=2_000)
     app.dependency_overrides[get_producer] = Fake
     with TestClient(app) as client:
         assert client.post("/wait/k", content=b"v").json() == {"partition": 0, "offset": 41}
     assert Fake.sent == [b"v"]
+    assert _connections(silent_listener) == 0
 
 
-@asynccontextmanager
-async def _no_lifespan(app: FastAPI) -> AsyncIterator[None]:
-    yield
+def test_an_override_of_a_custom_state_key_that_needs_the_request(
+    silent_listener: socket.socket,
+) -> None:
+    producer = InMemoryProducer()
+    lifespan = ProducerLifespan(
+        bootstrap_servers=_address(silent_listener), max_block_ms=2_000, state_key="audit"
+    )
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/audit")
+    async def audit(
+        producer: Producer = Depends(lifespan.dependency),  # noqa: B008
+    ) -> dict[str, str]:
+        await producer.send_and_wait("audit", b"entry")
+        return {"state": producer.state.value}
+
+    async def per_request(request: Request) -> Producer:
+        # Needs the request: the lifespan cannot call it, and leaves it to FastAPI.
+        if producer.state is ProducerState.CREATED:
+            await producer.start()
+        return producer
+
+    app.dependency_overrides[lifespan.dependency] = per_request
+    with TestClient(app) as client:
+        assert client.post("/audit").json() == {"state": "running"}
+        assert not hasattr(app.state, "audit")
+    assert _connections(silent_listener) == 0
+    assert [r.value for r in producer.records("audit")] == [b"entry"]
+
+    # Nor is one whose parameters FastAPI fills through their defaults.
+    def settings() -> str:
+        return "audit-topic"
+
+    def with_a_dependency(topic: str = Depends(settings)) -> Producer:
+        assert topic == "audit-topic"  # called by FastAPI, never by the lifespan
+        return producer
+
+    second = FastAPI(lifespan=lifespan)
+    second.post("/audit")(audit)
+    second.dependency_overrides[lifespan.dependency] = with_a_dependency
+    with TestClient(second) as client:
+        assert client.post("/audit").json() == {"state": "running"}
+    assert _connections(silent_listener) == 0
+    assert len(producer.records("audit")) == 2
 
 
 def test_a_broker_that_does_not_answer_stops_startup() -> None:

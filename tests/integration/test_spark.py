@@ -55,7 +55,13 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
 )
 from aioproducer.integrations import spark as sink_module
-from aioproducer.integrations.spark import KafkaDataSource, SinkOptions, write_dataframe
+from aioproducer.integrations.spark import (
+    KafkaDataSource,
+    SinkOptions,
+    write_dataframe,
+    write_dataframe_on_driver,
+)
+from aioproducer.testing import InMemoryProducer
 from tests.support.readback import ConsumedRecord, read_back
 
 pytestmark = pytest.mark.spark
@@ -260,6 +266,29 @@ def test_foreach_partition_fallback_and_driver_side_errors(
         r"partition 7 is out of range",
     ):
         save(small.selectExpr("key", "value", "7 AS partition"), **{"kafka.max.block.ms": "3000"})
+
+
+def test_what_a_job_writes_is_tested_without_a_broker(spark: SparkSession) -> None:
+    rows = [_row(i) for i in range(300)]
+    df = spark.createDataFrame(rows, _SCHEMA).repartition(3)
+    producer = InMemoryProducer(topics={"events": 3})
+    assert write_dataframe_on_driver(df, producer, "events") == len(rows)
+    stored = [
+        ConsumedRecord(
+            r.topic, r.partition, r.offset, r.key, r.value, list(r.headers), (1, r.timestamp)
+        )
+        for r in producer.records("events")
+    ]
+    _check_round_trip(rows, stored, partitions=3)
+
+    bad = spark.createDataFrame(
+        [(b"k", b"v", 1), (b"k", b"v", 7)], "key binary, value binary, partition int"
+    )
+    with pytest.raises(
+        UnknownTopicOrPartitionError,
+        match=r"^row 1, column 'partition': partition 7 is out of range",
+    ):
+        write_dataframe_on_driver(bad, InMemoryProducer(topics={"events": 3}), "events")
 
 
 # ---- rows that cannot be records ----------------------------------------------------------------

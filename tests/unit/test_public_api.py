@@ -168,6 +168,34 @@ def test_public_methods_of_public_classes_are_documented(name: str) -> None:
     assert not undocumented, f"{name} methods without a docstring: {undocumented}"
 
 
+def test_the_testing_module_lists_and_documents_its_public_names() -> None:
+    import aioproducer.testing as testing
+
+    defined = {
+        name
+        for name in _public_attributes(testing)
+        if getattr(getattr(testing, name), "__module__", None) == testing.__name__
+    }
+    assert set(testing.__all__) == defined
+    assert _own_docstring(testing)
+    for name in testing.__all__:
+        cls = getattr(testing, name)
+        assert _own_docstring(cls), f"aioproducer.testing.{name} has no docstring"
+        undocumented = [
+            member_name
+            for member_name, member in _public_members(cls)
+            if not _own_docstring(member)
+        ]
+        assert not undocumented, f"{name} methods without a docstring: {undocumented}"
+    # The in-memory producer has each public method of the producer as its own (none is
+    # inherited, where it would reach for a connection that is not there).
+    producer_methods = {
+        name for name, member in _public_members(aioproducer.Producer)
+        if not isinstance(member, property)
+    }
+    assert producer_methods <= set(vars(testing.InMemoryProducer))
+
+
 # ---- errors ------------------------------------------------------------------------------
 
 

@@ -1,0 +1,968 @@
+"""Test your own code without a Kafka broker: :class:`InMemoryProducer`.
+
+``InMemoryProducer`` is a :class:`~aioproducer.Producer` that keeps what it is sent in
+memory instead of sending it to a cluster. Code that takes a ``Producer`` takes it as is::
+
+    from aioproducer.testing import InMemoryProducer
+
+    async def test_publishes_an_order() -> None:
+        async with InMemoryProducer(topics={"orders": 3}) as producer:
+            await publish_order(producer, order_id="o-1")        # your code
+        [record] = producer.records("orders")
+        assert record.key == b"o-1"
+
+What it shares with the real producer, so that a test fails where production would:
+
+- the configuration: the same options, validated the same way (an unknown option is a
+  :class:`~aioproducer.errors.ConfigurationError` here too), with the same serializers,
+  interceptors and partitioner;
+- the checks of each record (topic name, partition, timestamp, headers, serializer output,
+  ``max_request_size``), raising the same errors with the same messages;
+- the partitioner: keyed records land on the partition Kafka's default partitioner (murmur2)
+  picks for the topic's partition count;
+- the lifecycle (sending before ``start()`` or after ``close()`` raises) and the transaction
+  state machine (sending outside a transaction, committing after a failed record, ...);
+- what comes back: :class:`~aioproducer.RecordFuture` per record, a
+  :class:`~aioproducer.BatchResults` from ``send_many``, :class:`~aioproducer.RecordMetadata`
+  with offsets counted per partition from 0.
+
+What it does not do: connect, batch, linger, compress, retry or time out. Each record is
+acknowledged as soon as it is sent (its future is done when ``send`` returns), unless the
+producer is made with ``auto_complete=False``: records then wait for the test to
+acknowledge or fail them (:meth:`InMemoryProducer.complete_next`,
+:meth:`InMemoryProducer.fail_pending`). Failures happen only when a test asks for them, with
+those or with :meth:`InMemoryProducer.fail_next`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aioproducer.accumulator import ProducerBatch
+from aioproducer.appender import (
+    check_headers,
+    check_record_size,
+    partitioner_error,
+    record_size,
+    serialize,
+)
+from aioproducer.errors import (
+    ConfigurationError,
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    KafkaError,
+    ProducerClosedError,
+    TransactionAbortedError,
+    UnknownTopicOrPartitionError,
+)
+from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.metadata import Metadata, validate_topic
+from aioproducer.metrics import ProducerMetrics
+from aioproducer.producer import Producer, ProducerState
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from aioproducer.records import (
+    Header,
+    ProducerRecord,
+    RecordMetadata,
+    check_partition,
+    check_timestamp,
+)
+from aioproducer.transactions import (
+    _FATAL_BATCH_ERRORS,
+    ConsumerGroupMetadata,
+    TransactionState,
+    consumer_group_metadata,
+    copy_error,
+    normalize_offsets,
+)
+
+__all__ = ["InMemoryProducer", "StoredRecord"]
+
+log = logging.getLogger("aioproducer.testing")
+
+TopicPartition = tuple[str, int]
+
+# What a record of a transactional producer is, in the log of its partition.
+_COMMITTED = "committed"
+_OPEN = "open"
+_ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record as an :class:`InMemoryProducer` stored it: what a consumer would read.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition (the one Kafka's partitioner would pick, for a keyed
+            record sent without one).
+        offset: its offset in the partition, counted from 0.
+        timestamp: the create time in milliseconds (the producer's clock when the record
+            was sent without one).
+        key: the serialized key, or None.
+        value: the serialized value, or None (a tombstone).
+        headers: the headers as ``(name, value)`` pairs, in order.
+        transactional: True when it was sent inside a transaction.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    transactional: bool = False
+
+
+class _Entry:
+    """A stored record and where its transaction is (committed, open or aborted)."""
+
+    __slots__ = ("record", "status")
+
+    def __init__(self, record: StoredRecord, status: str) -> None:
+        self.record = record
+        self.status = status
+
+
+class _Pending:
+    """A record sent and not acknowledged yet: its batch (which its future reads), the record
+    to store (its offset still -1), and the failure :meth:`InMemoryProducer.fail_next` set
+    for it."""
+
+    __slots__ = ("batch", "error", "record")
+
+    def __init__(self, batch: ProducerBatch, record: StoredRecord, error: KafkaError | None):
+        self.batch = batch
+        self.record = record
+        self.error = error
+
+    @property
+    def key_size(self) -> int:
+        return -1 if self.record.key is None else len(self.record.key)
+
+    @property
+    def value_size(self) -> int:
+        return -1 if self.record.value is None else len(self.record.value)
+
+
+@dataclass
+class _Fault:
+    """Fail the next ``remaining`` records (to ``topic``, or to any topic) with ``error``:
+    from ``send`` itself when ``on_send``, else through their futures. ``origin`` names
+    the method that asked for it."""
+
+    error: KafkaError | type[KafkaError]
+    remaining: int
+    topic: str | None
+    on_send: bool
+    origin: str = "fail_next"
+
+    def make(self) -> KafkaError:
+        error = self.error
+        if isinstance(error, KafkaError):
+            # A copy per record: send_many adds the item's number to the message it raises.
+            return copy_error(error)
+        return error(f"failed by InMemoryProducer.{self.origin}()")
+
+
+class InMemoryProducer(Producer):
+    """A :class:`~aioproducer.Producer` that keeps records in memory: for tests, no broker.
+
+    It takes the producer's options (``bootstrap_servers`` among them, unused) and validates
+    them as the producer does; serializers, interceptors, ``partitioner``,
+    ``max_request_size`` and ``transactional_id`` work as they do there. Records are
+    checked as ``send`` checks them, stored with offsets counted per partition, and their
+    futures are done at once (unless ``auto_complete=False``). Read them back with
+    :meth:`records`.
+
+    Args:
+        config: producer options by snake_case or Java name, as for ``Producer``.
+        topics: the topics that exist: a mapping of name to partition count, or names
+            (each with ``default_partitions``).
+        default_partitions: the partition count of a topic created on first use.
+        auto_create_topics: create a topic the first time a record is sent to it (as a
+            broker with ``auto.create.topics.enable`` does); when False, sending to a topic
+            not in ``topics`` (nor made with :meth:`create_topic`) raises
+            :class:`~aioproducer.errors.UnknownTopicOrPartitionError`.
+        auto_complete: acknowledge each record as it is sent. When False, records stay
+            pending (their futures not done, nothing stored) until the test calls
+            :meth:`complete_next` or :meth:`fail_pending`, or until ``flush()``,
+            ``commit_transaction()`` or ``close()``, which deliver them as the producer
+            would.
+        **options: producer options by snake_case name; they win over ``config``.
+
+    Raises:
+        ConfigurationError: an invalid producer option, or a partition count below 1.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        topics: Mapping[str, int] | Iterable[str] | None = None,
+        default_partitions: int = 1,
+        auto_create_topics: bool = True,
+        auto_complete: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__(config, **options)
+        self._auto_complete = auto_complete
+        self._pending: deque[_Pending] = deque()
+        self._default_partitions = _partition_count(default_partitions, "default_partitions")
+        self._auto_create = auto_create_topics
+        self._topics: dict[str, int] = {}
+        if isinstance(topics, str):
+            raise ConfigurationError(
+                f"topics must be a mapping of names to partition counts or a list of names, "
+                f"not the str {topics!r}"
+            )
+        if isinstance(topics, Mapping):
+            for name, count in topics.items():
+                self.create_topic(name, count)
+        elif topics is not None:
+            for name in topics:
+                self.create_topic(name)
+        self._next_offsets: dict[TopicPartition, int] = {}
+        self._entries: list[_Entry] = []
+        self._faults: list[_Fault] = []
+        self._metrics = ProducerMetrics(self._config.metrics_sample_window_ms / 1000.0)
+        self._running_loop: asyncio.AbstractEventLoop | None = None
+        transactional = self._config.transactional_id is not None
+        self._txn_state: TransactionState | None = (
+            TransactionState.UNINITIALIZED if transactional else None
+        )
+        self._txn_error: KafkaError | None = None
+        self._txn_partitions: set[TopicPartition] = set()
+        self._txn_offsets: dict[str, dict[TopicPartition, int]] = {}
+        self._committed_offsets: dict[str, dict[TopicPartition, int]] = {}
+        self._transactions_committed = 0
+        self._transactions_aborted = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<InMemoryProducer client_id={self._config.client_id!r} "
+            f"topics={len(self._topics)} records={len(self._entries)} "
+            f"state={self._state.value}>"
+        )
+
+    # ---- topics ---------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions (``default_partitions`` when None).
+
+        Raises:
+            InvalidTopicError: an illegal topic name.
+            ConfigurationError: a partition count below 1.
+            IllegalStateError: the topic exists with another partition count.
+        """
+        topic = validate_topic(name)
+        count = (
+            self._default_partitions
+            if partitions is None
+            else _partition_count(partitions, f"the partition count of topic {topic!r}")
+        )
+        existing = self._topics.get(topic)
+        if existing is not None and existing != count:
+            raise IllegalStateError(
+                f"topic {topic!r} exists already with {existing} partition(s), not {count}"
+            )
+        self._topics[topic] = count
+
+    @property
+    def topics(self) -> dict[str, int]:
+        """The topics that exist, with their partition counts (a copy)."""
+        return dict(self._topics)
+
+    def _partitions_of(self, topic: str) -> int:
+        count = self._topics.get(topic)
+        if count is not None:
+            return count
+        if not self._auto_create:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist in this InMemoryProducer: create it with "
+                "topics= or create_topic(), or pass auto_create_topics=True"
+            )
+        self._topics[topic] = self._default_partitions
+        return self._default_partitions
+
+    # ---- what was sent ----------------------------------------------------------------------
+
+    def records(self, topic: str | None = None, partition: int | None = None) -> list[StoredRecord]:
+        """The records a consumer reading committed data would see, in the order sent.
+
+        Records sent outside transactions, and those of committed transactions; not those
+        of the open transaction (:meth:`uncommitted_records`) nor of aborted ones
+        (:meth:`aborted_records`). ``topic`` and ``partition`` narrow the list.
+        """
+        return self._select(_COMMITTED, topic, partition)
+
+    def uncommitted_records(
+        self, topic: str | None = None, partition: int | None = None
+    ) -> list[StoredRecord]:
+        """The records of the transaction still open, in the order sent."""
+        return self._select(_OPEN, topic, partition)
+
+    def aborted_records(
+        self, topic: str | None = None, partition: int | None = None
+    ) -> list[StoredRecord]:
+        """The records of aborted transactions: written, but never seen by a consumer
+        reading committed data."""
+        return self._select(_ABORTED, topic, partition)
+
+    def history(self) -> list[StoredRecord]:
+        """Every record stored, in the order sent, whatever became of its transaction."""
+        return [entry.record for entry in self._entries]
+
+    def _select(self, status: str, topic: str | None, partition: int | None) -> list[StoredRecord]:
+        return [
+            entry.record
+            for entry in self._entries
+            if entry.status == status
+            and (topic is None or entry.record.topic == topic)
+            and (partition is None or entry.record.partition == partition)
+        ]
+
+    @property
+    def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
+        """The consumer offsets committed by transactions, by group id: ``{group_id:
+        {(topic, partition): offset}}`` (a copy; a later commit replaces an offset)."""
+        return {group: dict(offsets) for group, offsets in self._committed_offsets.items()}
+
+    @property
+    def transactions_committed(self) -> int:
+        """How many transactions were committed."""
+        return self._transactions_committed
+
+    @property
+    def transactions_aborted(self) -> int:
+        """How many transactions were aborted (by ``abort_transaction()`` or by ``close()``)."""
+        return self._transactions_aborted
+
+    def clear(self) -> None:
+        """Forget the records and committed offsets (topics and offsets already given out
+        stay: the next record of a partition gets the next offset)."""
+        self._entries.clear()
+        self._committed_offsets.clear()
+
+    # ---- faults -----------------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        error: KafkaError | type[KafkaError],
+        count: int = 1,
+        *,
+        topic: str | None = None,
+        on_send: bool = False,
+    ) -> None:
+        """Make the next ``count`` records sent (to ``topic``, or to any topic) fail.
+
+        By default the failure is a delivery failure, as a broker's error would be: ``send``
+        returns the record's future and the future raises ``error``; the record is not
+        stored, and inside a transaction the transaction must then be aborted (a
+        :class:`~aioproducer.errors.ProducerFencedError` is fatal, as it is for the real
+        producer). With ``on_send=True``, ``send`` itself raises ``error``, as it does for a
+        record it cannot buffer (:class:`~aioproducer.errors.BufferExhaustedError`, say).
+
+        Rules made by several calls apply in the order they were made; a record is failed
+        by the first rule that matches its topic.
+
+        Args:
+            error: an error instance, or a :class:`~aioproducer.errors.KafkaError` subclass
+                (made with a message that says it was injected).
+            count: how many records fail, at least 1.
+            topic: only records to this topic fail; None for every topic.
+            on_send: raise from ``send`` instead of failing the record's future.
+        """
+        _checked_error(error)
+        if type(count) is not int or count < 1:
+            raise InvalidArgumentError(f"count must be an int from 1, not {count!r}")
+        checked_topic = None if topic is None else validate_topic(topic)
+        self._faults.append(_Fault(error, count, checked_topic, on_send))
+
+    def _take_fault(self, topic: str, on_send: bool) -> KafkaError | None:
+        for fault in self._faults:
+            if fault.on_send is on_send and (fault.topic is None or fault.topic == topic):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                return fault.make()
+        return None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the producer; connects to nothing.
+
+        Raises:
+            IllegalStateError: the producer was started already.
+        """
+        if self._state is not ProducerState.CREATED:
+            raise IllegalStateError(f"start() on a producer that is {self._state.value}")
+        self._running_loop = asyncio.get_running_loop()
+        self._state = ProducerState.RUNNING
+        if self._txn_state is not None:
+            self._txn_state = TransactionState.READY
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Close the producer, as the real one does: an open transaction is aborted, and the
+        pending records (``auto_complete=False``) are delivered, or with a ``timeout`` of 0
+        or less fail with :class:`~aioproducer.errors.ProducerClosedError`. Calling close
+        again is harmless.
+
+        The records stay readable after closing.
+        """
+        if self._state is ProducerState.RUNNING:
+            if self._txn_state in (
+                TransactionState.IN_TRANSACTION,
+                TransactionState.ABORTABLE_ERROR,
+            ):
+                log.info(
+                    "transactional id %r: aborting the open transaction because the producer "
+                    "is closing",
+                    self._config.transactional_id,
+                )
+                self._abort(
+                    TransactionAbortedError(
+                        "the producer was closed with the transaction open, so it was aborted"
+                    )
+                )
+            if timeout is not None and timeout <= 0:
+                self._fail_all_pending(
+                    ProducerClosedError("the producer was closed with timeout 0 before delivery")
+                )
+            self.complete_next(len(self._pending))
+        self._state = ProducerState.CLOSED
+
+    async def __aenter__(self) -> InMemoryProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ---- sending ----------------------------------------------------------------------------
+
+    def _check_sendable(self) -> None:
+        self._check_running()
+        if self._txn_state is not None and self._txn_state is not TransactionState.IN_TRANSACTION:
+            self._raise_if_failed("send")
+            raise IllegalStateError(
+                "a transactional producer sends only inside a transaction: call "
+                "begin_transaction() first (or use `async with producer.transaction():`)"
+            )
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """Check and store a record; return its future, done already.
+
+        Raises what ``Producer.send`` raises for the same record (see
+        :meth:`aioproducer.Producer.send`), and what :meth:`fail_next` asks for with
+        ``on_send=True``.
+        """
+        self._check_sendable()
+        return self._append(topic, value, key, partition, timestamp_ms, headers, None)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordMetadata:
+        """Send a record and return its :class:`~aioproducer.RecordMetadata` (or raise the
+        error :meth:`fail_next` set up)."""
+        future = await self.send(
+            topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+        )
+        return await future
+
+    async def send_many(
+        self, topic: str, items: Iterable[Any], *, partition: int | None = None
+    ) -> BatchResults:
+        """Store many records, as :meth:`aioproducer.Producer.send_many` takes them (values,
+        ``(key, value)`` tuples, or :class:`~aioproducer.ProducerRecord` objects).
+
+        Raises:
+            KafkaError: as ``Producer.send_many``: for the first item that cannot be sent,
+                with a message that starts with ``send_many item N:`` and the records of the
+                items before it as its ``accepted`` attribute.
+        """
+        self._check_sendable()
+        topic = validate_topic(topic)
+        partition = check_partition(partition)
+        sequence = items if isinstance(items, list | tuple) else list(items)
+        results = BatchResults()
+        now_ms = int(time.time() * 1000)
+        for index, item in enumerate(sequence):
+            try:
+                item_topic: Any = topic
+                item_partition: Any = partition
+                timestamp: Any = now_ms
+                headers: Any = None
+                if isinstance(item, ProducerRecord):
+                    fields: Any = item  # its fields may have been reassigned to anything
+                    item_topic, key, value = fields.topic, fields.key, fields.value
+                    if fields.partition is not None:
+                        item_partition = check_partition(fields.partition)
+                    if fields.timestamp_ms is not None:
+                        timestamp = fields.timestamp_ms
+                    headers = fields.headers
+                elif type(item) is tuple and len(item) == 2:
+                    key, value = item
+                else:
+                    key, value = None, item
+                future = self._append(
+                    item_topic, value, key, item_partition, timestamp, headers, now_ms
+                )
+            except KafkaError as exc:
+                exc.args = (f"send_many item {index}: {exc.message}", *exc.args[1:])
+                exc.accepted = results
+                raise
+            results.add_future(future)
+        return results
+
+    def _append(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+        now_ms: int | None,
+    ) -> RecordFuture:
+        self._check_sendable()
+        if self._interceptors:
+            record: Any = self._intercept(
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            )
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        # The order of Producer.send: arguments, then serializers, then the topic's partitions.
+        timestamp = check_timestamp(timestamp_ms)
+        if timestamp is None:
+            timestamp = int(time.time() * 1000) if now_ms is None else now_ms
+        partition = check_partition(partition)
+        name = validate_topic(topic)
+        key_bytes = serialize(self._key_serializer, key, "key", name)
+        value_bytes = serialize(self._value_serializer, value, "value", name)
+        checked_headers = check_headers(headers)
+        check_record_size(
+            record_size(key_bytes, value_bytes, checked_headers),
+            self._config.max_request_size,
+            self._config.buffer_memory,
+        )
+        count = self._partitions_of(name)
+        sticky = False
+        if partition is None:
+            partition = self._choose_partition(name, key_bytes, count)
+            sticky = key_bytes is None
+        elif partition >= count:
+            raise Metadata.partition_out_of_range_error(name, partition, count)
+        # Where the producer would wait for buffer memory: its partition is known, and the
+        # sticky partitioner is told of the record only once it is appended.
+        fault = self._take_fault(name, on_send=True)
+        if fault is not None:
+            raise fault
+        if sticky:
+            self._tell_partitioner(name, partition, value_bytes)
+        return self._deliver(name, partition, timestamp, key_bytes, value_bytes, checked_headers)
+
+    def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
+        available = list(range(count))
+        chosen: Any = self._partitioner.partition(topic, key, count, available)
+        if type(chosen) is not int or not 0 <= chosen < count:
+            raise partitioner_error(chosen, topic, count)
+        return chosen
+
+    def _tell_partitioner(self, topic: str, partition: int, value: bytes | None) -> None:
+        # The sticky partitioner moves on once batch_size bytes went to its partition, as the
+        # real producer tells it (RecordAppender.note_sticky_append); here no batch is ever
+        # open, so the switch is always allowed.
+        record_appended = getattr(self._partitioner, "record_appended", None)
+        if record_appended is not None:
+            size = (0 if value is None else len(value)) + 10
+            record_appended(topic, partition, size, switch_allowed=True)
+
+    def _deliver(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> RecordFuture:
+        loop = self._running_loop
+        assert loop is not None
+        batch = ProducerBatch(
+            topic,
+            partition,
+            RecordBatchBuilder(bytearray(RECORD_BATCH_OVERHEAD)),
+            0,
+            time.monotonic(),
+            self._config.delivery_timeout_ms / 1000.0,
+            loop,
+        )
+        record = _Pending(
+            batch,
+            StoredRecord(
+                topic,
+                partition,
+                -1,
+                timestamp,
+                key,
+                value,
+                tuple(headers or ()),
+                self._txn_state is not None,
+            ),
+            self._take_fault(topic, on_send=False),
+        )
+        future = RecordFuture(batch, 0, timestamp, record.key_size, record.value_size)
+        if self._auto_complete:
+            self._complete(record)
+        else:
+            self._pending.append(record)
+        return future
+
+    def _complete(self, pending: _Pending, error: KafkaError | None = None) -> None:
+        """Acknowledge a record (store it, give it its offset) or fail it with ``error``
+        or the failure :meth:`fail_next` set for it."""
+        error = error or pending.error
+        record = pending.record
+        if error is not None:
+            self._record_failed(error)
+            self._drop(pending, error)
+            return
+        if record.transactional and self._txn_state in (
+            TransactionState.ABORTABLE_ERROR,
+            TransactionState.FATAL_ERROR,
+        ):
+            # As the sender drops the batches of a transaction that failed.
+            assert self._txn_error is not None
+            self._drop(pending, copy_error(self._txn_error, "the record was not sent"))
+            return
+        tp = (record.topic, record.partition)
+        offset = self._next_offsets.get(tp, 0)
+        self._next_offsets[tp] = offset + 1
+        stored = dataclasses.replace(record, offset=offset)
+        self._entries.append(_Entry(stored, _OPEN if stored.transactional else _COMMITTED))
+        if stored.transactional:
+            self._txn_partitions.add(tp)
+        # With acks=0 no broker says where the record went: the producer reports offset -1.
+        reported = -1 if self._config.acks == 0 else offset
+        pending.batch.complete(reported, -1)
+        self._metrics.records_sent(1)
+        self._acknowledge(
+            RecordMetadata(
+                stored.topic,
+                stored.partition,
+                reported,
+                stored.timestamp,
+                pending.key_size,
+                pending.value_size,
+            ),
+            None,
+        )
+
+    def _drop(self, pending: _Pending, error: KafkaError) -> None:
+        """Fail a record with ``error``; it is not stored."""
+        record = pending.record
+        pending.batch.fail(error)
+        self._metrics.records_failed(1)
+        self._acknowledge(
+            RecordMetadata(
+                record.topic,
+                record.partition,
+                -1,
+                record.timestamp,
+                pending.key_size,
+                pending.value_size,
+            ),
+            error,
+        )
+
+    # ---- records not acknowledged yet (auto_complete=False) ------------------------------------
+
+    @property
+    def pending_count(self) -> int:
+        """How many records were sent and are neither acknowledged nor failed yet (always 0
+        with ``auto_complete``)."""
+        return len(self._pending)
+
+    def complete_next(self, count: int = 1) -> int:
+        """Acknowledge the ``count`` oldest pending records, in the order sent: they are
+        stored, get their offsets, and their futures resolve (or fail, if :meth:`fail_next`
+        said so when they were sent). Returns how many there were.
+        """
+        done = 0
+        while self._pending and done < count:
+            self._complete(self._pending.popleft())
+            done += 1
+        return done
+
+    def fail_pending(self, error: KafkaError | type[KafkaError], count: int = 1) -> int:
+        """Fail the ``count`` oldest pending records with ``error`` (an instance or a
+        :class:`~aioproducer.errors.KafkaError` subclass), as a broker's error would: they
+        are not stored, and a transaction they belong to must be aborted. Returns how many
+        there were."""
+        fault = _Fault(_checked_error(error), 1, None, False, "fail_pending")
+        done = 0
+        while self._pending and done < count:
+            self._complete(self._pending.popleft(), fault.make())
+            done += 1
+        return done
+
+    def _fail_all_pending(self, error: KafkaError, transactional_only: bool = False) -> None:
+        kept: deque[_Pending] = deque()
+        while self._pending:
+            pending = self._pending.popleft()
+            if transactional_only and not pending.record.transactional:
+                kept.append(pending)
+            else:
+                self._drop(pending, copy_error(error))
+        self._pending = kept
+
+    def _acknowledge(self, metadata: RecordMetadata, error: BaseException | None) -> None:
+        for interceptor in self._interceptors:
+            try:
+                interceptor.on_acknowledgement(metadata, error)
+            except Exception:
+                log.exception("interceptor %r raised in on_acknowledgement", interceptor)
+
+    def _record_failed(self, error: KafkaError) -> None:
+        if self._txn_state is None:
+            return
+        if isinstance(error, _FATAL_BATCH_ERRORS):
+            self._txn_state = TransactionState.FATAL_ERROR
+            self._txn_error = error
+        elif self._txn_state is TransactionState.IN_TRANSACTION:
+            self._txn_state = TransactionState.ABORTABLE_ERROR
+            self._txn_error = error
+
+    # ---- flush, partitions, metrics ---------------------------------------------------------
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Acknowledge every pending record (with ``auto_complete``, there are none), then
+        return: once it returns, each record sent is acknowledged or failed.
+
+        Raises:
+            IllegalStateError: the producer is not started.
+            ProducerClosedError: the producer is closed.
+        """
+        self._check_running()
+        self.complete_next(len(self._pending))
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (created with ``default_partitions`` if
+        ``auto_create_topics`` allows, as a broker creates a topic it is asked about).
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic does not exist and is not auto-created.
+        """
+        self._check_running()
+        return list(range(self._partitions_of(validate_topic(topic))))
+
+    def metrics(self) -> dict[str, float]:
+        """The producer's metric names; only the record counts move (``record-send-total``,
+        ``record-error-total`` and their rates): nothing is batched or sent on a wire."""
+        if self._state is ProducerState.CREATED:
+            return {}
+        memory = self._config.buffer_memory
+        return self._metrics.snapshot(memory, memory, 0.0, 0)
+
+    # ---- transactions -----------------------------------------------------------------------
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """Where the transaction state machine is; None without a ``transactional_id``."""
+        return self._txn_state
+
+    def _require_transactions(self, operation: str) -> Any:
+        self._check_running()
+        if self._txn_state is None:
+            raise IllegalStateError(
+                f"{operation} needs a transactional producer: set transactional_id"
+            )
+
+    def _raise_if_failed(self, operation: str) -> None:
+        error = self._txn_error
+        if self._txn_state is TransactionState.FATAL_ERROR:
+            assert error is not None
+            raise copy_error(error, f"cannot {operation}: the producer hit a fatal error; close it")
+        if self._txn_state is TransactionState.ABORTABLE_ERROR:
+            assert error is not None
+            raise copy_error(
+                error,
+                f"cannot {operation}: the transaction failed and must be aborted "
+                "(abort_transaction())",
+            )
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction: the records sent until the commit are stored, but
+        :meth:`records` shows them only once it commits.
+
+        Raises:
+            IllegalStateError: no ``transactional_id``, or a transaction is open already.
+            KafkaError: the producer hit a fatal error (a
+                :class:`~aioproducer.errors.ProducerFencedError` from :meth:`fail_next`).
+        """
+        self._require_transactions("begin_transaction()")
+        self._raise_if_failed("begin a transaction")
+        if self._txn_state is TransactionState.IN_TRANSACTION:
+            raise IllegalStateError("a transaction is open already: commit or abort it first")
+        self._txn_state = TransactionState.IN_TRANSACTION
+        self._txn_partitions = set()
+        self._txn_offsets = {}
+
+    async def commit_transaction(self) -> None:
+        """Commit the open transaction: its records and offsets become visible.
+
+        Raises:
+            KafkaError: a record of the transaction failed (:meth:`fail_next`): abort it.
+            IllegalStateError: no transaction is open.
+        """
+        self._require_transactions("commit_transaction()")
+        if self._txn_state is TransactionState.IN_TRANSACTION:
+            # The producer delivers the transaction's records before it commits.
+            self.complete_next(len(self._pending))
+        self._raise_if_failed("commit the transaction")
+        if self._txn_state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot commit: no transaction is open ({_state_name(self._txn_state)}); call "
+                "begin_transaction() first"
+            )
+        for group, offsets in self._txn_offsets.items():
+            self._committed_offsets.setdefault(group, {}).update(offsets)
+        self._end_transaction(_COMMITTED)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction: its records go to :meth:`aborted_records` and its
+        offsets are dropped. Works after a failed record; then a new transaction can begin.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+            KafkaError: the producer hit a fatal error.
+        """
+        self._require_transactions("abort_transaction()")
+        if self._txn_state is TransactionState.FATAL_ERROR:
+            self._raise_if_failed("abort the transaction")
+        if self._txn_state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        ):
+            raise IllegalStateError(
+                f"cannot abort: no transaction is open ({_state_name(self._txn_state)})"
+            )
+        self._abort(None)
+
+    def _abort(self, reason: KafkaError | None) -> None:
+        # The records not sent yet fail, as the producer fails the batches it still holds.
+        cause = self._txn_error or reason
+        message = "the transaction was aborted before the record was sent"
+        self._fail_all_pending(
+            TransactionAbortedError(message) if cause is None else copy_error(cause, message),
+            transactional_only=True,
+        )
+        self._end_transaction(_ABORTED)
+
+    def _end_transaction(self, outcome: str) -> None:
+        for entry in self._entries:
+            if entry.status == _OPEN:
+                entry.status = outcome
+        # Kafka writes a commit or abort marker into each partition of the transaction: it
+        # takes an offset, so the next record's offset is one further.
+        for tp in self._txn_partitions:
+            self._next_offsets[tp] += 1
+        self._txn_partitions = set()
+        self._txn_offsets = {}
+        self._txn_error = None
+        self._txn_state = TransactionState.READY
+        if outcome == _COMMITTED:
+            self._transactions_committed += 1
+        else:
+            self._transactions_aborted += 1
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[Any, Any],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Add consumer offsets to the transaction (checked as the producer checks them);
+        :attr:`committed_offsets` has them once it commits.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+        """
+        self._require_transactions("send_offsets_to_transaction()")
+        normalized = normalize_offsets(offsets)
+        group = consumer_group_metadata(group_metadata)
+        self._raise_if_failed("send offsets to the transaction")
+        if self._txn_state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot send offsets: no transaction is open ({_state_name(self._txn_state)}); "
+                "call begin_transaction() first"
+            )
+        pending = self._txn_offsets.setdefault(group.group_id, {})
+        for tp, (offset, _metadata, _epoch) in normalized.items():
+            pending[tp] = offset
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[InMemoryProducer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, and aborts it (then re-raises) when the block or the commit raises."""
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self._state is ProducerState.RUNNING and self._txn_state in (
+                TransactionState.IN_TRANSACTION,
+                TransactionState.ABORTABLE_ERROR,
+            ):
+                await self.abort_transaction()
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError:
+            if self._txn_state is TransactionState.ABORTABLE_ERROR:
+                await self.abort_transaction()
+            raise
+
+
+def _checked_error(error: Any) -> KafkaError | type[KafkaError]:
+    if isinstance(error, KafkaError) or (
+        isinstance(error, type) and issubclass(error, KafkaError)
+    ):
+        return error
+    raise InvalidArgumentTypeError(
+        f"error must be a KafkaError instance or subclass, not {error!r}"
+    )
+
+
+def _state_name(state: TransactionState | None) -> str:
+    return "none" if state is None else state.value
+
+
+def _partition_count(count: Any, what: str) -> int:
+    if type(count) is not int or count < 1:
+        raise ConfigurationError(f"{what} must be an int from 1, not {count!r}")
+    return count
