@@ -39,6 +39,7 @@ __all__ = [
     "PreparedRecord",
     "RecordAppender",
     "check_headers",
+    "check_record_size",
     "serialize",
     "to_bytes",
 ]
@@ -147,6 +148,22 @@ def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders 
     return estimate_record_size(
         -1 if key is None else len(key), -1 if value is None else len(value), headers_size
     )
+
+
+def check_record_size(size: int, max_request_size: int, buffer_memory: int) -> None:
+    """RecordTooLargeError when a record of ``size`` bytes (:func:`record_size`) can never
+    be sent: its batch would exceed ``max_request_size`` or ``buffer_memory``."""
+    total = size + RECORD_BATCH_OVERHEAD
+    if total > max_request_size:
+        raise RecordTooLargeError(
+            f"the record is {total} bytes when serialized, larger than max_request_size "
+            f"({max_request_size})"
+        )
+    if total > buffer_memory:
+        raise RecordTooLargeError(
+            f"the record is {total} bytes when serialized, larger than buffer_memory "
+            f"({buffer_memory})"
+        )
 
 
 def _checked_timestamp(timestamp_ms: Any) -> int:
@@ -275,17 +292,7 @@ class RecordAppender:
 
     def check_record_size(self, size: int) -> None:
         """RecordTooLargeError when a record of ``size`` bytes can never be sent."""
-        total = size + RECORD_BATCH_OVERHEAD
-        if total > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than max_request_size "
-                f"({self._max_request_size})"
-            )
-        if total > self._buffer_memory:
-            raise RecordTooLargeError(
-                f"the record is {total} bytes when serialized, larger than buffer_memory "
-                f"({self._buffer_memory})"
-            )
+        check_record_size(size, self._max_request_size, self._buffer_memory)
 
     def choose_partition(self, topic: str, key: bytes | None, count: int, available: Any) -> int:
         """The partitioner's pick for a record with ``key``, checked against ``count``."""

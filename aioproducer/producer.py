@@ -712,15 +712,7 @@ class Producer:
         return results
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
-        for interceptor in self._interceptors:
-            try:
-                result = interceptor.on_send(record)
-            except Exception:
-                log.exception("interceptor %r raised in on_send; the record goes on", interceptor)
-                continue
-            if isinstance(result, ProducerRecord):
-                record = result
-        return record
+        return run_on_send(self._interceptors, record)
 
     def _on_batch_done(self, batch: ProducerBatch, exc: BaseException | None) -> None:
         for record in batch.record_futures():
@@ -868,6 +860,21 @@ class Producer:
         return self._metrics.snapshot(
             stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
         )
+
+
+def run_on_send(interceptors: Sequence[Any], record: ProducerRecord) -> ProducerRecord:
+    """``record`` through each interceptor's ``on_send``, in order. One that raises is
+    logged and skipped; one that returns something other than a ProducerRecord leaves the
+    record as it was."""
+    for interceptor in interceptors:
+        try:
+            result = interceptor.on_send(record)
+        except Exception:
+            log.exception("interceptor %r raised in on_send; the record goes on", interceptor)
+            continue
+        if isinstance(result, ProducerRecord):
+            record = result
+    return record
 
 
 def _cancelling(sender_task: asyncio.Task[Any]) -> bool:
