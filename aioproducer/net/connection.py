@@ -1606,7 +1606,10 @@ class ConnectionManager:
 
         Tries the servers of ``bootstrap_servers`` in order, each at least once, then goes
         round again over the failed ones, each no sooner than its reconnect backoff, until
-        ``deadline`` (clock seconds).
+        ``deadline`` (clock seconds). A server that does not answer (a port that accepts and
+        stays silent) holds up the others for no more than its share of the time left. With
+        a deadline already past, each server still gets one whole attempt (bounded by the
+        connection setup and request timeouts).
 
         Raises:
             KafkaConnectionError: no server answered before the deadline; the message names
@@ -1620,6 +1623,8 @@ class ConnectionManager:
             raise ConfigurationError("bootstrap_servers is empty")
         index = 0
         full_round = False
+        # A deadline already past (max_block_ms=0) still lets each server have one attempt.
+        no_time = deadline <= self._clock()
         while True:
             if self._closed:
                 raise IllegalStateError("the connection manager is closed")
@@ -1645,7 +1650,12 @@ class ConnectionManager:
                 )
                 continue
             task = node.task or self._start_connect(node)
-            timeout = None if not full_round else max(0.0, deadline - now)
+            timeout: float | None = max(0.0, deadline - now)
+            if not full_round:
+                # Every server is tried once within the deadline: one that does not answer
+                # has its share of the time left, then its attempt goes on while the next
+                # server is tried (with no time at all, one whole attempt each).
+                timeout = None if no_time else max(0.0, deadline - now) / (len(nodes) - index)
             done, _ = await asyncio.wait({task}, timeout=timeout)
             if task in done:
                 if task.cancelled():

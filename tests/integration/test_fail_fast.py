@@ -21,6 +21,7 @@ from aioproducer.errors import (
     KafkaConnectionError,
     UnknownTopicOrPartitionError,
 )
+from aioproducer.sync import SyncProducer
 
 UNKNOWN_TOPIC_OR_PART = 3
 
@@ -39,21 +40,32 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def _garbage_server() -> AsyncIterator[str]:
-    """A port that accepts and answers something that is not Kafka, then hangs up."""
+async def _server(reply: bytes, *, hang_up: bool) -> AsyncIterator[str]:
+    """A port that accepts, sends ``reply`` (nothing Kafka would send), then hangs up, or
+    keeps the connection open and reads nothing more."""
+    held: list[asyncio.StreamWriter] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        writer.close()
+        if reply:
+            writer.write(reply)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        if hang_up:
+            writer.close()
+        else:
+            held.append(writer)
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     try:
         yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
+        for writer in held:
+            writer.close()
         server.close()
         await server.wait_closed()
+
+
+_HTTP_REPLY = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -109,15 +121,19 @@ async def test_one_resolvable_bootstrap_server_is_enough(
     assert "does not resolve" in unresolved[0].getMessage()
 
 
-@pytest.mark.parametrize("server", ["refused", "not-kafka"])
+@pytest.mark.parametrize("server", ["refused", "closes at once", "answers HTTP", "garbage"])
 async def test_a_port_without_kafka_warns_once_and_the_error_says_what_was_tried(
     server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         if server == "refused":
             address = f"127.0.0.1:{_free_port()}"
-        else:
-            address = await stack.enter_async_context(_garbage_server())
+        elif server == "closes at once":
+            address = await stack.enter_async_context(_server(b"", hang_up=True))
+        elif server == "answers HTTP":
+            address = await stack.enter_async_context(_server(_HTTP_REPLY, hang_up=True))
+        else:  # a size prefix of gigabytes, and the connection left open
+            address = await stack.enter_async_context(_server(_HTTP_REPLY, hang_up=False))
         producer = Producer(bootstrap_servers=address, max_block_ms=1500, reconnect_backoff_ms=20)
         with (
             caplog.at_level(logging.DEBUG, logger="aioproducer"),
@@ -140,6 +156,31 @@ async def test_a_port_without_kafka_warns_once_and_the_error_says_what_was_tried
     assert quiet
     for record in _warnings_at_least(caplog):
         _assert_no_internal_node_ids(record.getMessage())
+
+
+async def test_a_port_that_never_answers_is_named_in_the_error() -> None:
+    async with _server(b"", hang_up=False) as address:
+        producer = Producer(bootstrap_servers=address, max_block_ms=1500)
+        with pytest.raises(KafkaConnectionError) as info:
+            await asyncio.wait_for(producer.start(), PATIENCE)
+    message = str(info.value)
+    assert f"tried {address}: {address}: no answer yet" in message, message
+    assert "not a Kafka listener" in message
+    _assert_no_internal_node_ids(message)
+
+
+def test_sync_producer_is_refused_at_construction(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        SyncProducer(bootstrap_servers="no-such-host.invalid")
+    assert "no-such-host.invalid:9092" in str(info.value)
+    address = f"127.0.0.1:{_free_port()}"
+    with (
+        caplog.at_level(logging.WARNING, logger="aioproducer"),
+        pytest.raises(KafkaConnectionError) as refused,
+    ):
+        SyncProducer(bootstrap_servers=address, max_block_ms=1000, reconnect_backoff_ms=20)
+    assert f"tried {address}" in str(refused.value)
+    assert len([r for r in caplog.records if address in r.getMessage()]) == 1
 
 
 async def test_a_cluster_that_went_away_is_named_in_the_send_error(
