@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import logging
 import sys
 import threading
 import time
@@ -52,6 +53,8 @@ from aioproducer.records import (
 )
 
 __all__ = ["SyncProducer"]
+
+_log = logging.getLogger("aioproducer.sync")
 
 # How many records may wait for the loop thread before ``send`` blocks: the producer's
 # buffer_memory and max_block_ms do the real backpressure, this only stops the hand-off
@@ -214,8 +217,13 @@ class SyncProducer:
                         except BaseException as exc:
                             if not target.done():
                                 target.set_exception(exc)
+                                if isinstance(target, _RecordFuture):
+                                    target.refused = True
                             if not isinstance(exc, Exception):
                                 raise
+                    # Hold no future while waiting: one dropped by its caller is freed
+                    # (and a refusal nobody looked at logged) now, not after the next send.
+                    del items, item, target
         finally:
             self._die("the SyncProducer's event loop thread stopped")
 
@@ -427,7 +435,7 @@ class SyncProducer:
         topic, value, key, partition, timestamp_ms, headers = self._prepared(
             topic, value, key, partition, timestamp_ms, headers
         )
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        future: concurrent.futures.Future[RecordMetadata] = _RecordFuture()
         self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
         return future
 
@@ -495,7 +503,7 @@ class SyncProducer:
         self._check_open()
         topic = validate_topic(topic)
         partition = check_partition(partition)
-        future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
+        future: concurrent.futures.Future[RecordMetadataSequence] = _RecordFuture()
         records = items if isinstance(items, list | tuple) else list(items)
         records = [self._prepared_item(topic, index, item) for index, item in enumerate(records)]
         self._enqueue((_SEND_MANY, topic, records, partition, future))
@@ -646,6 +654,39 @@ class SyncProducer:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _RecordFuture(concurrent.futures.Future[_T]):
+    """The future ``send`` and ``send_many_nowait`` return. When the loop thread's producer
+    refused the record (a partition the topic does not have, no metadata within
+    ``max_block_ms``), the error is only on this future: if it is dropped without anyone
+    asking for its result, the refusal is logged, as asyncio logs a task's exception that
+    was never retrieved, so no record is lost without a word. Delivery failures are logged
+    by the producer already."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+        self._looked_at = False
+
+    def result(self, timeout: float | None = None) -> _T:
+        self._looked_at = True
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._looked_at = True
+        return super().exception(timeout)
+
+    def __del__(self) -> None:
+        if not self.refused or self._looked_at:
+            return
+        error = super().exception(0)
+        _log.warning(
+            "a record given to SyncProducer was refused and its future was dropped "
+            "unchecked: %s: %s",
+            type(error).__name__,
+            error,
+        )
 
 
 class _AcknowledgementsOnly:

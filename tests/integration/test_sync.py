@@ -9,6 +9,8 @@ is gone.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -316,3 +318,39 @@ def test_what_send_can_know_before_a_broker_answers_is_raised_in_the_caller(
         producer.send(topic, b"after").result(30)
     # Nothing of the refused calls was queued.
     assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"after"]
+
+
+def test_a_refused_record_whose_future_nobody_checks_is_logged(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "dropped unchecked" in r.getMessage()]
+
+    with (
+        caplog.at_level(logging.WARNING, logger="aioproducer"),
+        SyncProducer(bootstrap_servers=tansu.bootstrap_servers) as producer,
+    ):
+        # Only the loop thread can tell that the topic has no partition 7: the error goes
+        # on the future. Checked, it is the caller's to handle; nothing is logged.
+        checked = producer.send(topic, b"v", partition=7)
+        assert isinstance(checked.exception(30), UnknownTopicOrPartitionError)
+        producer.flush()  # the loop thread is done with the record
+        del checked
+        gc.collect()
+        assert refusals() == []
+        # Dropped unchecked, the refusal would vanish: it is logged instead.
+        ignored = producer.send(topic, b"v", partition=7)
+        producer.flush()
+        assert ignored.done()
+        del ignored
+        gc.collect()
+        assert len(refusals()) == 1, refusals()
+        assert "UnknownTopicOrPartitionError" in refusals()[0]
+        assert "partition 7" in refusals()[0]
+        # A delivered record's future needs no looking at.
+        producer.send(topic, b"fine")
+        producer.flush()
+        gc.collect()
+    assert len(refusals()) == 1
