@@ -1249,7 +1249,6 @@ async def _resolve_error(loop: asyncio.AbstractEventLoop, host: str, port: int) 
     return None
 
 
-
 @dataclass(eq=False)
 class _Node:
     """What the manager knows about one broker (or bootstrap server)."""
