@@ -357,7 +357,8 @@ class ProducerConfig:
         metadata=_meta(
             java="bootstrap.servers",
             doc="Brokers to fetch the first metadata from: 'host:port,host:port' or a list; "
-            "IPv6 as '[::1]:9092'; the port defaults to 9092.",
+            "IPv6 as '[::1]:9092'; the port defaults to 9092. start() refuses a list in "
+            "which no host name resolves.",
             check=_bootstrap,
             shown_default="localhost:9092",
         ),
@@ -416,7 +417,8 @@ class ProducerConfig:
         default=60000,
         metadata=_meta(
             java="max.block.ms",
-            doc="How long send() may wait for metadata or buffer memory before it fails.",
+            doc="How long start() may wait for a bootstrap server, and send() and "
+            "partitions_for() for metadata or buffer memory, before they fail.",
             check=_int_between(0, _LONG_MAX),
         ),
     )

@@ -141,6 +141,7 @@ class Cluster:
 
 # Topic errors that mean "not there yet, keep waiting" rather than "give up".
 _TRANSIENT_TOPIC_ERRORS = frozenset({3, 5, 7, 15})
+_UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class Metadata:
@@ -173,6 +174,8 @@ class Metadata:
         self._requests_at_start = 0
         self.version = 0
         self.fatal_topic_errors: dict[str, KafkaError] = {}
+        # Topics the broker said do not exist, logged once (until they show up).
+        self._reported_unknown: set[str] = set()
 
     @property
     def topics(self) -> list[str]:
@@ -251,12 +254,27 @@ class Metadata:
                 topic = self._keep_newer_leaders(topic)
                 topic_map[topic.name] = topic
                 self.fatal_topic_errors.pop(topic.name, None)
+                self._reported_unknown.discard(topic.name)
                 if any(p.leader < 0 for p in topic.partitions):
                     # A leader is being elected: ask again soon.
                     self._need_update = True
                 continue
             if topic.error_code in _TRANSIENT_TOPIC_ERRORS:
                 self._need_update = True
+                if (
+                    topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION
+                    and topic.name not in self._reported_unknown
+                ):
+                    self._reported_unknown.add(topic.name)
+                    # Waiting is right (the topic may be being created), but a typo in a
+                    # topic name should not look like a slow broker until max_block_ms.
+                    log.warning(
+                        "topic %r does not exist on the cluster (UNKNOWN_TOPIC_OR_PARTITION): "
+                        "sends to it and partitions_for() wait up to max_block_ms for it to "
+                        "be created, then fail; check the name, or create the topic (the "
+                        "broker does not create it on first use)",
+                        topic.name,
+                    )
             else:
                 self.fatal_topic_errors[topic.name] = error_for_code(
                     topic.error_code, f"metadata for topic {topic.name!r}"

@@ -12,6 +12,7 @@ import contextlib
 import enum
 import logging
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from threading import get_ident
 from typing import Any
@@ -110,6 +111,7 @@ class Producer:
         self._loop_thread = -1
         self._loop_running: Callable[[], bool] = _false
         self._reports = DeliveryReports()
+        self._drop_reported = False
 
     # ---- properties -----------------------------------------------------------------------
 
@@ -134,8 +136,17 @@ class Producer:
     async def start(self) -> None:
         """Connect to the cluster, fetch metadata and (when idempotent) a producer id.
 
+        A ``bootstrap_servers`` list in which no host name resolves is refused here, at
+        once, with :class:`~aioproducer.errors.ConfigurationError` (the Java client refuses
+        it in its constructor). It is checked here rather than in ``Producer(...)`` so that
+        building a producer does no I/O: it can be built at import time or in a web app's
+        setup without a blocking DNS lookup, and ``start()`` resolves the names on the
+        event loop's resolver threads instead of blocking the loop.
+
         Raises:
-            KafkaConnectionError: no bootstrap server answered within ``max_block_ms``.
+            ConfigurationError: no bootstrap server's host name resolves.
+            KafkaConnectionError: no bootstrap server answered within ``max_block_ms``; the
+                message names each address tried, its last error and the likely causes.
             UnsupportedVersionError: the broker cannot do what the configuration asks
                 (e.g. idempotence).
             IllegalStateError: the producer was started already.
@@ -189,6 +200,7 @@ class Producer:
             metrics=self._metrics,
             partitioner=self._partitioner,
             on_acknowledgement=self._on_batch_done if self._interceptors else None,
+            on_abandoned=self._on_sender_abandoned,
         )
         sender_ref.append(self._sender)
         self._appender = RecordAppender(
@@ -230,6 +242,7 @@ class Producer:
     async def _bootstrap(self) -> None:
         cfg = self._config
         deadline = time.monotonic() + self._max_block
+        await self._connections.check_resolvable(deadline - time.monotonic())
         connection = await self._connections.bootstrap(deadline)
         request = MetadataRequest(topics=[], allow_auto_topic_creation=True)
         self._metadata.update_started(time.monotonic())
@@ -278,6 +291,37 @@ class Producer:
             if not error.retriable or time.monotonic() >= deadline:
                 raise error
             await asyncio.sleep(cfg.retry_backoff_ms / 1000.0)
+
+    def _on_sender_abandoned(self, dropped: int) -> None:
+        # The sender task was cancelled (asyncio.run() cancels what is left when the main
+        # coroutine returns) or destroyed with its loop, without close().
+        if self._state is not ProducerState.CLOSED:
+            self._report_dropped(dropped, "its event loop stopped before it was closed")
+
+    def _report_dropped(self, dropped: int, why: str) -> None:
+        if dropped <= 0 or self._drop_reported:
+            return
+        self._drop_reported = True
+        message = (
+            f"{dropped} record(s) buffered in {self!r} were dropped undelivered: {why}. "
+            "`await producer.close()` (or `async with Producer(...)`) delivers buffered "
+            "records before the program goes on"
+        )
+        log.warning("%s", message)
+        warnings.warn(message, ResourceWarning, source=self, stacklevel=2)
+
+    def __del__(self) -> None:
+        # An unclosed file warns when it is collected; a producer that still holds records
+        # must too, or they vanish without a word. One that was closed, or never held a
+        # record, is silent.
+        state = getattr(self, "_state", None)
+        if state not in (ProducerState.RUNNING, ProducerState.CLOSING) or self._drop_reported:
+            return
+        accumulator = getattr(self, "_accumulator", None)
+        if accumulator is None:
+            return
+        dropped = sum(batch.record_count for batch in accumulator.pending_batches())
+        self._report_dropped(dropped, "it was garbage-collected without being closed")
 
     def _close_appender(self) -> None:
         if self._appender is not None:
@@ -819,15 +863,7 @@ class Producer:
         self._require_transactions("init_transactions()")
 
     def _intercept(self, record: ProducerRecord) -> ProducerRecord:
-        for interceptor in self._interceptors:
-            try:
-                result = interceptor.on_send(record)
-            except Exception:
-                log.exception("interceptor %r raised in on_send; the record goes on", interceptor)
-                continue
-            if isinstance(result, ProducerRecord):
-                record = result
-        return record
+        return run_on_send(self._interceptors, record)
 
     def _on_batch_done(self, batch: ProducerBatch, exc: BaseException | None) -> None:
         for record in batch.record_futures():
@@ -915,7 +951,12 @@ class Producer:
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
-                raise metadata.unknown_topic_error(topic, (now - start) * 1000, partition)
+                error = metadata.unknown_topic_error(topic, (now - start) * 1000, partition)
+                unreachable = self._connections.unreachable_summary()
+                if unreachable is not None:
+                    # Not the topic's fault: say what was tried and why it failed.
+                    error.args = (f"{error.message}; {unreachable}", *error.args[1:])
+                raise error
             metadata.request_update()
             sender.wakeup()
             updated = await metadata.wait_for_update(remaining)
@@ -999,6 +1040,21 @@ def _other_loop_error(loop: asyncio.AbstractEventLoop) -> IllegalStateError:
         "aioproducer.SyncProducer, which any thread may call; or create one Producer per "
         "event loop"
     )
+
+
+def run_on_send(interceptors: Sequence[Any], record: ProducerRecord) -> ProducerRecord:
+    """``record`` through each interceptor's ``on_send``, in order. One that raises is
+    logged and skipped; one that returns something other than a ProducerRecord leaves the
+    record as it was."""
+    for interceptor in interceptors:
+        try:
+            result = interceptor.on_send(record)
+        except Exception:
+            log.exception("interceptor %r raised in on_send; the record goes on", interceptor)
+            continue
+        if isinstance(result, ProducerRecord):
+            record = result
+    return record
 
 
 def _cancelling(sender_task: asyncio.Task[Any]) -> bool:

@@ -173,9 +173,13 @@ class Sender:
         metrics: ProducerMetrics,
         partitioner: Any = None,
         on_acknowledgement: Callable[[ProducerBatch, BaseException | None], None] | None = None,
+        on_abandoned: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        # Told how many records were dropped when the task is cancelled or destroyed
+        # unfinished (its event loop stopped without the producer being closed).
+        self._on_abandoned = on_abandoned
         self._accumulator = accumulator
         self._metadata = metadata
         self._connections = connections
@@ -320,7 +324,20 @@ class Sender:
                 )
                 self._abort_all(exc)
         except asyncio.CancelledError:
-            self._abort_all(ProducerClosedError("the producer's sender task was cancelled"))
+            dropped = self._abort_all(
+                ProducerClosedError("the producer's sender task was cancelled")
+            )
+            self._tell_abandoned(dropped)
+            raise
+        except GeneratorExit:
+            # The task was destroyed unfinished: its event loop closed without cancelling
+            # it. The loop is gone, so failing the records may not reach their callbacks.
+            dropped = sum(batch.record_count for batch in self._accumulator.pending_batches())
+            with contextlib.suppress(Exception):
+                self._abort_all(
+                    ProducerClosedError("the producer's event loop closed before delivery")
+                )
+            self._tell_abandoned(dropped)
             raise
         except BaseException as exc:
             log.exception("the aioproducer sender task crashed; failing every pending record")
@@ -341,12 +358,23 @@ class Sender:
             return True
         return self._accumulator.has_undrained() or self._in_flight_batches > 0
 
-    def _abort_all(self, exc: BaseException) -> None:
+    def _tell_abandoned(self, dropped: int) -> None:
+        on_abandoned = self._on_abandoned
+        if on_abandoned is not None:
+            try:
+                on_abandoned(dropped)
+            except Exception:
+                log.exception("on_abandoned callback failed")
+
+    def _abort_all(self, exc: BaseException) -> int:
+        """Fail every record not yet acknowledged with ``exc``; return how many."""
+        failed = 0
         if self._transactions is not None:
             # A copy: commit and abort raise it in the caller's frame, and ``exc`` itself
             # stays with the failed batches (see futures.error_copy).
             self._transactions.fail_all(error_copy(exc))
         for batch in self._accumulator.abort_undrained(exc):
+            failed += batch.record_count
             self._metrics.records_failed(batch.record_count)
             self._notify(batch, exc)
             self._accumulator.deallocate(batch)
@@ -354,6 +382,7 @@ class Sender:
             for batches in requests:
                 for batch in batches:
                     if batch.fail(exc):
+                        failed += batch.record_count
                         self._metrics.records_failed(batch.record_count)
                         self._notify(batch, exc)
                     # In-flight buffers are returned here, also for batches that expired
@@ -365,9 +394,11 @@ class Sender:
         # neither place above: fail them too so no record waits forever.
         for batch in self._accumulator.pending_batches():
             if batch.fail(exc):
+                failed += batch.record_count
                 self._metrics.records_failed(batch.record_count)
                 self._notify(batch, exc)
                 self._accumulator.deallocate(batch)
+        return failed
 
     # ---- one step ---------------------------------------------------------------------------
 

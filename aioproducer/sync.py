@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import logging
 import sys
 import threading
 import time
@@ -33,7 +34,7 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aioproducer.appender import check_headers, serialize
+from aioproducer.appender import check_headers, check_record_size, record_size, serialize
 from aioproducer.config import ProducerConfig
 from aioproducer.delivery import (
     DeliveredMessage,
@@ -49,7 +50,7 @@ from aioproducer.errors import (
     SenderCrashedError,
 )
 from aioproducer.metadata import validate_topic
-from aioproducer.producer import Producer
+from aioproducer.producer import Producer, run_on_send
 from aioproducer.records import (
     ProducerRecord,
     RecordMetadata,
@@ -59,6 +60,8 @@ from aioproducer.records import (
 )
 
 __all__ = ["SyncProducer"]
+
+_log = logging.getLogger("aioproducer.sync")
 
 # How many records may wait for the loop thread before ``send`` blocks: the producer's
 # buffer_memory and max_block_ms do the real backpressure, this only stops the hand-off
@@ -117,15 +120,17 @@ class SyncProducer:
         # Built here, in the caller's thread, so configuration errors need no loop thread;
         # Producer.__init__ touches no event loop.
         self._config = ProducerConfig.from_options(config, **options)
-        # As the Java client, serializers run in the calling thread, so what they refuse is
-        # raised there; the producer on the loop thread then takes bytes. Interceptors see a
-        # record before it is serialized: with them, serializing stays on the loop thread.
-        self._key_serializer: Callable[[Any], Any] | None = None
-        self._value_serializer: Callable[[Any], Any] | None = None
-        if not self._config.interceptors:
-            self._key_serializer = self._config.key_serializer
-            self._value_serializer = self._config.value_serializer
-            options = {**options, "key_serializer": None, "value_serializer": None}
+        # As the Java client, interceptors' on_send and then the serializers run in the
+        # calling thread, so everything a record can be refused for before a broker sees it
+        # is raised there; the producer on the loop thread then takes bytes (and calls the
+        # interceptors' on_acknowledgement only).
+        cfg = self._config
+        self._interceptors = cfg.interceptors
+        self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
+        self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
+        options = {**options, "key_serializer": None, "value_serializer": None}
+        if self._interceptors:
+            options["interceptors"] = [_AcknowledgementsOnly(i) for i in self._interceptors]
         self._producer = Producer(config, **options)
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
@@ -220,8 +225,13 @@ class SyncProducer:
                         except BaseException as exc:
                             if not target.done():
                                 target.set_exception(exc)
+                                if isinstance(target, _RecordFuture):
+                                    target.refused = True
                             if not isinstance(exc, Exception):
                                 raise
+                    # Hold no future while waiting: one dropped by its caller is freed
+                    # (and a refusal nobody looked at logged) now, not after the next send.
+                    del items, item, target
         finally:
             self._die("the SyncProducer's event loop thread stopped")
 
@@ -401,13 +411,13 @@ class SyncProducer:
         """Queue a record; return a future of its :class:`~aioproducer.RecordMetadata`.
 
         Returns at once (unless thousands of records are already waiting for the loop thread,
-        when it blocks until they are taken). The record is checked here, in the calling
-        thread, and the serializers run here too (as the Java client runs them in the
-        caller's thread; with interceptors configured they run on the loop thread, after
-        the interceptors): what they refuse is raised at once. What only the loop thread can
-        find (a partition the topic does not have, no metadata within ``max_block_ms``, a
-        closed producer) is set on the future, as are delivery errors. Cancelling the future
-        before the record is handed to the producer keeps it from being sent.
+        when it blocks until they are taken). As the Java client does, the interceptors'
+        ``on_send``, the checks of the record and the serializers run here, in the calling
+        thread: everything the async producer's ``send`` can refuse a record for before it
+        waits is raised at once, and nothing is queued. What only the loop thread can find
+        (a partition the topic does not have, no metadata or buffer memory within
+        ``max_block_ms``) is set on the future, as are delivery errors. Cancelling the
+        future before the record is handed to the producer keeps it from being sent.
 
         Raises:
             InvalidTopicError: an illegal topic name.
@@ -415,23 +425,43 @@ class SyncProducer:
             InvalidArgumentError: ``timestamp_ms`` outside 0 to 2**63-1, or a negative
                 ``partition``.
             SerializationError: headers that are not ``(str, bytes-like or None)`` pairs,
-                or (without interceptors) a key or value that is not bytes-like and has no
-                serializer, or a serializer that failed or returned something not
-                bytes-like.
+                a key or value that is not bytes-like and has no serializer, or a
+                serializer that failed or returned something not bytes-like.
+            RecordTooLargeError: the serialized record exceeds ``max_request_size`` or
+                ``buffer_memory``.
             ProducerClosedError: the SyncProducer is closed.
             SenderCrashedError: the event loop thread died.
         """
+        self._check_open()
+        if self._interceptors:
+            record: Any = run_on_send(
+                self._interceptors,
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers),
+            )
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        topic, value, key, partition, timestamp_ms, headers = self._prepared(
+            topic, value, key, partition, timestamp_ms, headers
+        )
+        future: concurrent.futures.Future[RecordMetadata] = _RecordFuture()
+        self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
+        return future
+
+    def _prepared(
+        self, topic: Any, value: Any, key: Any, partition: Any, timestamp_ms: Any, headers: Any
+    ) -> tuple[str, bytes | None, bytes | None, int | None, int | None, Any]:
+        """A record checked and serialized as the async producer's ``send`` does before it
+        waits for anything: what it refuses is raised in the calling thread."""
         topic = validate_topic(topic)
         partition = check_partition(partition)
         timestamp_ms = check_timestamp(timestamp_ms)
         if headers is not None:
             headers = check_headers(headers)
-        if not self._config.interceptors:
-            key = serialize(self._key_serializer, key, "key", topic)
-            value = serialize(self._value_serializer, value, "value", topic)
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
-        return future
+        key = serialize(self._key_serializer, key, "key", topic)
+        value = serialize(self._value_serializer, value, "value", topic)
+        cfg = self._config
+        check_record_size(record_size(key, value, headers), cfg.max_request_size, cfg.buffer_memory)
+        return topic, value, key, partition, timestamp_ms, headers
 
     def send_and_wait(
         self,
@@ -472,40 +502,54 @@ class SyncProducer:
             InvalidTopicError: an illegal topic name.
             InvalidArgumentTypeError: ``partition`` not an int (or None).
             InvalidArgumentError: a negative ``partition``.
-            SerializationError: (without interceptors, the items are serialized here) an
-                item's key or value is not bytes-like and has no serializer, or a serializer
-                failed or returned something not bytes-like. The message names the item;
+            KafkaError: what :meth:`send` raises in the calling thread, for the first item
+                that has it (every item is intercepted, checked and serialized here before
+                any is queued): the message names the item (``send_many item 3: ...``), and
                 no item was queued (``accepted`` is None).
+            ProducerClosedError: the SyncProducer is closed.
         """
+        self._check_open()
         topic = validate_topic(topic)
         partition = check_partition(partition)
-        future: concurrent.futures.Future[RecordMetadataSequence] = concurrent.futures.Future()
+        future: concurrent.futures.Future[RecordMetadataSequence] = _RecordFuture()
         records = items if isinstance(items, list | tuple) else list(items)
-        if not self._config.interceptors:
-            records = [
-                self._serialized_item(topic, index, item) for index, item in enumerate(records)
-            ]
+        records = [self._prepared_item(topic, index, item) for index, item in enumerate(records)]
         self._enqueue((_SEND_MANY, topic, records, partition, future))
         return future
 
-    def _serialized_item(self, topic: str, index: int, item: Any) -> Any:
-        """A ``send_many`` item with its key and value serialized here (see ``__init__``)."""
+    def _prepared_item(self, topic: str, index: int, item: Any) -> Any:
+        """A ``send_many`` item checked, intercepted and serialized here (see ``__init__``)."""
         try:
-            if isinstance(item, ProducerRecord):
-                return ProducerRecord(
-                    item.topic,
-                    serialize(self._value_serializer, item.value, "value", item.topic),
-                    serialize(self._key_serializer, item.key, "key", item.topic),
-                    item.partition,
-                    item.timestamp_ms,
-                    item.headers,
+            if isinstance(item, ProducerRecord) or self._interceptors:
+                if not isinstance(item, ProducerRecord):
+                    key, value = item if type(item) is tuple and len(item) == 2 else (None, item)
+                    item = ProducerRecord(topic, value, key)
+                if self._interceptors:
+                    item = run_on_send(self._interceptors, item)
+                record: Any = item
+                prepared = self._prepared(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    record.partition,
+                    record.timestamp_ms,
+                    record.headers,
                 )
+                return ProducerRecord(*prepared)
             if type(item) is tuple and len(item) == 2:
-                return (
-                    serialize(self._key_serializer, item[0], "key", topic),
-                    serialize(self._value_serializer, item[1], "value", topic),
+                key = serialize(self._key_serializer, item[0], "key", topic)
+                value = serialize(self._value_serializer, item[1], "value", topic)
+                cfg = self._config
+                check_record_size(
+                    record_size(key, value, None), cfg.max_request_size, cfg.buffer_memory
                 )
-            return serialize(self._value_serializer, item, "value", topic)
+                return (key, value)
+            value = serialize(self._value_serializer, item, "value", topic)
+            cfg = self._config
+            check_record_size(
+                record_size(None, value, None), cfg.max_request_size, cfg.buffer_memory
+            )
+            return value
         except KafkaError as exc:
             exc.args = (f"send_many item {index}: {exc.message}", *exc.args[1:])
             raise
@@ -717,6 +761,56 @@ class SyncProducer:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _RecordFuture(concurrent.futures.Future[_T]):
+    """The future ``send`` and ``send_many_nowait`` return. When the loop thread's producer
+    refused the record (a partition the topic does not have, no metadata within
+    ``max_block_ms``), the error is only on this future: if it is dropped without anyone
+    asking for its result, the refusal is logged, as asyncio logs a task's exception that
+    was never retrieved, so no record is lost without a word. Delivery failures are logged
+    by the producer already."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+        self._looked_at = False
+
+    def result(self, timeout: float | None = None) -> _T:
+        self._looked_at = True
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._looked_at = True
+        return super().exception(timeout)
+
+    def __del__(self) -> None:
+        if not self.refused or self._looked_at:
+            return
+        error = super().exception(0)
+        _log.warning(
+            "a record given to SyncProducer was refused and its future was dropped "
+            "unchecked: %s: %s",
+            type(error).__name__,
+            error,
+        )
+
+
+class _AcknowledgementsOnly:
+    """An interceptor as the loop thread's producer sees it: its ``on_send`` already ran in
+    the calling thread, so only ``on_acknowledgement`` is passed on."""
+
+    def __init__(self, interceptor: Any) -> None:
+        self._interceptor = interceptor
+
+    def __repr__(self) -> str:
+        return repr(self._interceptor)
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        return record
+
+    def on_acknowledgement(self, metadata: RecordMetadata, exc: BaseException | None) -> None:
+        self._interceptor.on_acknowledgement(metadata, exc)
 
 
 def _copy_error(error: SenderCrashedError) -> SenderCrashedError:

@@ -54,6 +54,7 @@ from aioproducer.appender import (
     record_size,
     serialize,
 )
+from aioproducer.delivery import DeliveryCallback
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
@@ -442,6 +443,11 @@ class InMemoryProducer(Producer):
                 )
             self.complete_next(len(self._pending))
         self._state = ProducerState.CLOSED
+        await self._serve_reports()
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """:meth:`close` under aiokafka's name."""
+        await self.close(timeout)
 
     async def __aenter__(self) -> InMemoryProducer:
         await self.start()
@@ -771,6 +777,51 @@ class InMemoryProducer(Producer):
         """
         self._check_running()
         self.complete_next(len(self._pending))
+        await self._serve_reports()
+
+    # ---- confluent-kafka style ------------------------------------------------------------
+
+    async def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Mapping[str, bytes | str | None] | Sequence[tuple[str, Any]] | None = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """:meth:`aioproducer.Producer.produce`: store the record; its delivery callback
+        runs in :meth:`poll`, :meth:`flush` or :meth:`close`."""
+        await Producer.produce(
+            self, topic, value, key, partition, on_delivery, timestamp, headers, callback=callback
+        )
+
+    async def poll(self, timeout: float | None = 0.0) -> int:
+        """:meth:`aioproducer.Producer.poll`: run the delivery callbacks of the records
+        :meth:`produce` stored that are done; return how many ran."""
+        # The records are acknowledged as they are stored, before their futures' callbacks
+        # (which queue the reports) had a turn of the loop: queue the reports now.
+        self._reports.collect()
+        return await Producer.poll(self, timeout)
+
+    async def init_transactions(self) -> None:
+        """:meth:`aioproducer.Producer.init_transactions`: start a transactional producer
+        that is not started yet.
+
+        Raises:
+            IllegalStateError: no ``transactional_id`` is set.
+        """
+        if self._config.transactional_id is None:
+            raise IllegalStateError(
+                "init_transactions() needs a transactional producer: set transactional_id"
+            )
+        if self._state is ProducerState.CREATED:
+            await self.start()
+            return
+        self._require_transactions("init_transactions()")
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (created with ``default_partitions`` if

@@ -339,7 +339,10 @@ class BrokerConnection(asyncio.Protocol):
         self._versions_cache: dict[type[Request[Any]], int] = {}
         self._close_cause: BaseException | None = None
         self._lost: asyncio.Future[None] | None = None
-        self.description = f"node {node_id} ({host}:{port})"
+        # Bootstrap servers' ids (-1, -2, ...) mean nothing to a user: name the address.
+        self.description = (
+            f"node {node_id} ({host}:{port})" if node_id >= 0 else f"bootstrap server {host}:{port}"
+        )
 
     def __repr__(self) -> str:
         return (
@@ -1232,6 +1235,19 @@ class ExponentialBackoff:
 
 # ---- the connection manager -------------------------------------------------------------------
 
+_EAI_AGAIN: Final = getattr(socket, "EAI_AGAIN", None)
+
+
+async def _resolve_error(loop: asyncio.AbstractEventLoop, host: str, port: int) -> Any:
+    """The ``socket.gaierror`` resolving ``host`` raises, or None when it resolves."""
+    try:
+        await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return exc
+    except OSError:
+        return None  # not a lookup failure: the connection attempt will tell
+    return None
+
 
 @dataclass(eq=False)
 class _Node:
@@ -1309,6 +1325,9 @@ class ConnectionManager:
         self._closed = False
         self._closing_done: asyncio.Future[None] | None = None
         self._finalized_features = FinalizedFeatures()
+        # Addresses whose failure to connect was logged at WARNING: later failures go to
+        # DEBUG until a connection there succeeds again.
+        self._warned_addresses: set[str] = set()
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
@@ -1481,7 +1500,7 @@ class ConnectionManager:
                 node.connection = None
             node.last_error = exc
             self._record_failure(node)
-            log.debug("connecting to %s failed: %s", connection.description, exc)
+            self._log_connect_failure(node, exc)
             self._disconnected(node)
             self._notify()
             return None
@@ -1489,9 +1508,24 @@ class ConnectionManager:
         node.failed_attempts = 0
         node.next_attempt_at = 0.0
         node.last_error = None
+        self._warned_addresses.discard(node.address)
         self._record_features(connection)
         self._notify()
         return connection
+
+    def _log_connect_failure(self, node: _Node, exc: BaseException) -> None:
+        """The first failure to reach an address at WARNING, the next ones at DEBUG: a
+        wrong address or a broker that is down shows at once, without a line per retry."""
+        if node.address in self._warned_addresses:
+            log.debug("%s; retrying", exc)
+            return
+        self._warned_addresses.add(node.address)
+        log.warning(
+            "%s; retrying every reconnect_backoff_ms (further failures for %s are logged "
+            "at DEBUG)",
+            exc,
+            node.address,
+        )
 
     def _record_failure(self, node: _Node) -> None:
         delay_ms = self._backoff.backoff_ms(node.failed_attempts)
@@ -1534,12 +1568,65 @@ class ConnectionManager:
 
     # ---- bootstrap -----------------------------------------------------------------------------
 
+    async def check_resolvable(self, timeout: float) -> None:
+        """Refuse a ``bootstrap_servers`` list in which no host name resolves, as the Java
+        client does ("No resolvable bootstrap urls given in bootstrap.servers").
+
+        One ``getaddrinfo`` per server, on the event loop's resolver threads, all within
+        ``timeout`` seconds. Servers that do not resolve while others do are logged at
+        WARNING and kept (their attempts fail later, as the Java client skips them). A
+        resolver that is slow or reports a temporary failure (``EAI_AGAIN``) is no proof
+        that a name is wrong: then nothing is refused and the connection attempts report.
+
+        Raises:
+            ConfigurationError: not one bootstrap server resolves; the message names them.
+        """
+        nodes = self._bootstrap_nodes
+        if not nodes:
+            return
+        loop = asyncio.get_running_loop()
+        lookups = [loop.create_task(_resolve_error(loop, n.host, n.port)) for n in nodes]
+        done, pending = await asyncio.wait(lookups, timeout=max(0.0, timeout))
+        for task in pending:
+            task.cancel()
+        failures: list[tuple[_Node, socket.gaierror]] = []
+        for index, node in enumerate(nodes):
+            task = lookups[index]
+            error = task.result() if task in done else None
+            if error is not None:
+                failures.append((node, error))
+        if not failures:
+            return
+        if len(failures) < len(nodes) or pending:
+            for node, error in failures:
+                self._warned_addresses.add(node.address)  # once is enough
+                log.warning(
+                    "bootstrap server %s: the host name %r does not resolve (%s); trying the "
+                    "other bootstrap servers",
+                    node.address,
+                    node.host,
+                    error.strerror or error,
+                )
+            return
+        if any(error.errno == _EAI_AGAIN for _, error in failures):
+            return
+        raise ConfigurationError(
+            "no resolvable bootstrap server in bootstrap_servers: "
+            + "; ".join(
+                f"{node.address}: {node.host!r} does not resolve ({error.strerror or error})"
+                for node, error in failures
+            )
+        )
+
     async def bootstrap(self, deadline: float) -> BrokerConnection:
         """Connect to the first bootstrap server that answers.
 
         Tries the servers of ``bootstrap_servers`` in order, each at least once, then goes
         round again over the failed ones, each no sooner than its reconnect backoff, until
-        ``deadline`` (clock seconds).
+        ``deadline`` (clock seconds). A server that does not answer (a port that accepts and
+        stays silent) holds up the others for no more than its share of the time left. With
+        a deadline already past, each server still gets one whole attempt (bounded by the
+        connection setup and request timeouts).
 
         Raises:
             KafkaConnectionError: no server answered before the deadline; the message names
@@ -1553,6 +1640,8 @@ class ConnectionManager:
             raise ConfigurationError("bootstrap_servers is empty")
         index = 0
         full_round = False
+        # A deadline already past (max_block_ms=0) still lets each server have one attempt.
+        no_time = deadline <= self._clock()
         while True:
             if self._closed:
                 raise IllegalStateError("the connection manager is closed")
@@ -1578,7 +1667,12 @@ class ConnectionManager:
                 )
                 continue
             task = node.task or self._start_connect(node)
-            timeout = None if not full_round else max(0.0, deadline - now)
+            timeout: float | None = max(0.0, deadline - now)
+            if not full_round:
+                # Every server is tried once within the deadline: one that does not answer
+                # has its share of the time left, then its attempt goes on while the next
+                # server is tried (with no time at all, one whole attempt each).
+                timeout = None if no_time else max(0.0, deadline - now) / (len(nodes) - index)
             done, _ = await asyncio.wait({task}, timeout=timeout)
             if task in done:
                 if task.cancelled():
@@ -1589,7 +1683,7 @@ class ConnectionManager:
                 error = node.last_error
                 if isinstance(error, KafkaError) and not error.retriable:
                     raise error
-                log.info("bootstrap server %s failed: %s", node.address, error)
+                log.debug("bootstrap server %s failed: %s", node.address, error)
             index, full_round = self._next_bootstrap_index(index, full_round)
 
     def _next_bootstrap_index(self, index: int, full_round: bool) -> tuple[int, bool]:
@@ -1599,17 +1693,56 @@ class ConnectionManager:
         return index, full_round
 
     def _bootstrap_error(self) -> KafkaConnectionError:
-        details = "; ".join(
-            f"{n.address}: {n.last_error or 'no answer yet'}" for n in self._bootstrap_nodes
-        )
+        nodes = self._bootstrap_nodes
         error = KafkaConnectionError(
-            f"could not connect to any bootstrap server "
-            f"({', '.join(n.address for n in self._bootstrap_nodes)}): {details}"
+            f"could not connect to any bootstrap server within max_block_ms "
+            f"({self._config.max_block_ms} ms); tried {', '.join(n.address for n in nodes)}: "
+            f"{self._failure_details(nodes)}. {self.likely_causes()}"
         )
-        causes = [n.last_error for n in self._bootstrap_nodes if n.last_error is not None]
+        causes = [n.last_error for n in nodes if n.last_error is not None]
         if causes:
             error.__cause__ = causes[-1]
         return error
+
+    @staticmethod
+    def _failure_details(nodes: list[_Node]) -> str:
+        # Each error names its address already ("could not connect to bootstrap server ...").
+        return "; ".join(
+            str(n.last_error) if n.last_error is not None else f"{n.address}: no answer yet"
+            for n in nodes
+        )
+
+    def likely_causes(self) -> str:
+        """What usually makes every connection attempt fail, for error messages."""
+        protocol = self._config.security_protocol.upper()
+        if protocol in ("SSL", "SASL_SSL"):
+            tls = (
+                f"the listener does not speak TLS while security_protocol is {protocol} (a "
+                "PLAINTEXT listener), or the TLS handshake failed"
+            )
+        else:
+            tls = (
+                f"the listener expects TLS while security_protocol is {protocol} (set it "
+                "to SSL or SASL_SSL for a TLS listener)"
+            )
+        return (
+            "Likely causes: nothing listens at that address (the broker is down, or the host "
+            "or port is wrong); the port is not a Kafka listener; or " + tls + "."
+        )
+
+    def unreachable_summary(self) -> str | None:
+        """When no connection is ready and connecting failed, what was tried and why it
+        failed (for the error a send raises after ``max_block_ms``); otherwise None."""
+        nodes = list(self._nodes.values())  # the bootstrap servers are among them
+        if any(self._is_ready(n) for n in nodes):
+            return None
+        failed = [n for n in nodes if n.last_error is not None]
+        if not failed:
+            return None
+        return (
+            f"no broker could be reached: {self._failure_details(failed)}. "
+            f"{self.likely_causes()}"
+        )
 
     # ---- metadata --------------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ is gone.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,9 @@ from aioproducer.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    InvalidTopicError,
     ProducerClosedError,
+    RecordTooLargeError,
     SenderCrashedError,
     SerializationError,
     UnknownTopicOrPartitionError,
@@ -248,3 +252,105 @@ def test_serializers_run_in_the_calling_thread(
         b"b",
         b"c",
     ]
+
+
+class _Recorder:
+    """An interceptor that notes where on_send runs and what was acknowledged; it turns a
+    str value into bytes, and leaves anything else as it is."""
+
+    def __init__(self) -> None:
+        self.send_threads: list[threading.Thread] = []
+        self.acknowledged: list[tuple[int, type[BaseException] | None]] = []
+
+    def on_send(self, record: ProducerRecord) -> ProducerRecord:
+        self.send_threads.append(threading.current_thread())
+        if isinstance(record.value, str):
+            return ProducerRecord(record.topic, record.value.encode(), record.key)
+        return record
+
+    def on_acknowledgement(self, metadata: RecordMetadata, exc: BaseException | None) -> None:
+        self.acknowledged.append((metadata.offset, None if exc is None else type(exc)))
+
+
+def test_with_interceptors_a_bad_record_still_raises_in_the_caller(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    recorder = _Recorder()
+    with SyncProducer(
+        bootstrap_servers=tansu.bootstrap_servers, interceptors=[recorder]
+    ) as producer:
+        # on_send runs here, in the calling thread (as the Java client runs it), then the
+        # checks and serializers: a value no interceptor made bytes is refused at once.
+        with pytest.raises(SerializationError, match="value"):
+            producer.send(topic, 12345)
+        with pytest.raises(SerializationError, match="send_many item 1"):
+            producer.send_many_nowait(topic, [b"a", 3.5, b"c"])
+        producer.send(topic, "made bytes by the interceptor").result(30)
+        assert len(producer.send_many(topic, ["b", (b"k", b"c")])) == 2
+    assert recorder.send_threads
+    assert all(thread is threading.main_thread() for thread in recorder.send_threads)
+    # Each delivered record acknowledged once; on_send did not run twice for any.
+    assert [exc for _, exc in recorder.acknowledged] == [None, None, None]
+    # send 1, send_many up to the refused item 2, send 1, send_many 2.
+    assert len(recorder.send_threads) == 1 + 2 + 1 + 2
+    values = [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=3)]
+    assert values == [b"made bytes by the interceptor", b"b", b"c"]
+
+
+def test_what_send_can_know_before_a_broker_answers_is_raised_in_the_caller(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+    with SyncProducer(bootstrap_servers=tansu.bootstrap_servers, max_request_size=2000) as producer:
+        # Too large for max_request_size: the async send raises it, so this one does too,
+        # rather than leaving it on a future the caller may never look at.
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            producer.send(topic, b"x" * 5000)
+        with pytest.raises(RecordTooLargeError, match="send_many item 1"):
+            producer.send_many_nowait(topic, [b"small", b"x" * 5000])
+        with pytest.raises(RecordTooLargeError, match="send_many item 0"):
+            producer.send_many_nowait(topic, [(b"k", b"x" * 5000)])
+        with pytest.raises(InvalidTopicError, match="send_many item 1"):
+            producer.send_many_nowait(topic, [b"ok", ProducerRecord("bad topic!", b"v")])
+        with pytest.raises(SerializationError, match="send_many item 0"):
+            producer.send_many_nowait(topic, [ProducerRecord(topic, b"v", headers=[("h", 1)])])
+        producer.send(topic, b"after").result(30)
+    # Nothing of the refused calls was queued.
+    assert [r.value for r in read_back(tansu.bootstrap_servers, topic, expected=1)] == [b"after"]
+
+
+def test_a_refused_record_whose_future_nobody_checks_is_logged(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = new_topic(tansu, partitions=1)
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "dropped unchecked" in r.getMessage()]
+
+    with (
+        caplog.at_level(logging.WARNING, logger="aioproducer"),
+        SyncProducer(bootstrap_servers=tansu.bootstrap_servers) as producer,
+    ):
+        # Only the loop thread can tell that the topic has no partition 7: the error goes
+        # on the future. Checked, it is the caller's to handle; nothing is logged.
+        checked = producer.send(topic, b"v", partition=7)
+        assert isinstance(checked.exception(30), UnknownTopicOrPartitionError)
+        producer.flush()  # the loop thread is done with the record
+        del checked
+        gc.collect()
+        assert refusals() == []
+        # Dropped unchecked, the refusal would vanish: it is logged instead.
+        ignored = producer.send(topic, b"v", partition=7)
+        producer.flush()
+        assert ignored.done()
+        del ignored
+        gc.collect()
+        assert len(refusals()) == 1, refusals()
+        assert "UnknownTopicOrPartitionError" in refusals()[0]
+        assert "partition 7" in refusals()[0]
+        # A delivered record's future needs no looking at.
+        producer.send(topic, b"fine")
+        producer.flush()
+        gc.collect()
+    assert len(refusals()) == 1

@@ -601,3 +601,31 @@ def test_the_testing_pages_snippets_run(index: int) -> None:
             asyncio.run(test())
         else:
             test()
+
+
+async def test_confluent_style_calls_store_and_report_as_the_producer_does() -> None:
+    reports: list[tuple[Any, Any]] = []
+    producer = InMemoryProducer(transactional_id="tx-confluent", topics={"orders": 2})
+    await producer.init_transactions()  # starts it
+    await producer.begin_transaction()
+    await producer.produce(
+        "orders", b"v1", key=b"k", partition=1, on_delivery=lambda e, m: reports.append((e, m))
+    )
+    await producer.produce(
+        "orders", "v2", partition=1, callback=lambda e, m: reports.append((e, m))
+    )
+    assert reports == []  # callbacks run only in poll(), flush() or close()
+    await producer.commit_transaction()
+    assert await producer.poll(0) == 2
+    assert [(e, m.partition(), m.offset(), m.value()) for e, m in reports] == [
+        (None, 1, 0, b"v1"),
+        (None, 1, 1, b"v2"),
+    ]
+    assert [r.value for r in producer.records("orders", 1)] == [b"v1", b"v2"]
+    await producer.stop()
+    assert producer.state is ProducerState.CLOSED
+
+
+async def test_init_transactions_needs_a_transactional_id() -> None:
+    with pytest.raises(IllegalStateError, match="transactional_id"):
+        await InMemoryProducer().init_transactions()
