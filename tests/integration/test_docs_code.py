@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from aioproducer.embedded import EmbeddedBroker
-from tests.support.doc_blocks import ROOT, blocks, pages
+from tests.support.doc_blocks import (
+    DOCS_BROKER,
+    ROOT,
+    ShellBlock,
+    blocks,
+    pages,
+    shape,
+    shell_blocks,
+)
 
 # A page runs in well under this; it only turns a hang into a failure.
 _HANG = 180.0
@@ -27,7 +35,7 @@ def test_every_page_with_python_is_run() -> None:
 
 def test_skipped_blocks_say_why() -> None:
     for page in pages():
-        for block in blocks(page):
+        for block in [*blocks(page), *shell_blocks(page)]:
             if block.skip is not None:
                 assert block.skip != "(no reason given)", f"{block.where}: say why it is skipped"
 
@@ -69,3 +77,48 @@ def test_the_page_runs(page: Path, tansu: EmbeddedBroker, tmp_path: Path) -> Non
     report = json.loads(result.stdout.strip().splitlines()[-1])
     shown = [b.where for b in blocks(page) if not b.hidden and b.skip is None]
     assert [where for where in report["ran"] if where in shown] == shown
+
+
+SHELL_BLOCKS = [block for page in pages() for block in shell_blocks(page) if block.skip is None]
+
+
+def test_the_command_line_pages_are_run() -> None:
+    assert {"README.md", "docs/cli.md", "docs/getting-started.md"} <= {
+        block.page for block in SHELL_BLOCKS
+    }
+
+
+@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=[block.where for block in SHELL_BLOCKS])
+def test_the_shell_block_runs(block: ShellBlock, tansu: EmbeddedBroker, tmp_path: Path) -> None:
+    """Run each command of the block in bash; a command shown with its output prints every
+    line shown (numbers aside); one shown alone exits with 0."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    environment = {
+        **os.environ,
+        "PYTHONPATH": path,
+        # The aioproducer command and python of the environment running the tests.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    for command, shown in block.steps:
+        result = subprocess.run(
+            [
+                "bash",
+                "-c",
+                "set -eo pipefail\n" + command.replace(DOCS_BROKER, tansu.bootstrap_servers),
+            ],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=_HANG,
+            check=False,
+        )
+        printed = {shape(line) for line in (result.stdout + result.stderr).splitlines()}
+        if not shown:
+            assert result.returncode == 0, f"{block.where}: {command}\n{result.stderr}"
+            continue
+        missing = [line for line in shown if line.strip() and shape(line) not in printed]
+        assert not missing, (
+            f"{block.where}: {command}\nnot printed: {missing}\n"
+            f"printed:\n{result.stdout}{result.stderr}"
+        )

@@ -10,8 +10,11 @@ The rules a page follows (tests/integration/test_docs_code.py runs every page):
 - ``<!-- docs-test-hidden`` ... ``-->``: hidden Python run at that point: what a reader is
   assumed to have (a started producer, a consumer's messages), or cleaning up after.
 - ``<!-- docs-test-skip: REASON -->`` right before a block: that block is not run (an
-  outline of internal classes, a cluster the tests do not have); the reason is required and
-  the test lists every skipped block.
+  outline of internal classes, a command that installs packages); the reason is required.
+- Shell blocks (```` ```bash ````, ```` ```console ````) run with ``bash``, with
+  ``localhost:9092`` pointed at the test broker as well. A ``console`` block shows commands
+  after ``$ `` and what they print after them: every line shown must be printed, digits
+  aside (ports, rates and times differ from run to run). A ``bash`` block must succeed.
 """
 
 from __future__ import annotations
@@ -50,6 +53,72 @@ class Block:
         return f"{self.page}:{self.line}"
 
 
+_SHELLS = ("bash", "console", "sh", "shell")
+
+
+@dataclass(frozen=True)
+class ShellBlock:
+    """A shell block: ``(command, the lines it is shown to print)`` pairs."""
+
+    page: str
+    line: int
+    steps: tuple[tuple[str, tuple[str, ...]], ...]
+    skip: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def _skip_reason(text: str, start: int) -> str | None:
+    before = text[:start].rstrip()
+    if before.endswith("-->"):
+        skip = _SKIP.fullmatch(before[before.rfind("<!--") :])
+        if skip is not None:
+            return skip.group(1).strip() or "(no reason given)"
+    return None
+
+
+def _steps(kind: str, body: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if kind != "console":
+        return ((body, ()),)
+    steps: list[tuple[str, list[str]]] = []
+    continued = False
+    for line in body.splitlines():
+        if continued and steps:
+            steps[-1] = (steps[-1][0] + "\n" + line, steps[-1][1])
+        elif line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+        continued = line.endswith("\\") and (not steps or not steps[-1][1])
+    return tuple((command, tuple(shown)) for command, shown in steps)
+
+
+def shell_blocks(page: Path) -> list[ShellBlock]:
+    """The page's shell blocks, in order."""
+    text = page.read_text()
+    name = str(page.relative_to(ROOT))
+    found: list[ShellBlock] = []
+    for match in _FENCE.finditer(text):
+        info = match.group(1).strip().split()
+        if not info or info[0] not in _SHELLS:
+            continue
+        line = text.count("\n", 0, match.start()) + 2
+        skip = _skip_reason(text, match.start())
+        found.append(ShellBlock(name, line, _steps(info[0], match.group(2)), skip))
+    return found
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def shape(text: str) -> str:
+    """``text`` with every UUID as ``U``, every number as ``N`` and runs of blanks as one
+    space."""
+    return " ".join(re.sub(r"\d+", "N", _UUID.sub("U", text)).split())
+
+
 def pages() -> list[Path]:
     """The README and every docs page."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -64,12 +133,7 @@ def blocks(page: Path) -> list[Block]:
         info = match.group(1).strip().split()
         if not info or info[0] != "python":
             continue
-        before = text[: match.start()].rstrip()
-        reason = None
-        if before.endswith("-->"):
-            skip = _SKIP.fullmatch(before[before.rfind("<!--") :])
-            if skip is not None:
-                reason = skip.group(1).strip() or "(no reason given)"
+        reason = _skip_reason(text, match.start())
         line = text.count("\n", 0, match.start()) + 2
         found.append((match.start(), Block(name, line, match.group(2), skip=reason)))
     for match in _SETUP.finditer(text):
