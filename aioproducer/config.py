@@ -974,6 +974,25 @@ _ALIASES: Final[Mapping[str, str]] = {
 _JAVA_NAME.update({spec.name: spec.metadata["java"] for spec in _FIELDS if spec.metadata["java"]})
 
 
+#: Other clients' option names whose nearest name here is not the nearest in spelling:
+#: what to use instead (the migration page's table).
+_FOREIGN_NAMES: Final[Mapping[str, str]] = {
+    "queue.buffering.max.ms": "linger_ms (linger.ms)",
+    "queue.buffering.max.kbytes": "buffer_memory (buffer.memory, in bytes)",
+    "queue.buffering.max.messages": (
+        "nothing: buffer_memory (buffer.memory, in bytes) bounds the buffer"
+    ),
+    "batch.num.messages": "batch_size (batch.size, in bytes)",
+    "message.timeout.ms": "delivery_timeout_ms (delivery.timeout.ms)",
+    "message.max.bytes": "max_request_size (max.request.size)",
+    "message.send.max.retries": "retries",
+    "socket.timeout.ms": "request_timeout_ms (request.timeout.ms)",
+    "compression.codec": "compression_type (compression.type)",
+    "max_batch_size": "batch_size",
+    "api_version": "nothing: the protocol versions are negotiated with each broker",
+}
+
+
 def _field_name(key: Any) -> str:
     if not isinstance(key, str):
         raise ConfigurationError(f"option names must be strings, got {key!r}")
@@ -982,6 +1001,11 @@ def _field_name(key: Any) -> str:
     name = _ALIASES.get(key)
     if name is not None:
         return name
+    foreign = _FOREIGN_NAMES.get(key)
+    if foreign is not None:
+        raise ConfigurationError(
+            f"unknown option {key!r} (another client's name); use {foreign} instead"
+        )
     known = list(_SPECS) + list(_ALIASES)
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

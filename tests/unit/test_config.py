@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import ssl
 from typing import Any
 
@@ -417,3 +418,21 @@ def test_every_java_name_is_accepted_with_its_default() -> None:
         value = getattr(defaults, row.name)
         config = ProducerConfig.from_options({row.java_name: value})
         assert getattr(config, row.name) == value, row.name
+
+
+@pytest.mark.parametrize(
+    ("name", "instead"),
+    [
+        ("message.timeout.ms", "delivery_timeout_ms"),
+        ("queue.buffering.max.ms", "linger_ms"),
+        ("queue.buffering.max.kbytes", "buffer_memory"),
+        ("queue.buffering.max.messages", "nothing: buffer_memory"),
+        ("batch.num.messages", "batch_size"),
+        ("max_batch_size", "batch_size"),
+    ],
+)
+def test_another_clients_option_name_says_what_to_use_instead(name: str, instead: str) -> None:
+    """Spelling alone would point elsewhere (message.timeout.ms is nearest to
+    request.timeout.ms): the hint names the option that does that job here."""
+    with pytest.raises(ConfigurationError, match=rf"'{re.escape(name)}'.*use {instead}"):
+        ProducerConfig.from_options({name: 1})
