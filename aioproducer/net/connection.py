@@ -223,6 +223,10 @@ def _build_ssl_context(
     return context
 
 
+# How a connection the peer closed shows itself.
+_HUNG_UP: Final = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+
+
 def _tls_failure(description: str, exc: ssl.SSLError) -> SslError:
     """A clear, non-retriable error for a TLS handshake the client or the broker refused."""
     if isinstance(exc, ssl.SSLCertVerificationError):
@@ -465,7 +469,16 @@ class BrokerConnection(asyncio.Protocol):
             self._fail_connect(auth_error)
             raise auth_error from exc
         except OSError as exc:
-            error = KafkaConnectionError(f"could not connect to {self.description}: {exc}")
+            reason = str(exc) or type(exc).__name__
+            if ssl_context is not None and (isinstance(exc, _HUNG_UP) or not str(exc)):
+                # A plaintext listener reads the ClientHello as the size of a huge request,
+                # refuses it and hangs up: the error then carries no text of its own.
+                reason = (
+                    f"the connection was closed during the TLS handshake ({reason}); a listener "
+                    "that does not speak TLS does this: check that security_protocol "
+                    "(SSL or SASL_SSL) matches the listener"
+                )
+            error = KafkaConnectionError(f"could not connect to {self.description}: {reason}")
             self._fail_connect(error)
             raise error from exc
         if self._state is ConnectionState.CLOSED:

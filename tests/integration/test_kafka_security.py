@@ -21,6 +21,7 @@ import pytest
 from aioproducer import Producer
 from aioproducer.errors import (
     AuthenticationError,
+    KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailedError,
     SslError,
@@ -132,6 +133,22 @@ async def test_plaintext_to_a_tls_listener_fails_start_at_once(
     with pytest.raises(KafkaError) as caught:
         await _within_limit(producer.start())
     assert "SSL" in str(caught.value)
+    await producer.close()
+
+
+async def test_tls_to_a_plaintext_listener_says_so(kafka_secure: SecureKafka) -> None:
+    """Kafka reads the ClientHello as a request size, refuses it and hangs up: the error
+    says the handshake was cut off and what to check, not an empty reason."""
+    producer = Producer(
+        bootstrap_servers=kafka_secure.address("PLAINTEXT"),
+        security_protocol="SSL",
+        ssl_cafile=str(kafka_secure.tls.ca_cert),
+        max_block_ms=1500,
+    )
+    with pytest.raises(KafkaConnectionError) as caught:
+        await _within_limit(producer.start())
+    message = str(caught.value)
+    assert "TLS handshake" in message and "security_protocol" in message, message
     await producer.close()
 
 
