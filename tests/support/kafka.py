@@ -1213,8 +1213,9 @@ class KafkaBroker:
 
 
 class SecureKafka:
-    """A :class:`KafkaBroker` with :class:`KafkaSecurity`'s listeners, the TLS files it was
-    made with, and its users, for the security tests.
+    """A Kafka node (``.broker``, a :class:`KafkaBroker`) with :class:`KafkaSecurity`'s
+    listeners, the TLS files it was made with, and its users, for the security tests.
+    It starts and stops as the broker does: :meth:`start` / :meth:`stop`, or ``with``.
 
     - ``tls``: the test CA, the broker's certificate (for ``localhost`` and ``127.0.0.1``)
       and one for another host name (:func:`tests.support.tls.make_certificates`);
@@ -1248,6 +1249,25 @@ class SecureKafka:
                 super_users=(self.SUPER_USER,),
             )
         )
+
+    def start(self) -> SecureKafka:
+        """Start the node (see :meth:`KafkaBroker.start`)."""
+        self.broker.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the node and remove its folder."""
+        self.broker.stop()
+
+    def __enter__(self) -> SecureKafka:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def address(self, listener: str) -> str:
         """``host:port`` of ``listener`` (``SSL``, ``SASL_SSL``, ...)."""
