@@ -42,7 +42,6 @@ from aioproducer.errors import (
     RequestTimedOutError,
     SenderCrashedError,
     UnsupportedVersionError,
-    error_for_code,
 )
 from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
@@ -60,6 +59,7 @@ from aioproducer.transactions import (
     TransactionManager,
     TransactionState,
     consumer_group_metadata,
+    init_producer_id_error,
     normalize_offsets,
 )
 
@@ -287,7 +287,7 @@ class Producer:
             if reply.error_code == 0:
                 self._idempotence.set_producer_id(reply.producer_id, reply.producer_epoch)
                 return
-            error = error_for_code(reply.error_code, "InitProducerId")
+            error = init_producer_id_error(reply.error_code)
             if not error.retriable or time.monotonic() >= deadline:
                 raise error
             await asyncio.sleep(cfg.retry_backoff_ms / 1000.0)

@@ -48,7 +48,12 @@ from aioproducer.protocol.messages import (
     ProduceTopicData,
 )
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.transactions import IdempotenceManager, TransactionalRequest, TransactionManager
+from aioproducer.transactions import (
+    IdempotenceManager,
+    TransactionalRequest,
+    TransactionManager,
+    init_producer_id_error,
+)
 
 __all__ = ["Sender", "metadata_from_response"]
 
@@ -637,7 +642,7 @@ class Sender:
                 log.info("producer id %d, epoch %d", response.producer_id, response.producer_epoch)
                 self.wakeup()
                 return
-            exc = error_for_code(response.error_code, "InitProducerId")
+            exc = init_producer_id_error(response.error_code)
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc

@@ -115,6 +115,19 @@ def transaction_v2_usable(features: FinalizedFeatures) -> bool:
     return produce >= _PRODUCE_V2_MIN_VERSION and end_txn >= _END_TXN_V2_MIN_VERSION
 
 
+def init_producer_id_error(code: int) -> KafkaError:
+    """The error for an idempotent producer's InitProducerId answered with ``code``."""
+    message = "InitProducerId"
+    if code == _CLUSTER_AUTHORIZATION_FAILED:
+        # Kafka lets an idempotent producer in with WRITE on any topic (KIP-679) or
+        # IdempotentWrite on the cluster.
+        message = (
+            "InitProducerId: an idempotent producer's principal needs WRITE on a topic "
+            "(or IDEMPOTENT_WRITE on the cluster); grant it, or set enable_idempotence=False"
+        )
+    return error_for_code(code, message)
+
+
 @dataclass(slots=True)
 class PartitionSequenceState:
     """Sequence bookkeeping for one partition (the Java client's ``TxnPartitionEntry``)."""

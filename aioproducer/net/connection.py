@@ -115,6 +115,7 @@ _UNANSWERED_MEMORY: Final = 1024
 _CORRELATION_ID_MASK: Final = 0x7FFFFFFF
 _UNSUPPORTED_VERSION: Final = 35
 _UNSUPPORTED_SASL_MECHANISM: Final = 33
+_ILLEGAL_SASL_STATE: Final = 34
 
 #: The first ApiVersions version tried; v3 carries the client's software name and version.
 _API_VERSIONS_FIRST_VERSION: Final = 3
@@ -630,9 +631,16 @@ class BrokerConnection(asyncio.Protocol):
                 )
             raise error_for_code(_UNSUPPORTED_SASL_MECHANISM, problem)
         if handshake.error_code != 0:
+            hint = ""
+            if handshake.error_code == _ILLEGAL_SASL_STATE:
+                # Kafka's answer to SaslHandshake on a listener that is not a SASL one.
+                hint = (
+                    ": is this a SASL listener? A PLAINTEXT or SSL listener answers this way; "
+                    "check that security_protocol matches the listener"
+                )
             raise error_for_code(
                 handshake.error_code,
-                f"SaslHandshake for {mechanism_name} with {self.description} failed",
+                f"SaslHandshake for {mechanism_name} with {self.description} failed{hint}",
             )
         try:
             mechanism = await asyncio.wait_for(

@@ -21,6 +21,8 @@ import pytest
 from aioproducer import Producer
 from aioproducer.errors import (
     AuthenticationError,
+    ClusterAuthorizationFailedError,
+    IllegalSaslStateError,
     KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailedError,
@@ -311,3 +313,48 @@ async def test_a_transactional_id_without_permission_is_refused(
         isolation_level="read_committed",
     )
     assert [record.value for record in records] == [b"committed"]
+
+
+async def test_sasl_to_a_plaintext_listener_says_so(kafka_secure: SecureKafka) -> None:
+    user = SecureKafka.SUPER_USER
+    producer = Producer(
+        bootstrap_servers=kafka_secure.address("PLAINTEXT"),
+        security_protocol="SASL_PLAINTEXT",
+        max_block_ms=_NEVER,
+        **_sasl("SCRAM-SHA-256", user, kafka_secure.passwords[user]),
+    )
+    with pytest.raises(IllegalSaslStateError) as caught:
+        await _within_limit(producer.start())
+    assert "SASL listener" in str(caught.value) and "security_protocol" in str(caught.value)
+    await producer.close()
+
+
+async def test_a_principal_without_any_acl_is_told_what_idempotence_needs(
+    kafka_secure: SecureKafka,
+) -> None:
+    """Kafka lets an idempotent producer in with WRITE on some topic (KIP-679): a user
+    with no ACL is refused InitProducerId, and the error says what to grant or turn off.
+    Without idempotence the same user gets as far as the topic, and is refused there."""
+    topic = _topic(kafka_secure, "guest-")
+    user = SecureKafka.GUEST_USER
+    options = _sasl("PLAIN", user, kafka_secure.passwords[user])
+    address = kafka_secure.address("SASL_PLAINTEXT")
+    idempotent = Producer(
+        bootstrap_servers=address, security_protocol="SASL_PLAINTEXT", max_block_ms=5000, **options
+    )
+    with pytest.raises(ClusterAuthorizationFailedError) as caught:
+        await _within_limit(idempotent.start())
+    assert "WRITE" in str(caught.value) and "enable_idempotence=False" in str(caught.value)
+    await idempotent.close()
+
+    plain = Producer(
+        bootstrap_servers=address,
+        security_protocol="SASL_PLAINTEXT",
+        enable_idempotence=False,
+        max_block_ms=5000,
+        **options,
+    )
+    async with plain:
+        with pytest.raises(TopicAuthorizationFailedError) as refused:
+            await _within_limit(plain.send_and_wait(topic, b"x"))
+        assert topic in str(refused.value)

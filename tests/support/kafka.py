@@ -1229,6 +1229,8 @@ class SecureKafka:
 
     SUPER_USER = "alice"
     LIMITED_USER = "writer"
+    #: A user no ACL names: it may log in, and do nothing else.
+    GUEST_USER = "guest"
 
     def __init__(self, directory: Path) -> None:
         from tests.support.tls import make_certificates
@@ -1238,6 +1240,7 @@ class SecureKafka:
         self.passwords = {
             self.SUPER_USER: "alice-secret-password",
             self.LIMITED_USER: "writer-secret-password",
+            self.GUEST_USER: "guest-secret-password",
         }
         self.broker = KafkaBroker(
             security=KafkaSecurity(
