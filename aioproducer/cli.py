@@ -81,6 +81,8 @@ _EXIT_OK = 0
 _EXIT_DELIVERY = 1
 _EXIT_USAGE = 2
 _EXIT_INTERRUPTED = 130
+#: Exit code when stdout's reader closed the pipe (128 + SIGPIPE, as a shell reports it).
+_EXIT_BROKEN_PIPE = 141
 
 
 class UsageError(Exception):
@@ -1827,8 +1829,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return _EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Whatever read the output went away (`| head`): stop quietly, as Unix tools do.
+        _discard_stdout()
+        return _EXIT_BROKEN_PIPE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second error."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -924,3 +924,16 @@ def test_docs_name_every_option() -> None:
         }
     )
     assert not missing, f"docs/cli.md does not document {missing}"
+
+
+def test_output_piped_into_head_stops_quietly(tansu: Any) -> None:
+    """`aioproducer perf ... | head -1`: once head exits, the command stops with 141 and
+    no traceback, as Unix tools do."""
+    command = (
+        f"{sys.executable} -m aioproducer perf --bootstrap-server {tansu.bootstrap_servers} "
+        "--topic piped --num-records 5000 --record-size 10 --throughput 5000 "
+        '--print-metrics | head -1; echo "exit=${PIPESTATUS[0]}" >&2'
+    )
+    result = run(["bash", "-c", command])
+    assert "Traceback" not in result.stderr, explain(result)
+    assert "exit=141" in result.stderr, explain(result)
