@@ -397,6 +397,13 @@ def _parse_pairs(pairs: Sequence[str], option: str, hint: str = "") -> list[tupl
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
+            known = {o.name for o in options_table()} | {o.java_name for o in options_table()}
+            if not sep and pair.strip() in known:
+                # A config name alone: its value is missing, whatever option gave it.
+                raise UsageError(
+                    f"{option}: expected NAME=VALUE, got {pair!r} (give it a value: "
+                    f"{pair.strip()}=VALUE)"
+                )
             raise UsageError(f"{option}: expected NAME=VALUE, got {pair!r}{hint}")
         parsed.append((name.strip(), value))
     return parsed

@@ -608,7 +608,8 @@ def test_a_record_the_producer_would_refuse_is_a_one_line_usage_error(
         (["produce", "--topic", "t", "--producer-property", "linger.ms=soon"],
          "invalid producer config: linger_ms (linger.ms) must be an integer >= 0, got 'soon'"),
         (["produce", "--topic", "t", "--producer-property", "linger.ms"],
-         "a producer config: expected NAME=VALUE, got 'linger.ms'"),
+         "a producer config: expected NAME=VALUE, got 'linger.ms' (give it a value: "
+         "linger.ms=VALUE)"),
         (["produce", "--topic", "t", "--producer-props", "acks=all", "lines.txt"],
          "a producer config: expected NAME=VALUE, got 'lines.txt' (after --producer-props, "
          "FILE arguments go after --)"),
