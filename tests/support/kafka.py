@@ -2214,13 +2214,13 @@ class KafkaCluster:
         if deleted:
             arguments += ["--delete-config", deleted]
         arguments += ["--entity-type", "clients", "--entity-name", client_id]
-        self.run_tool("kafka.admin.ConfigCommand", *arguments)
+        self.run_tool("org.apache.kafka.tools.ConfigCommand", *arguments)
 
     def run_tool(self, main_class: str, *arguments: str, timeout: float = 120.0) -> str:
         """Run one of Kafka's command-line tools by its main class, e.g.
         ``org.apache.kafka.tools.LeaderElectionCommand`` (``kafka-leader-election``),
         ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand``,
-        ``kafka.admin.ConfigCommand`` (``kafka-configs``) or
+        ``org.apache.kafka.tools.ConfigCommand`` (``kafka-configs``) or
         ``org.apache.kafka.tools.MetadataQuorumCommand``, and return its standard output.
         Pass ``--bootstrap-server``, :attr:`bootstrap_servers`, yourself.
 
