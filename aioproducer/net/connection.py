@@ -1541,6 +1541,11 @@ class ConnectionManager:
             log.debug("%s; retrying", exc)
             return
         self._warned_addresses.add(node.address)
+        if isinstance(exc, KafkaError) and not exc.retriable:
+            # Refused credentials or certificates: trying again will not help, so no
+            # "retrying" here; whoever waits on the connection gets this error.
+            log.error("%s", exc)
+            return
         log.warning(
             "%s; retrying every reconnect_backoff_ms (further failures for %s are logged "
             "at DEBUG)",

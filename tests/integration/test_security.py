@@ -16,6 +16,7 @@ and the producer's own loop can both use them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -417,7 +418,7 @@ async def test_produce_over_sasl_plaintext_and_read_back(sasl_plaintext_front: F
 
 
 async def test_a_wrong_password_over_sasl_ssl_fails_start_at_once(
-    sasl_ssl_front: Front, certs: TlsFiles
+    sasl_ssl_front: Front, certs: TlsFiles, caplog: pytest.LogCaptureFixture
 ) -> None:
     producer = Producer(
         bootstrap_servers=sasl_ssl_front.bootstrap_servers,
@@ -428,7 +429,25 @@ async def test_a_wrong_password_over_sasl_ssl_fails_start_at_once(
         sasl_plain_password="not-" + PASSWORD,
         max_block_ms=NEVER,
     )
-    with pytest.raises(SaslAuthenticationFailedError) as caught:
+    with (
+        caplog.at_level(logging.DEBUG, logger="aioproducer"),
+        pytest.raises(SaslAuthenticationFailedError) as caught,
+    ):
         await asyncio.wait_for(producer.start(), PATIENCE)
     assert PASSWORD not in str(caught.value) and PASSWORD not in repr(producer)
     await producer.close()
+    # Logged once, as an error that retrying will not fix: not a warning that says
+    # "retrying", and never the password.
+    failures = [r for r in caught_records(caplog) if "authentication" in r.getMessage()]
+    assert [r.levelno for r in failures] == [logging.ERROR], [r.getMessage() for r in failures]
+    assert "retrying" not in failures[0].getMessage()
+    assert PASSWORD not in caplog.text
+
+
+def caught_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The records aioproducer logged at WARNING or above."""
+    return [
+        r
+        for r in caplog.records
+        if r.name.startswith("aioproducer") and r.levelno >= logging.WARNING
+    ]
