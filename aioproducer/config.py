@@ -94,7 +94,10 @@ def _package_version() -> str:
 # numeric and boolean checks accept their string forms.
 
 _Check = Callable[[str, Any], Any]
-_SECRET_FIELDS: Final = frozenset({"ssl_password", "sasl_plain_password"})
+# The token provider too: given a token string by mistake, it would show the token.
+_SECRET_FIELDS: Final = frozenset(
+    {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"}
+)
 _SSL_FILE_FIELDS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 # Filled from the field metadata once ProducerConfig exists; error messages show both names.
 _JAVA_NAME: dict[str, str] = {}

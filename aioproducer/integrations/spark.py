@@ -58,7 +58,7 @@ import sys
 from collections import deque
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord
 from aioproducer.appender import check_headers, record_size
@@ -143,6 +143,22 @@ _SEND_MANY_ITEM = re.compile(r"^send_many item \d+: ")
 
 # ---- options and columns: plain data, pickled to the executors --------------------------------
 
+_SECRET_WORDS: Final = ("password", "secret", "token", "key")
+
+
+def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the value of every option whose name speaks of a password, secret,
+    token or key (``ssl.key.password``, ``sasl.oauth.token.provider``) shown as ``***``.
+    Serializers (``key.serializer``) name no secret and stay as they are."""
+    return {
+        name: "***"
+        if any(word in name.lower() for word in _SECRET_WORDS)
+        and "serializer" not in name.lower()
+        and value is not None
+        else value
+        for name, value in options.items()
+    }
+
 
 @dataclass(frozen=True)
 class SinkOptions:
@@ -157,6 +173,14 @@ class SinkOptions:
     topic: str | None
     config: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # A %r in a log line, a traceback's locals or a debugger must not show a password,
+        # a secret, a token or a key.
+        return (
+            f"SinkOptions(topic={self.topic!r}, config={_masked(self.config)!r}, "
+            f"options={_masked(self.options)!r})"
+        )
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:

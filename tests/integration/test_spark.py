@@ -526,3 +526,22 @@ def test_bad_rows_beyond_the_first_chunk_and_unreadable_strings(
         InvalidArgumentError, match=r"^row 1: column 'topic' holds a string that is not valid UTF-8"
     ):
         _write(tansu, None, schema, [batch])
+
+
+def test_sink_options_never_show_a_secret() -> None:
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": "k:9092",
+            "topic": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "alice",
+            "kafka.sasl.password": "hunter2",
+            "kafka.ssl.certificate.location": "/c.pem",
+            "kafka.ssl.key.password": "keypass",
+        }
+    )
+    text = repr(sink) + str(sink) + f"{sink!r}"
+    assert "hunter2" not in text and "keypass" not in text
+    assert "alice" in text and "'sasl.password': '***'" in text
+    assert sink.config["sasl.password"] == "hunter2"  # masked when shown, not when used

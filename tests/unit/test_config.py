@@ -306,6 +306,27 @@ def test_secrets_never_show() -> None:
     assert "sasl_plain_password" in str(info.value)
 
 
+def test_a_token_given_as_the_token_provider_never_shows() -> None:
+    token = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJib2IifQ.c2VjcmV0LXNpZ25hdHVyZQ"
+    with pytest.raises(ConfigurationError) as info:
+        build(
+            security_protocol="SASL_SSL",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=token,
+        )
+    assert token not in str(info.value) and "a value of type str" in str(info.value)
+
+    async def provider() -> str:
+        return token
+
+    config = build(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=provider,
+    )
+    assert "sasl_oauth_token_provider='***'" in repr(config)
+
+
 def test_config_is_frozen_and_slotted() -> None:
     config = build()
     with pytest.raises(dataclasses.FrozenInstanceError):
