@@ -60,10 +60,16 @@ SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARE
 #: server it claims to be); Kafka's own minimum is 4096 too.
 MIN_SCRAM_ITERATIONS: Final = 4096
 
-#: The most PBKDF2 iterations a SCRAM server may ask for. The key derivation runs on the event
-#: loop; without a cap a hostile server could stall the producer with an absurd count. Kafka
-#: brokers stay far below this.
-MAX_SCRAM_ITERATIONS: Final = 100_000
+#: The most PBKDF2 iterations a SCRAM server may ask for: Kafka's own maximum (a broker
+#: refuses to store credentials with more). The key derivation runs on the event loop; without
+#: a cap a hostile server could stall the producer with an absurd count.
+MAX_SCRAM_ITERATIONS: Final = 16_384
+
+# Digits an iteration count may have before it is refused unread: far more than any count
+# this client accepts (those get a message naming the maximum), far fewer than a flood.
+_MAX_ITERATION_DIGITS: Final = 10
+# An RFC 7628 error status is a small JSON object; anything longer is not decoded.
+_MAX_OAUTH_ERROR_BYTES: Final = 4096
 
 _REDACTED: Final = "***"
 
@@ -338,6 +344,9 @@ class ScramMechanism(SaslMechanism):
             raise self._fail("the server sent an empty salt")
         if not (iterations_text.isascii() and iterations_text.isdigit()):
             raise self._fail("the server's iteration count is not a number")
+        if len(iterations_text) > _MAX_ITERATION_DIGITS:
+            # Checked before int(): a megabyte of digits is a hostile server, not a count.
+            raise self._fail("the server's iteration count is absurdly long")
         iterations = int(iterations_text)
         if iterations < self._min_iterations:
             raise self._fail(
@@ -492,9 +501,12 @@ class OAuthBearerMechanism(SaslMechanism):
 def _oauth_error_status(challenge: bytes) -> str:
     """A short description of an RFC 7628 error challenge (a JSON object)."""
     text = challenge.decode("utf-8", "replace")
+    if len(challenge) > _MAX_OAUTH_ERROR_BYTES:
+        # Not parsed: an error status is a few hundred bytes, not a document to decode.
+        return text[:200]
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested arrays exhaust the parser's stack
         return text[:200]
     if isinstance(document, dict):
         fields = ("status", "scope", "openid-configuration")

@@ -137,6 +137,8 @@ def test_a_server_final_error_is_an_authentication_error() -> None:
         (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4095", "4095 iterations"),
         (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1", "fewer than the minimum"),
         (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=999999999", "maximum"),
+        (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=16385", "maximum 16384"),
+        (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=" + b"9" * 100_000, "long"),
         (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4k", "not a number"),
         (b"r=someoneElsesNonce,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),
         (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),
@@ -253,6 +255,28 @@ def test_oauthbearer_acknowledges_an_error_challenge_then_fails() -> None:
     with pytest.raises(AuthenticationError, match="invalid_token"):
         mechanism.respond(b"")
     assert not mechanism.complete
+
+
+@pytest.mark.parametrize(
+    "challenge",
+    [
+        b"[" * 2000 + b"]" * 2000,
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"status":"' + b"x" * 100_000 + b'"}',
+    ],
+    ids=["nested-past-the-recursion-limit", "deeply-nested-and-huge", "huge"],
+)
+def test_a_hostile_oauthbearer_error_challenge_is_an_authentication_error(
+    challenge: bytes,
+) -> None:
+    """Nesting that would exhaust the JSON parser's stack, or a huge document, ends the
+    exchange as a failed authentication, not as an error that escapes the state machine."""
+    mechanism = OAuthBearerMechanism(TOKEN)
+    mechanism.initial_response()
+    assert mechanism.respond(challenge) == b"\x01"
+    assert mechanism.server_error is not None and len(mechanism.server_error) <= 200
+    with pytest.raises(AuthenticationError):
+        mechanism.respond(b"")
 
 
 @pytest.mark.parametrize(
