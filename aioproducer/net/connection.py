@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
+import hashlib
 import logging
 import math
 import os
@@ -43,6 +43,7 @@ import random
 import socket
 import ssl
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -184,11 +185,13 @@ def _ssl_context_for(config: ProducerConfig) -> ssl.SSLContext | None:
     """The TLS context for ``config``: None without TLS, else the given or a built one.
 
     A given ``ssl_context`` is used as it is (its own ``check_hostname`` and ``verify_mode``
-    decide); ``ssl_check_hostname`` applies to the context built from the ``ssl_*`` files.
+    decide; one that verifies less is warned about once); ``ssl_check_hostname`` applies to
+    the context built from the ``ssl_*`` files.
     """
     if _protocol_name(config.security_protocol) not in _SSL_PROTOCOLS:
         return None
     if config.ssl_context is not None:
+        _warn_if_unverified(config.ssl_context)
         return config.ssl_context
     return _build_ssl_context(
         config.ssl_cafile,
@@ -199,8 +202,44 @@ def _ssl_context_for(config: ProducerConfig) -> ssl.SSLContext | None:
     )
 
 
-# Building a context reads files and costs milliseconds; every connection of a producer shares one.
-@functools.lru_cache(maxsize=8)
+# The given contexts already warned about (weakly held: a context may go away).
+_UNVERIFIED_WARNED: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
+
+
+def _warn_if_unverified(context: ssl.SSLContext) -> None:
+    if context in _UNVERIFIED_WARNED:
+        return
+    if context.verify_mode == ssl.CERT_NONE:
+        risk = "does not verify the broker's certificate (verify_mode is CERT_NONE)"
+    elif not context.check_hostname:
+        risk = "does not check that the broker's certificate names the host (check_hostname)"
+    else:
+        return
+    _UNVERIFIED_WARNED.add(context)
+    log.warning(
+        "the ssl_context given %s: anyone on the network path can pose as the broker and read "
+        "what the producer sends",
+        risk,
+    )
+
+
+# Building a context reads files and costs milliseconds: the producers of a process share one
+# per set of files, until a file changes (a renewed certificate, a CA removed). The key holds
+# a digest of the key password, never the password.
+_SSL_CONTEXTS: dict[tuple[object, ...], ssl.SSLContext] = {}
+_SSL_CONTEXTS_MAX: Final = 8
+
+
+def _file_stamp(path: str | None) -> tuple[object, ...] | None:
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (path,)  # building fails and says why
+    return (path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
 def _build_ssl_context(
     cafile: str | None,
     certfile: str | None,
@@ -208,6 +247,17 @@ def _build_ssl_context(
     password: str | None,
     check_hostname: bool = True,
 ) -> ssl.SSLContext:
+    key = (
+        _file_stamp(cafile),
+        _file_stamp(certfile),
+        _file_stamp(keyfile),
+        # A digest, so that a wrong password misses the cache and fails as it should.
+        hashlib.sha256(password.encode()).digest() if password is not None else None,
+        check_hostname,
+    )
+    context = _SSL_CONTEXTS.get(key)
+    if context is not None:
+        return context
     # The default context verifies the chain against cafile (or the system's CAs), checks the
     # host name and refuses TLS below 1.2. Turning the host name check off keeps the chain
     # verification: the certificate must still come from a trusted CA.
@@ -221,6 +271,9 @@ def _build_ssl_context(
         raise ConfigurationError(
             f"cannot build the TLS context from the ssl_* files: {exc}"
         ) from exc
+    if len(_SSL_CONTEXTS) >= _SSL_CONTEXTS_MAX:
+        _SSL_CONTEXTS.pop(next(iter(_SSL_CONTEXTS)))
+    _SSL_CONTEXTS[key] = context
     return context
 
 
@@ -234,8 +287,10 @@ def _tls_failure(description: str, exc: ssl.SSLError) -> SslError:
         reason = exc.verify_message or str(exc)
         if "hostname" in reason.lower() or "ip address mismatch" in reason.lower():
             hint = (
-                "the certificate does not name the host connected to; connect by a name it "
-                "lists, or set ssl_check_hostname=False to skip only this check"
+                "the certificate does not name the host connected to: connect by a name it "
+                "lists (the broker's advertised listener should use one), or have it reissued "
+                "with this name. ssl_check_hostname=False skips only this check, but then any "
+                "certificate the CA signed, for any host, is accepted as this broker's"
             )
         else:
             hint = (

@@ -252,6 +252,48 @@ async def test_verification_off_with_a_cert_none_context(tls_front: Front, certs
     assert records == sent
 
 
+async def test_a_context_that_does_not_verify_is_warned_about_once(
+    tls_front: Front, caplog: pytest.LogCaptureFixture
+) -> None:
+    unverified = client_context(verify=False)
+    with caplog.at_level(logging.WARNING, logger="aioproducer"):
+        for _ in range(2):
+            producer = Producer(
+                bootstrap_servers=tls_front.bootstrap_servers,
+                security_protocol="SSL",
+                ssl_context=unverified,
+            )
+            await asyncio.wait_for(producer.start(), PATIENCE)
+            await producer.close()
+    warnings = [r.getMessage() for r in caught_records(caplog) if "ssl_context" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "CERT_NONE" in warnings[0] and "pose as the broker" in warnings[0]
+
+
+async def test_a_changed_ca_file_is_read_again(
+    tls_front: Front, certs: TlsFiles, tmp_path: Path
+) -> None:
+    """TLS contexts built from the ssl_* files are shared, until a file changes: a CA
+    removed from the file (here: replaced by another CA) is no longer trusted."""
+    cafile = tmp_path / "ca.pem"
+    cafile.write_bytes(certs.ca_cert.read_bytes())
+    options: dict[str, Any] = {
+        "bootstrap_servers": tls_front.bootstrap_servers,
+        "security_protocol": "SSL",
+        "ssl_cafile": str(cafile),
+        "max_block_ms": NEVER,
+    }
+    trusted = Producer(**options)
+    await asyncio.wait_for(trusted.start(), PATIENCE)
+    await trusted.close()
+
+    cafile.write_bytes(make_certificates(tmp_path / "other").ca_cert.read_bytes())
+    distrusted = Producer(**options)
+    with pytest.raises(SslError, match="certificate"):
+        await asyncio.wait_for(distrusted.start(), PATIENCE)
+    await distrusted.close()
+
+
 async def test_an_untrusted_certificate_fails_start_at_once(tls_front: Front) -> None:
     # No ssl_cafile: the system's CAs do not know the test CA.
     producer = Producer(
