@@ -303,7 +303,8 @@ class Producer:
             return
         self._drop_reported = True
         message = (
-            f"{dropped} record(s) buffered in {self!r} were dropped undelivered: {why}. "
+            f"{dropped} {'record' if dropped == 1 else 'records'} buffered in {self!r} "
+            f"{'was' if dropped == 1 else 'were'} dropped undelivered: {why}. "
             "`await producer.close()` (or `async with Producer(...)`) delivers buffered "
             "records before the program goes on"
         )

@@ -1404,6 +1404,8 @@ class ConnectionManager:
         # Addresses whose failure to connect was logged at WARNING: later failures go to
         # DEBUG until a connection there succeeds again.
         self._warned_addresses: set[str] = set()
+        # The last failure to reach each address, kept across attempts for error messages.
+        self._failures: dict[str, BaseException] = {}
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
@@ -1575,6 +1577,7 @@ class ConnectionManager:
             if node.connection is connection:
                 node.connection = None
             node.last_error = exc
+            self._failures[node.address] = exc
             self._record_failure(node)
             self._log_connect_failure(node, exc)
             self._disconnected(node)
@@ -1585,6 +1588,7 @@ class ConnectionManager:
         node.next_attempt_at = 0.0
         node.last_error = None
         self._warned_addresses.discard(node.address)
+        self._failures.pop(node.address, None)
         self._record_features(connection)
         self._notify()
         return connection
@@ -1785,13 +1789,26 @@ class ConnectionManager:
             error.__cause__ = causes[-1]
         return error
 
-    @staticmethod
-    def _failure_details(nodes: list[_Node]) -> str:
+    def _failure_details(self, nodes: list[_Node]) -> str:
         # Each error names its address already ("could not connect to bootstrap server ...").
-        return "; ".join(
-            str(n.last_error) if n.last_error is not None else f"{n.address}: no answer yet"
-            for n in nodes
-        )
+        details = []
+        for node in nodes:
+            if node.last_error is not None:
+                details.append(str(node.last_error))
+                continue
+            # An attempt still waiting: say how far it got, and how the one before it ended.
+            connection = node.connection
+            if connection is not None and connection.state is ConnectionState.HANDSHAKING:
+                waiting = (
+                    "connected, but the first request (ApiVersions) has no answer yet; a "
+                    "Kafka broker answers at once"
+                )
+            else:
+                waiting = "no answer yet"
+            earlier = self._failures.get(node.address)
+            before = f" (the attempt before: {earlier})" if earlier is not None else ""
+            details.append(f"{node.address}: {waiting}{before}")
+        return "; ".join(details)
 
     def likely_causes(self) -> str:
         """What usually makes every connection attempt fail, for error messages."""

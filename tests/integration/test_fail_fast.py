@@ -164,7 +164,8 @@ async def test_a_port_that_never_answers_is_named_in_the_error() -> None:
         with pytest.raises(KafkaConnectionError) as info:
             await asyncio.wait_for(producer.start(), PATIENCE)
     message = str(info.value)
-    assert f"tried {address}: {address}: no answer yet" in message, message
+    waiting = "connected, but the first request (ApiVersions) has no answer yet"
+    assert f"tried {address}: {address}: {waiting}" in message, message
     assert "not a Kafka listener" in message
     _assert_no_internal_node_ids(message)
 
@@ -307,7 +308,7 @@ def test_records_left_in_an_unclosed_producer_are_reported(
 
     logged = [r.getMessage() for r in caplog.records if "dropped undelivered" in r.getMessage()]
     assert len(logged) == 1, logged
-    assert logged[0].startswith("3 record(s) buffered in <Producer")
+    assert logged[0].startswith("3 records buffered in <Producer")
     assert "await producer.close()" in logged[0]
     assert "async with Producer(...)" in logged[0]
     assert [r.levelno for r in caplog.records if "dropped undelivered" in r.getMessage()] == [
