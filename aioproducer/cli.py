@@ -100,13 +100,21 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors that suggest the option meant."""
 
     commands: dict[str, argparse.ArgumentParser]
+    #: The command line being parsed: argparse reports a missing required option before an
+    #: unknown one, so the error for the first looks among the second for a misspelling.
+    raw_args: Sequence[str] = ()
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            known = {name for action in self._actions for name in action.option_strings}
+            unknown = [a for a in _Parser.raw_args if a.partition("=")[0] not in known]
+            message += _suggest(self, unknown)
         self.exit(_EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
+        _Parser.raw_args = tuple(sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             command = getattr(self, "commands", {}).get(getattr(parsed, "command", None))
@@ -1214,7 +1222,7 @@ class PerfStats:
         count = self.window_count
         average = self.window_total_latency / count if count else 0.0
         return (
-            f"{count} records sent, {count / elapsed:.1f} records/sec "
+            f"{_count(count, 'record')} sent, {count / elapsed:.1f} records/sec "
             f"({self.window_bytes / elapsed / (1024.0 * 1024.0):.2f} MB/sec), "
             f"{average:.1f} ms avg latency, {self.window_max_latency:.1f} ms max latency."
         )
@@ -1234,7 +1242,8 @@ class PerfStats:
         label = " steady state" if self.steady_state else ""
         average = self.total_latency / count if count else 0.0
         return (
-            f"{count}{label} records sent, {count / elapsed:f} records/sec "
+            f"{count}{label} {'record' if count == 1 else 'records'} sent, "
+            f"{count / elapsed:f} records/sec "
             f"({self.bytes / elapsed / (1024.0 * 1024.0):.2f} MB/sec), "
             f"{average:.2f} ms avg latency, {self.max_latency:.2f} ms max latency, "
             f"{p50} ms 50th, {p95} ms 95th, {p99} ms 99th, {p999} ms 99.9th."
@@ -1380,8 +1389,8 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         producer = _make_producer(props, bootstrap)
         if plan.warmup > 0:
             print(
-                f"Warmup first {plan.warmup} records. Steady state results will print after "
-                "the complete test summary.",
+                f"Warmup first {_count(plan.warmup, 'record')}. Steady state results will print "
+                "after the complete test summary.",
                 flush=True,
             )
         result = _run(lambda: _perf(producer, plan), not args.no_uvloop)

@@ -386,6 +386,14 @@ def test_an_abbreviated_option_is_refused_with_a_suggestion(
     assert "did you mean --bootstrap-server?" in err
 
 
+def test_a_misspelt_required_option_is_suggested(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse reports the missing --topic before the unknown --topc: the one line says both.
+    assert main(["produce", "--bootstrap-server", "127.0.0.1:1", "--topc", "orders"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "the following arguments are required: --topic; did you mean --topic?" in err
+
+
 def test_console_producer_properties_parse_headers_key_and_value(
     tansu: Any, new_topic: Any
 ) -> None:
@@ -842,6 +850,15 @@ def test_perf_stats_total_line_matches_kafkas_format() -> None:
     )
 
 
+def test_perf_stats_speak_of_one_record_in_the_singular() -> None:
+    clock = FakeClock()
+    stats = PerfStats(1, clock=clock)
+    stats.record(2.0, 100, clock.now)
+    clock.now += 1.0
+    assert stats.total_line().startswith("1 record sent, 1.000000 records/sec")
+    assert stats.window_line().startswith("1 record sent, 1.0 records/sec")
+
+
 def test_perf_stats_print_a_window_every_five_seconds() -> None:
     import io
 
@@ -932,7 +949,9 @@ def test_output_piped_into_head_stops_quietly(tansu: Any) -> None:
     no traceback, as Unix tools do."""
     command = (
         f"{sys.executable} -m aioproducer perf --bootstrap-server {tansu.bootstrap_servers} "
-        "--topic piped --num-records 5000 --record-size 10 --throughput 5000 "
+        # The window line at 5 s goes to head, which exits; the total line a second later
+        # meets the closed pipe.
+        "--topic piped --num-records 30000 --record-size 10 --throughput 5000 "
         '--print-metrics | head -1; echo "exit=${PIPESTATUS[0]}" >&2'
     )
     result = run(["bash", "-c", command])
