@@ -972,6 +972,25 @@ class RecordAccumulator:
         """No more appends; everything buffered becomes ready."""
         self._closed = True
 
+    def take_batches_led_by(
+        self, cluster: Cluster, node_id: int, created_by: float
+    ) -> list[ProducerBatch]:
+        """Remove and return the undrained batches created at ``created_by`` or before of
+        the partitions ``node_id`` leads (except muted ones, whose head batch is in flight),
+        oldest first per partition.
+
+        The caller fails and deallocates them.
+        """
+        taken: list[ProducerBatch] = []
+        for tp, batches in self._batches.items():
+            if not batches or tp in self._muted or batches[0].created > created_by:
+                continue
+            if cluster.leader_for(tp[0], tp[1]) != node_id:
+                continue
+            while batches and batches[0].created <= created_by:
+                taken.append(batches.popleft())
+        return taken
+
     def abort_undrained(self, exc: BaseException) -> list[ProducerBatch]:
         """Fail every batch not yet sent with ``exc``; return them.
 

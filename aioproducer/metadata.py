@@ -387,11 +387,12 @@ class Metadata:
             if not waiter.done():
                 waiter.cancel()
 
-    def wake_waiters(self) -> None:
-        """Wake everyone waiting for an update (e.g. on close)."""
+    def wake_waiters(self, updated: bool = True) -> None:
+        """Wake everyone waiting for an update (e.g. on close); ``updated`` is what
+        :meth:`wait_for_update` returns to them (False: look again, nothing was refreshed)."""
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
-            _resolve_waiter(waiter, True)
+            _resolve_waiter(waiter, updated)
 
     def check_topic(self, topic: str) -> None:
         """Raise the fatal metadata error of ``topic``, if the broker reported one."""

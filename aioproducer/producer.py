@@ -190,6 +190,8 @@ class Producer:
             on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None,
             # A broker that cannot be reached may have lost its leaderships: refresh.
             on_disconnect=lambda node_id: metadata.request_update(),
+            # Refused credentials: sends waiting for metadata look at fatal_error() now.
+            on_auth_failure=lambda node_id, exc: metadata.wake_waiters(updated=False),
         )
         self._sender = Sender(
             config=cfg,
@@ -949,6 +951,11 @@ class Producer:
                     raise metadata.partition_out_of_range_error(
                         topic, partition, info.partition_count
                     )
+            refused = self._connections.fatal_error(since=start)
+            if refused is not None:
+                # No broker takes our credentials (or certificate) now: say so at once
+                # rather than "not present in metadata" after max_block_ms.
+                raise error_copy(refused)
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:

@@ -88,6 +88,8 @@ class _Connections(Protocol):
 
     def connection_delay(self, node_id: int, now: float) -> float: ...
 
+    def auth_error(self, node_id: int) -> tuple[KafkaError, float] | None: ...
+
     def least_loaded(self, now: float) -> _Connection | None: ...
 
     def ensure_any_connecting(self, now: float) -> None: ...
@@ -443,6 +445,13 @@ class Sender:
                     del throttled[node]
             connection = self._connections.ready(node)
             if connection is None:
+                refused = self._connections.auth_error(node)
+                if refused is not None:
+                    # The broker refused our credentials or certificate: retrying until
+                    # delivery_timeout_ms would only hide why (Java fails the metadata wait
+                    # the same way). Batches that were waiting when it did fail with that
+                    # error now; later ones wait for the next attempt.
+                    self._fail_refused(node, refused[0], refused[1], cluster, now)
                 self._connections.ensure_connecting(node, now)
                 # Look again when the reconnect backoff allows (inf while connecting: the
                 # connection manager wakes us when the attempt ends).
@@ -495,6 +504,25 @@ class Sender:
             # limit): look again at once rather than after a timeout, as Java's pollTimeout 0.
             return 0.0
         return max(0.0, delay) if delay != float("inf") else _MAX_POLL
+
+    def _fail_refused(
+        self, node: int, error: KafkaError, failed_at: float, cluster: Cluster, now: float
+    ) -> None:
+        batches = self._accumulator.take_batches_led_by(cluster, node, failed_at)
+        if not batches:
+            return
+        records = sum(batch.record_count for batch in batches)
+        log.error(
+            "failing %d record(s) in %d batch(es) for broker %d: %s",
+            records,
+            len(batches),
+            node,
+            error,
+        )
+        for batch in batches:
+            # Each batch its own copy: one error instance raised in many tasks would grow
+            # one traceback across all of them.
+            self._fail_batch(batch, error_copy(error), now, node=node, logged=True, answered=False)
 
     def _update_partition_load(self, cluster: Cluster) -> None:
         # KIP-794 adaptive partitioning: tell the partitioner how many batches wait in each

@@ -397,6 +397,12 @@ class BrokerConnection(asyncio.Protocol):
         self._writer: SocketWriter | None = None
         self._drain_fd = -1
         self._versions_cache: dict[type[Request[Any]], int] = {}
+        # KIP-368: the session lifetime the broker gave at the last authentication (0: none),
+        # the timer that starts re-authentication before it ends, and that exchange's task.
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
         self._close_cause: BaseException | None = None
         self._lost: asyncio.Future[None] | None = None
         # Bootstrap servers' ids (-1, -2, ...) mean nothing to a user: name the address.
@@ -560,7 +566,67 @@ class BrokerConnection(asyncio.Protocol):
             raise self._connection_error("the connection closed during the handshake")
         self._state = ConnectionState.READY
         self._start_writer()
+        self._schedule_reauthentication(loop)
         log.debug("connected to %s; api versions %s", self.description, self.api_versions)
+
+    # ---- re-authentication (KIP-368) -------------------------------------------------------
+
+    def _schedule_reauthentication(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Re-authenticate before the session the broker granted ends.
+
+        As the Java client, at a random point between 85% and 95% of the session lifetime,
+        so that connections authenticated together do not all re-authenticate at once, and
+        the exchange has the rest of the lifetime to finish. A broker closes a connection
+        whose session ended at the next request other than re-authentication: a request
+        sent with ``acks=0`` would then be lost without a word.
+        """
+        lifetime_ms = self.session_lifetime_ms
+        if lifetime_ms <= 0 or self._state is not ConnectionState.READY:
+            return
+        delay = lifetime_ms / 1000.0 * (0.85 + 0.1 * random.random())
+        self._reauth_timer = loop.call_later(delay, self._begin_reauthentication)
+
+    def _begin_reauthentication(self) -> None:
+        self._reauth_timer = None
+        if self._state is not ConnectionState.READY or self._lost is None:
+            return
+        # Not ready while the exchange runs: the sender sends nothing else meanwhile (a
+        # broker takes only SASL requests once re-authentication started). Responses to
+        # requests already in flight come first, in order, as ever.
+        self._state = ConnectionState.HANDSHAKING
+        self._reauth_task = self._lost.get_loop().create_task(
+            self._reauthenticate(), name=f"aioproducer-reauthenticate-{self.node_id}"
+        )
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self.authenticate()
+        except asyncio.CancelledError:
+            self._reauth_task = None
+            raise
+        except BaseException as exc:
+            self._reauth_task = None
+            if not self.closed:
+                error = exc
+                if not isinstance(exc, KafkaError):
+                    error = self._connection_error(f"re-authentication failed: {exc!r}")
+                    error.__cause__ = exc
+                self.close(error)
+            return
+        self._reauth_task = None
+        if self._state is not ConnectionState.HANDSHAKING:
+            return  # closed meanwhile
+        self.reauthentications += 1
+        self._state = ConnectionState.READY
+        log.debug("re-authenticated to %s", self.description)
+        if self._lost is not None:
+            self._schedule_reauthentication(self._lost.get_loop())
+        on_capacity = self._on_capacity
+        if on_capacity is not None:
+            try:
+                on_capacity(self)
+            except Exception:
+                log.exception("on_capacity callback of %s failed", self.description)
 
     def _start_writer(self) -> None:
         """Hand this connection's writes to a native thread (``socket_writer_thread``).
@@ -633,8 +699,11 @@ class BrokerConnection(asyncio.Protocol):
         mechanism's messages (:mod:`aioproducer.net.sasl`) until it completes. Each round
         trip is bounded by ``request_timeout_ms``, and so is the OAUTHBEARER token provider.
 
-        Re-authentication (KIP-368) is not done: a broker that sets a session lifetime closes
-        the connection when it ends, and the producer reconnects (and authenticates) anew.
+        Also re-authenticates (KIP-368): when the broker grants a session lifetime
+        (``connections.max.reauth.ms``, or an expiring OAUTHBEARER token), the connection
+        runs this exchange again before it ends, with fresh credentials from the token
+        provider, holding back other requests meanwhile. A refusal then closes the
+        connection with the error, as a refused connection attempt.
 
         Raises:
             UnsupportedSaslMechanismError: the broker does not enable ``sasl_mechanism``; the
@@ -730,6 +799,7 @@ class BrokerConnection(asyncio.Protocol):
                     + (f": {reason}" if reason else ""),
                 )
             session_lifetime_ms = response.session_lifetime_ms
+            self.session_lifetime_ms = session_lifetime_ms
             try:
                 message = mechanism.respond(response.auth_bytes)
             except AuthenticationError as exc:
@@ -875,7 +945,11 @@ class BrokerConnection(asyncio.Protocol):
         if state is not ConnectionState.READY and state is not ConnectionState.HANDSHAKING:
             raise self._connection_error(f"cannot send on a {state.value} connection")
         expects_response = request.expects_response()
-        if expects_response and len(self._in_flight) >= self._max_in_flight:
+        if (
+            expects_response
+            and len(self._in_flight) >= self._max_in_flight
+            and state is ConnectionState.READY
+        ):
             raise IllegalStateError(
                 f"{self.description} already has {len(self._in_flight)} requests in flight "
                 "(max_in_flight_requests_per_connection); check can_send() first"
@@ -1008,6 +1082,12 @@ class BrokerConnection(asyncio.Protocol):
             return
         self._state = ConnectionState.CLOSED
         self._close_cause = cause
+        timer, self._reauth_timer = self._reauth_timer, None
+        if timer is not None:
+            timer.cancel()
+        task, self._reauth_task = self._reauth_task, None
+        if task is not None and not task.done() and task is not _current_task():
+            task.cancel()
         in_flight, self._in_flight = self._in_flight, deque()
         self._recv_buffer = bytearray()
         self._recv_offset = 0
@@ -1325,6 +1405,18 @@ async def _resolve_error(loop: asyncio.AbstractEventLoop, host: str, port: int) 
     return None
 
 
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+
+
+def _refused(exc: BaseException | None) -> bool:
+    """True for a broker's refusal of the client's credentials or certificate."""
+    return isinstance(exc, AuthenticationError) and not exc.retriable
+
+
 @dataclass(eq=False)
 class _Node:
     """What the manager knows about one broker (or bootstrap server)."""
@@ -1337,6 +1429,10 @@ class _Node:
     failed_attempts: int = 0
     next_attempt_at: float = 0.0
     last_error: BaseException | None = None
+    # The broker refused this client's credentials or certificate on the last attempt (or
+    # on re-authentication); cleared when a connection succeeds again.
+    auth_error: KafkaError | None = None
+    auth_failed_at: float = 0.0
 
     @property
     def address(self) -> str:
@@ -1355,7 +1451,10 @@ class ConnectionManager:
     wake up instead of polling. ``on_disconnect`` is called with the node id whenever an
     attempt to connect fails or a connection is lost (not closed on purpose): the broker may
     be gone for good, and its partitions led elsewhere by now, so the producer refreshes its
-    metadata (as the Java client's ``handleServerDisconnect``).
+    metadata (as the Java client's ``handleServerDisconnect``). ``on_auth_failure`` is called
+    with the node id and the error when a broker refuses the client's credentials or
+    certificate (while connecting, or when re-authenticating): retrying will not help until
+    they change, so :meth:`auth_error` and :meth:`fatal_error` report it to whoever waits.
 
     Bootstrap servers get negative node ids (-1 for the first server in
     ``bootstrap_servers``, -2 for the next, ...), as in the Java client; their connections
@@ -1366,6 +1465,8 @@ class ConnectionManager:
         on_state_change: the wake-up callback.
         on_disconnect: called with the node id when connecting to it fails or its
             connection is lost.
+        on_auth_failure: called with the node id and the error when the broker refuses
+            the client's credentials or certificate.
         clock: the monotonic clock (seconds) shared with the sender.
         rng: the random source for the backoff jitter.
     """
@@ -1376,12 +1477,14 @@ class ConnectionManager:
         on_state_change: Callable[[], None],
         *,
         on_disconnect: Callable[[int], None] | None = None,
+        on_auth_failure: Callable[[int, KafkaError], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._config = config
         self._on_state_change = on_state_change
         self._on_disconnect = on_disconnect
+        self._on_auth_failure = on_auth_failure
         self._clock = clock
         self._backoff = ExponentialBackoff(
             config.reconnect_backoff_ms, config.reconnect_backoff_max_ms, rng=rng
@@ -1472,9 +1575,38 @@ class ConnectionManager:
         node = self._nodes.get(node_id)
         if node is None or node.task is not None:
             return math.inf
-        if self._is_ready(node):
-            return 0.0
+        connection = node.connection
+        if connection is not None and not connection.closed:
+            # Ready (0), or re-authenticating: on_state_change fires when that ends.
+            return 0.0 if connection.is_ready else math.inf
         return max(0.0, node.next_attempt_at - now)
+
+    def auth_error(self, node_id: int) -> tuple[KafkaError, float] | None:
+        """The error with which ``node_id`` refused this client's credentials or certificate
+        on the last attempt to connect (or to re-authenticate), and when (the manager's
+        clock); None once a connection to it succeeds again, or while one is up."""
+        node = self._nodes.get(node_id)
+        if node is None or self._is_ready(node):
+            return None
+        error = node.auth_error
+        return None if error is None else (error, node.auth_failed_at)
+
+    def fatal_error(self, since: float = -math.inf) -> KafkaError | None:
+        """The latest authentication failure (at ``since`` or later on the manager's clock),
+        when no connection is ready to serve a request: whoever waits for metadata would
+        otherwise wait in vain (Java's metadata fatal error). None while any connection is
+        ready, or when no attempt failed that way."""
+        latest: _Node | None = None
+        for node in self._nodes.values():
+            if self._is_ready(node):
+                return None
+            if (
+                node.auth_error is not None
+                and node.auth_failed_at >= since
+                and (latest is None or node.auth_failed_at > latest.auth_failed_at)
+            ):
+                latest = node
+        return None if latest is None else latest.auth_error
 
     def least_loaded(self, now: float) -> BrokerConnection | None:
         """The ready connection with the fewest requests in flight that can take one more.
@@ -1581,12 +1713,14 @@ class ConnectionManager:
             self._record_failure(node)
             self._log_connect_failure(node, exc)
             self._disconnected(node)
+            self._auth_failed(node, exc)
             self._notify()
             return None
         node.task = None
         node.failed_attempts = 0
         node.next_attempt_at = 0.0
         node.last_error = None
+        node.auth_error = None
         self._warned_addresses.discard(node.address)
         self._failures.pop(node.address, None)
         self._record_features(connection)
@@ -1597,7 +1731,7 @@ class ConnectionManager:
         """The first failure to reach an address at WARNING, the next ones at DEBUG: a
         wrong address or a broker that is down shows at once, without a line per retry."""
         if node.address in self._warned_addresses:
-            log.debug("%s; retrying", exc)
+            log.debug("%s%s", exc, "" if _refused(exc) else "; retrying")
             return
         self._warned_addresses.add(node.address)
         if isinstance(exc, KafkaError) and not exc.retriable:
@@ -1630,9 +1764,29 @@ class ConnectionManager:
             # Back off before reconnecting to a broker that dropped us, as after a failed
             # attempt; a clean close (set_brokers, close) does not count.
             self._record_failure(node)
-            log.debug("connection to %s closed: %s", connection.description, cause)
+            if _refused(cause):
+                # Re-authentication was refused: as a refused connection attempt.
+                self._failures[node.address] = cause
+                self._log_connect_failure(node, cause)
+            else:
+                log.debug("connection to %s closed: %s", connection.description, cause)
             self._disconnected(node)
+            self._auth_failed(node, cause)
         self._notify()
+
+    def _auth_failed(self, node: _Node, exc: BaseException) -> None:
+        if not _refused(exc) or self._closed:
+            return
+        assert isinstance(exc, KafkaError)
+        node.auth_error = exc
+        node.auth_failed_at = self._clock()
+        callback = self._on_auth_failure
+        if callback is None:
+            return
+        try:
+            callback(node.node_id, exc)
+        except Exception:
+            log.exception("on_auth_failure callback failed")
 
     def _disconnected(self, node: _Node) -> None:
         callback = self._on_disconnect

@@ -486,6 +486,82 @@ async def test_a_wrong_password_over_sasl_ssl_fails_start_at_once(
     assert PASSWORD not in caplog.text
 
 
+async def test_credentials_refused_after_start_fail_the_waiting_sends_with_the_cause(
+    sasl_plaintext_front: Front, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker stops taking the producer's password while it runs (rotated on the server
+    side): the next connection is refused, and records waiting for that broker fail with
+    the broker's refusal, not a DeliveryTimeoutError minutes later; a send that waits for
+    metadata does too, not "not present in metadata" after max_block_ms. Each broker's
+    refusal is logged once, at ERROR; once the password is taken again, sending works."""
+    sasl: ScriptedSaslBroker = sasl_plaintext_front.front
+    topic = sasl_plaintext_front.new_topic()
+    producer = Producer(
+        bootstrap_servers=sasl_plaintext_front.bootstrap_servers,
+        security_protocol="SASL_PLAINTEXT",
+        delivery_timeout_ms=NEVER,
+        max_block_ms=NEVER,
+        request_timeout_ms=NEVER // 2,
+        **_sasl_options("PLAIN"),
+    )
+    await asyncio.wait_for(producer.start(), PATIENCE)
+    try:
+        await asyncio.wait_for(await producer.send(topic, b"before"), PATIENCE)
+        sasl.users[USER] = "rotated-" + PASSWORD
+        await _drop(sasl)
+        # Created now, so the producer's metadata cannot know it yet.
+        other_topic = sasl_plaintext_front.new_topic()
+        with caplog.at_level(logging.DEBUG, logger="aioproducer"):
+            future = await producer.send(topic, b"refused")
+            with pytest.raises(SaslAuthenticationFailedError) as refused:
+                await asyncio.wait_for(future, PATIENCE)
+            assert not refused.value.retriable
+            with pytest.raises(SaslAuthenticationFailedError):
+                await asyncio.wait_for(producer.send(other_topic, b"refused too"), PATIENCE)
+        errors = [
+            r.getMessage()
+            for r in caught_records(caplog)
+            if r.levelno >= logging.ERROR and "authentication" in r.getMessage()
+        ]
+        refusals = [
+            m for m in errors if "SASL PLAIN authentication with" in m and "record(s)" not in m
+        ]
+        # One line per broker address refused (the bootstrap server and node 0 are the
+        # same address here), however many attempts the sends made.
+        assert len(refusals) == 1, errors
+        assert "retrying" not in refusals[0]
+        # The records it failed are named too, at ERROR.
+        assert any(m.startswith("failing 1 record(s)") for m in errors), errors
+        assert PASSWORD not in caplog.text
+    finally:
+        sasl.users[USER] = PASSWORD
+    try:
+        # Taken again: the producer connects anew and delivers.
+        metadata = await asyncio.wait_for(await producer.send(topic, b"after"), PATIENCE)
+        assert metadata.offset == 1
+    finally:
+        await producer.close(timeout=0)
+    records = read_back(
+        sasl_plaintext_front.bootstrap_servers,
+        topic,
+        2,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": USER,
+            "sasl.password": PASSWORD,
+        },
+    )
+    assert [value for _, value in records] == [b"before", b"after"]
+
+
+async def _drop(server: ScriptedSaslBroker) -> None:
+    """End every connection to ``server`` (which runs on the background loop)."""
+    loop = server._server.get_loop() if server._server is not None else None
+    assert loop is not None
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.drop_connections(), loop))
+
+
 def caught_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     """The records aioproducer logged at WARNING or above."""
     return [

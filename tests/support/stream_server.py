@@ -68,6 +68,12 @@ class StreamServer(abc.ABC):
         if self._server is not None:
             await self._server.wait_closed()
 
+    async def drop_connections(self) -> None:
+        """End every connection and keep listening (a broker that restarted)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def __aenter__(self: _S) -> _S:
         await self.start()
         return self

@@ -177,6 +177,8 @@ class FakeConnections:
         self.connect_calls: list[int] = []
         self.any_connecting_calls = 0
         self.brokers_set: list[dict[int, tuple[str, int]]] = []
+        #: node id -> (the error it refused us with, when), as auth_error() reports it.
+        self.refused: dict[int, tuple[KafkaError, float]] = {}
         self.timeout_checks: list[float] = []
         self.idle_checks: list[float] = []
         self.ready_error: BaseException | None = None
@@ -192,6 +194,9 @@ class FakeConnections:
     def connection_delay(self, node_id: int, now: float) -> float:
         # As the real manager while an attempt runs: it calls back when the attempt ends.
         return math.inf
+
+    def auth_error(self, node_id: int) -> tuple[KafkaError, float] | None:
+        return self.refused.get(node_id)
 
     def ensure_any_connecting(self, now: float) -> None:
         self.any_connecting_calls += 1
