@@ -10,7 +10,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["ProducerMetrics"]
+__all__ = ["CONNECTION_METRICS", "ProducerMetrics"]
+
+#: The connection metrics the connection manager adds (Java's selector metrics, which the
+#: Java client also reports in ``producer-metrics``).
+CONNECTION_METRICS: tuple[str, ...] = (
+    "connection-count",
+    "connection-creation-total",
+    "connection-close-total",
+    "successful-authentication-total",
+    "failed-authentication-total",
+    "successful-reauthentication-total",
+    "failed-reauthentication-total",
+)
 
 
 class _Windowed:

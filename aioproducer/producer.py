@@ -1025,9 +1025,11 @@ class Producer:
         if self._state is ProducerState.CREATED:
             return {}
         stats = self._pool.statistics()
-        return self._metrics.snapshot(
+        metrics = self._metrics.snapshot(
             stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
         )
+        metrics.update(self._connections.statistics())
+        return metrics
 
 
 def _false() -> bool:

@@ -732,6 +732,12 @@ class Sender:
             if ready is None:
                 if connections.is_connecting(node):
                     return _MAX_POLL  # on_state_change wakes the sender
+                refused = connections.auth_error(node)
+                if refused is not None:
+                    # The coordinator refused our credentials: fatal to the transactional
+                    # producer, as Java's authenticationFailed makes it.
+                    transactions.request_not_sent(item, refused[0], now)
+                    return 0.0
                 if connections.connection_delay(node, now) > 0:
                     # Unknown to the metadata, or failing to connect: the coordinator may
                     # have moved, so look it up again after a backoff.

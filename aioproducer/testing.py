@@ -67,7 +67,7 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import Metadata, validate_topic
-from aioproducer.metrics import ProducerMetrics
+from aioproducer.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from aioproducer.records import (
@@ -839,7 +839,9 @@ class InMemoryProducer(Producer):
         if self._state is ProducerState.CREATED:
             return {}
         memory = self._config.buffer_memory
-        return self._metrics.snapshot(memory, memory, 0.0, 0)
+        metrics = self._metrics.snapshot(memory, memory, 0.0, 0)
+        metrics.update(dict.fromkeys(CONNECTION_METRICS, 0.0))
+        return metrics
 
     # ---- transactions -----------------------------------------------------------------------
 

@@ -1509,12 +1509,43 @@ class ConnectionManager:
         self._warned_addresses: set[str] = set()
         # The last failure to reach each address, kept across attempts for error messages.
         self._failures: dict[str, BaseException] = {}
+        # Counts for metrics(): connections set up and closed, SASL authentications and
+        # re-authentications that succeeded or were refused.
+        self._sasl = _protocol_name(config.security_protocol) in _SASL_PROTOCOLS
+        self._created = 0
+        self._closed_count = 0
+        self._authentications = 0
+        self._failed_authentications = 0
+        self._reauthentications_closed = 0
+        self._failed_reauthentications = 0
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
         return f"<ConnectionManager nodes={sorted(self._nodes)} ready={ready}>"
 
     # ---- queries ---------------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, float]:
+        """Connection metrics under the Java client's names (``connection-count``,
+        ``connection-creation-total``, ``connection-close-total``,
+        ``successful-authentication-total``, ``failed-authentication-total``,
+        ``successful-reauthentication-total``, ``failed-reauthentication-total``)."""
+        open_count = 0
+        reauthentications = self._reauthentications_closed
+        for node in self._nodes.values():
+            connection = node.connection
+            if connection is not None and node.task is None and not connection.closed:
+                open_count += 1
+                reauthentications += connection.reauthentications
+        return {
+            "connection-count": float(open_count),
+            "connection-creation-total": float(self._created),
+            "connection-close-total": float(self._closed_count),
+            "successful-authentication-total": float(self._authentications),
+            "failed-authentication-total": float(self._failed_authentications),
+            "successful-reauthentication-total": float(reauthentications),
+            "failed-reauthentication-total": float(self._failed_reauthentications),
+        }
 
     @property
     def finalized_features(self) -> FinalizedFeatures:
@@ -1713,9 +1744,14 @@ class ConnectionManager:
             self._record_failure(node)
             self._log_connect_failure(node, exc)
             self._disconnected(node)
+            if _refused(exc) and self._sasl:
+                self._failed_authentications += 1
             self._auth_failed(node, exc)
             self._notify()
             return None
+        self._created += 1
+        if self._sasl:
+            self._authentications += 1
         node.task = None
         node.failed_attempts = 0
         node.next_attempt_at = 0.0
@@ -1760,6 +1796,10 @@ class ConnectionManager:
             return  # still connecting: _connect records the failure
         node.connection = None
         node.last_error = cause
+        self._closed_count += 1
+        self._reauthentications_closed += connection.reauthentications
+        if _refused(cause):
+            self._failed_reauthentications += 1
         if cause is not None:
             # Back off before reconnecting to a broker that dropped us, as after a failed
             # attempt; a clean close (set_brokers, close) does not count.

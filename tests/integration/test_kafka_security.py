@@ -56,8 +56,12 @@ def _unsecured_jwt(subject: str, *, lifetime: float = 3600.0) -> str:
         raw = json.dumps(claims, separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
-    now = time.time()
-    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + lifetime})}."
+    # Whole seconds, as JWT NumericDates usually are: Kafka's unsecured validator allows no
+    # clock skew, and reads "now" a little before it validates, so a fractional iat from
+    # this very millisecond can be "in the future" to it.
+    now = int(time.time()) - 1
+    claims = {"sub": subject, "iat": now, "exp": now + round(lifetime)}
+    return f"{part({'alg': 'none'})}.{part(claims)}."
 
 
 class TokenSource:
@@ -97,6 +101,138 @@ async def _produce_and_read_back(secure: SecureKafka, producer: Producer, topic:
         await _within_limit(asyncio.gather(*futures))
     records = read_back(secure.broker.bootstrap_servers, topic, expected=len(sent))
     assert [(record.key, record.value) for record in records] == sent
+
+
+# -- re-authentication (KIP-368) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mechanism", "acks"), [("SCRAM-SHA-256", 0), ("OAUTHBEARER", 1)])
+async def test_sessions_are_renewed_before_the_broker_ends_them(
+    kafka_secure: SecureKafka, mechanism: str, acks: int
+) -> None:
+    """The SASL_REAUTH listener grants sessions of REAUTH_SESSION_MS: the producer
+    re-authenticates on the same connections before each ends, so the broker never closes
+    one under it, and no record is lost, even with acks=0 (where a closed connection would
+    drop the request without a word)."""
+    user = SecureKafka.SUPER_USER
+    topic = _topic(kafka_secure, "reauth-")
+    options = _sasl(mechanism, user, kafka_secure.passwords[user])
+    producer = Producer(
+        bootstrap_servers=kafka_secure.address("SASL_REAUTH"),
+        security_protocol="SASL_PLAINTEXT",
+        acks=acks,
+        enable_idempotence=False,
+        linger_ms=2,
+        **options,
+    )
+    sent: list[bytes] = []
+    async with producer:
+
+        async def produce_through_sessions() -> dict[str, float]:
+            # Every connection renews its session at least twice while records flow.
+            while True:
+                metrics = producer.metrics()
+                if metrics["successful-reauthentication-total"] >= 2 * max(
+                    metrics["connection-count"], 1
+                ):
+                    return metrics
+                value = f"record-{len(sent)}".encode()
+                sent.append(value)
+                await producer.send(topic, value)
+                await asyncio.sleep(0.01)
+
+        metrics = await _within_limit(produce_through_sessions())
+        await _within_limit(producer.flush())
+    assert metrics["failed-reauthentication-total"] == 0
+    # Renewed, never dropped and set up again.
+    assert metrics["connection-close-total"] == 0, metrics
+    assert metrics["connection-creation-total"] == metrics["connection-count"], metrics
+    records = read_back(kafka_secure.broker.bootstrap_servers, topic, expected=len(sent))
+    assert [record.value for record in records] == sent
+    if mechanism == "OAUTHBEARER":
+        # A fresh token for each session.
+        assert options["sasl_oauth_token_provider"].calls >= 3
+
+
+def _set_scram_password(secure: SecureKafka, user: str, password: str) -> None:
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    upsertion = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), password.encode()
+    )
+    admin = secure.broker.admin()
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(timeout=30.0)
+
+
+async def test_a_password_changed_while_producing_fails_records_at_the_next_session(
+    kafka_secure: SecureKafka,
+) -> None:
+    """The user's password changes on the broker while the producer runs on the
+    SASL_REAUTH listener: the next re-authentication is refused, and the records waiting
+    then fail with the broker's SaslAuthenticationFailedError (not retriable), well within
+    delivery_timeout_ms; the ones acknowledged before stay stored."""
+    user = f"rotating-{uuid.uuid4().hex[:8]}"
+    password = "first-secret-password"
+    _set_scram_password(kafka_secure, user, password)
+    kafka_secure.allow(user, ["WRITE", "DESCRIBE"], topic_prefix="rotate-")
+    topic = _topic(kafka_secure, "rotate-")
+
+    def make() -> Producer:
+        return Producer(
+            bootstrap_servers=kafka_secure.address("SASL_REAUTH"),
+            security_protocol="SASL_PLAINTEXT",
+            acks=1,
+            enable_idempotence=False,
+            delivery_timeout_ms=_NEVER,
+            max_block_ms=_NEVER,
+            request_timeout_ms=_NEVER // 2,
+            **_sasl("SCRAM-SHA-256", user, password),
+        )
+
+    async def started() -> Producer:
+        # The new user reaches the broker through the metadata log: until then, refused.
+        while True:
+            producer = make()
+            try:
+                await producer.start()
+                return producer
+            except SaslAuthenticationFailedError:
+                await producer.close()
+                await asyncio.sleep(0.1)
+
+    producer = await _within_limit(started())
+    delivered: list[bytes] = []
+    try:
+        await _within_limit(await producer.send(topic, b"before"))
+        delivered.append(b"before")
+        _set_scram_password(kafka_secure, user, "second-secret-password")
+
+        async def until_refused() -> SaslAuthenticationFailedError:
+            index = 0
+            while True:
+                value = f"after-{index}".encode()
+                index += 1
+                future = await producer.send(topic, value)
+                try:
+                    await future
+                except SaslAuthenticationFailedError as exc:
+                    return exc
+                delivered.append(value)
+                await asyncio.sleep(0.01)
+
+        refused = await _within_limit(until_refused())
+        assert not refused.retriable
+        assert "secret-password" not in str(refused)
+        assert producer.metrics()["failed-reauthentication-total"] >= 1
+    finally:
+        await producer.close(timeout=0)
+    records = read_back(kafka_secure.broker.bootstrap_servers, topic, expected=len(delivered))
+    assert [record.value for record in records] == delivered
 
 
 # -- TLS -------------------------------------------------------------------------------

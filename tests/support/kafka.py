@@ -499,7 +499,12 @@ SECURE_LISTENERS: Mapping[str, tuple[str, str]] = {
     "SSL_OTHER_HOST": ("SSL", "wrong_host"),
     "SASL_PLAINTEXT": ("SASL_PLAINTEXT", ""),
     "SASL_SSL": ("SASL_SSL", "server"),
+    "SASL_REAUTH": ("SASL_PLAINTEXT", ""),
 }
+#: ``SASL_REAUTH`` grants sessions of this many milliseconds (``connections.max.reauth.ms``):
+#: a client re-authenticates (KIP-368) before each ends, or the broker closes the connection
+#: at its next request after that.
+REAUTH_SESSION_MS = 3000
 #: The SASL mechanisms a secured node enables on its SASL listeners.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -561,6 +566,8 @@ class KafkaSecurity:
                 properties[prefix + "ssl.keystore.type"] = "PEM"
                 properties[prefix + "ssl.keystore.location"] = str(stores[store])
                 properties[prefix + "ssl.client.auth"] = "none"
+            if listener == "SASL_REAUTH":
+                properties[prefix + "connections.max.reauth.ms"] = str(REAUTH_SESSION_MS)
             if protocol.startswith("SASL"):
                 properties[prefix + "plain.sasl.jaas.config"] = (
                     "org.apache.kafka.common.security.plain.PlainLoginModule required "
