@@ -274,9 +274,9 @@ def test_errors_page_lists_every_error() -> None:
 
 
 def test_metrics_page_lists_exactly_the_metrics() -> None:
-    from aioproducer.metrics import ProducerMetrics
+    from aioproducer.metrics import CONNECTION_METRICS, ProducerMetrics
 
-    names = set(ProducerMetrics().snapshot(0, 0, 0.0, 0))
+    names = set(ProducerMetrics().snapshot(0, 0, 0.0, 0)) | set(CONNECTION_METRICS)
     page = (DOCS / "metrics.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `([a-z-]+)` \|", page, flags=re.MULTILINE))
     assert documented == names
