@@ -282,6 +282,15 @@ def test_metrics_page_lists_exactly_the_metrics() -> None:
     assert documented == names
 
 
+def test_the_connection_manager_reports_the_connection_metrics() -> None:
+    from aioproducer.config import ProducerConfig
+    from aioproducer.metrics import CONNECTION_METRICS
+    from aioproducer.net.connection import ConnectionManager
+
+    manager = ConnectionManager(ProducerConfig(bootstrap_servers="localhost:9092"), lambda: None)
+    assert tuple(manager.statistics()) == CONNECTION_METRICS
+
+
 def test_docs_build_in_strict_mode(tmp_path: Path) -> None:
     """Broken links, bad mkdocstrings references and stale nav entries fail the build."""
     pytest.importorskip("mkdocs")
