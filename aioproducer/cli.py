@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
 
 from aioproducer.appender import check_headers
-from aioproducer.config import ProducerConfig, _field_name, options_table
+from aioproducer.config import ProducerConfig, _field_name, _names_a_secret, options_table
 from aioproducer.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -440,12 +440,6 @@ _PROPERTY_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 #: also breaks at form feeds and other characters a value may hold.
 _LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
 
-#: Name parts that mark a config as holding a secret (``sasl.password``,
-#: ``ssl.key.password``, ``sasl.jaas.config``, ``sasl.oauthbearer.token``).
-_SECRET_NAME_PARTS: Final = frozenset(
-    {"password", "passwd", "secret", "token", "jaas", "credential", "credentials"}
-)
-
 #: A name from a file that may be echoed: the shape of a config name (``linger.ms``,
 #: ``batch_size``: lower case, in parts, short), not of a secret. A line of another shape
 #: (quotes, ``=``, mixed case, one long word) is most likely a continued value gone astray.
@@ -561,17 +555,9 @@ def _unescape(text: str, offset: int) -> str:
     return "".join(out)
 
 
-def _holds_secret(name: str) -> bool:
-    """Whether a config name looks like one whose value is a secret: a part of it is
-    ``password``, ``secret``, ``token``, ``jaas``, ..., or it ends in ``key``
-    (``ssl.keystore.key``)."""
-    parts = [part for part in re.split(r"[._\-]", name.lower()) if part]
-    return bool(parts) and (parts[-1] == "key" or any(p in _SECRET_NAME_PARTS for p in parts))
-
-
 def _warn_if_readable(path: str, option: str, names: Sequence[str]) -> None:
     """Warn once per file when one holding secrets can be read by others than its owner."""
-    secrets = {name for name in names if _holds_secret(name)}
+    secrets = {name for name in names if _names_a_secret(name)}
     if not secrets or os.name == "nt":  # Windows has no group/other mode bits to check
         return
     try:

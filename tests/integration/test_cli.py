@@ -19,6 +19,7 @@ import pytest
 
 import aioproducer.cli as cli
 from aioproducer.cli import PerfStats, _parse_properties, build_parser, main
+from aioproducer.config import _names_a_secret
 from tests.support.readback import high_watermarks, read_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1051,6 +1052,9 @@ def test_a_private_file_or_one_without_secrets_is_not_warned_about(
         ("sasl.oauthbearer.token", True),
         ("client.secret", True),
         ("ssl.keystore.key", True),
+        ("sasl_oauth_token_provider", True),
+        ("kafka.sasl.apikey", True),
+        ("SSL_KEY_PASSWORD", True),
         ("linger.ms", False),
         ("key.serializer", False),
         ("ssl.keyfile", False),
@@ -1058,7 +1062,7 @@ def test_a_private_file_or_one_without_secrets_is_not_warned_about(
     ],
 )
 def test_names_that_look_like_secrets(name: str, secret: bool) -> None:
-    assert cli._holds_secret(name) is secret
+    assert _names_a_secret(name) is secret
 
 
 @pytest.mark.usefixtures("fresh_warnings")
