@@ -451,14 +451,6 @@ _WARNED_PERMISSIONS: set[str] = set()
 _logger = logging.getLogger("aioproducer.cli")
 
 
-class _PropertiesError(ValueError):
-    """A malformed properties file; the message names the line, never its text."""
-
-    def __init__(self, line: int, problem: str) -> None:
-        super().__init__(f"line {line}: {problem}")
-        self.line = line
-
-
 def _parse_properties(text: str) -> list[tuple[str, str, int]]:
     """The entries of a Java ``.properties`` file as ``(name, value, line)`` triples, in order.
 
@@ -496,7 +488,7 @@ def _parse_properties(text: str) -> list[tuple[str, str, int]]:
             name, value = _split_entry(logical)
         except _EscapeError as exc:
             line = max(line for offset, line in starts if offset <= exc.offset)
-            raise _PropertiesError(line, "malformed \\uXXXX escape") from None
+            raise ValueError(f"line {line}: malformed \\uXXXX escape") from None
         entries.append((name, value, number))
     return entries
 
@@ -1032,16 +1024,11 @@ def _reader_props(args: argparse.Namespace) -> dict[str, str]:
                 f"--property {name}: {name} is a producer config; give it with "
                 f"--producer-property {name}=VALUE"
             )
-        close = _close_reader_property(name)
-        hint = f"; did you mean {close!r}?" if close else ""
+        close = difflib.get_close_matches(name, list(_READER_DEFAULTS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         known = ", ".join(_READER_DEFAULTS)
         raise UsageError(f"--property: unknown property {name!r}{hint} (known: {known})")
     return props
-
-
-def _close_reader_property(name: str) -> str | None:
-    close = difflib.get_close_matches(name, list(_READER_DEFAULTS), n=1)
-    return close[0] if close else None
 
 
 def _flag(props: dict[str, str], name: str) -> bool:
