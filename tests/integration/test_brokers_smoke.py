@@ -237,6 +237,26 @@ def test_embedded_broker_listens_everywhere_only_when_allowed() -> None:
         socket.create_connection(("127.0.0.1", broker.port), timeout=5).close()
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_embedded_broker_on_the_ipv6_loopback() -> None:
+    with EmbeddedBroker(host="::1") as broker:
+        assert broker.bootstrap_servers == f"[::1]:{broker.port}"
+        socket.create_connection(("::1", broker.port), timeout=5).close()
+        # Tansu's topic command cannot reach an IPv6 listener: said plainly, not Tansu's
+        # "no network connection" advice.
+        with pytest.raises(EmbeddedBrokerError, match="cannot reach a broker on the IPv6"):
+            broker.create_topic("v6")
+
+
 def _environment_of(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/environ", "rb") as environ:
         entries = environ.read().decode("utf-8", "replace").split("\0")
