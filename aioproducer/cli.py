@@ -16,9 +16,12 @@ import asyncio
 import contextlib
 import difflib
 import functools
+import logging
 import math
 import os
 import random
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
 
 from aioproducer.appender import check_headers
-from aioproducer.config import ProducerConfig, options_table
+from aioproducer.config import ProducerConfig, _field_name, _names_a_secret, options_table
 from aioproducer.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -433,22 +436,38 @@ def _check_topic(topic: str) -> str:
 
 _PROPERTY_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
+#: Java's line terminators (``\n``, ``\r``, ``\r\n``); not str.splitlines()'s, which
+#: also breaks at form feeds and other characters a value may hold.
+_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
+
+#: A name from a file that may be echoed: the shape of a config name (``linger.ms``,
+#: ``batch_size``: lower case, in parts, short), not of a secret. A line of another shape
+#: (quotes, ``=``, mixed case, one long word) is most likely a continued value gone astray.
+_CONFIG_NAME_SHAPE: Final = re.compile(r"(?=.{1,64}$)[a-z][a-z0-9]*(?:[._-][a-z0-9]+)+")
+
+#: The properties files already warned about for their permissions, by real path.
+_WARNED_PERMISSIONS: set[str] = set()
+
+_logger = logging.getLogger("aioproducer.cli")
+
 
 def _parse_properties(text: str) -> list[tuple[str, str, int]]:
     """The entries of a Java ``.properties`` file as ``(name, value, line)`` triples, in order.
 
-    Follows ``java.util.Properties.load``: ``#`` and ``!`` comment lines; ``name=value``,
-    ``name: value`` or ``name value``; whitespace around the separator dropped; a line ending
-    in an odd number of backslashes continues on the next one (whose leading whitespace is
-    dropped); escapes ``\\t \\n \\r \\f \\uXXXX``, and a backslash before any other character
-    stands for that character (``\\=``, ``\\:``, ``\\ ``, ``\\\\``). A name without a value
-    has the empty value. ``line`` is the number of the line the entry starts on.
+    Follows ``java.util.Properties.load``: lines end at ``\\n``, ``\\r`` or ``\\r\\n``;
+    ``#`` and ``!`` comment lines; ``name=value``, ``name: value`` or ``name value``;
+    whitespace around the separator dropped; a line ending in an odd number of
+    backslashes continues on the next one (whose leading whitespace is dropped); escapes
+    ``\\t \\n \\r \\f \\uXXXX``, and a backslash before any other character stands for
+    that character (``\\=``, ``\\:``, ``\\ ``, ``\\\\``). A name without a value has the
+    empty value. ``line`` is the number of the line the entry starts on.
 
     Raises:
-        ValueError: a malformed ``\\uXXXX`` escape (the message names the line).
+        ValueError: a malformed ``\\uXXXX`` escape. The message names the line it is on
+            and nothing of its text, which may be a secret.
     """
     entries: list[tuple[str, str, int]] = []
-    lines = text.splitlines()
+    lines = _LINE_BREAK.split(text)
     index = 0
     while index < len(lines):
         number = index + 1
@@ -456,20 +475,35 @@ def _parse_properties(text: str) -> list[tuple[str, str, int]]:
         index += 1
         if not logical or logical[0] in "#!":
             continue
+        # Where each physical line starts in the logical one, to name the line of an error.
+        starts = [(0, number)]
         while _continues(logical) and index < len(lines):
-            logical = logical[:-1] + lines[index].lstrip(" \t\f")
+            logical = logical[:-1]
+            starts.append((len(logical), index + 1))
+            logical += lines[index].lstrip(" \t\f")
             index += 1
         if _continues(logical):  # a backslash at the very end of the file
             logical = logical[:-1]
-        entries.append((*_split_entry(logical, number), number))
+        try:
+            name, value = _split_entry(logical)
+        except _EscapeError as exc:
+            line = max(line for offset, line in starts if offset <= exc.offset)
+            raise ValueError(f"line {line}: malformed \\uXXXX escape") from None
+        entries.append((name, value, number))
     return entries
+
+
+class _EscapeError(ValueError):
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"malformed escape at offset {offset}")
+        self.offset = offset
 
 
 def _continues(line: str) -> bool:
     return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 
-def _split_entry(line: str, number: int) -> tuple[str, str]:
+def _split_entry(line: str) -> tuple[str, str]:
     position = 0
     while position < len(line):
         char = line[position]
@@ -480,13 +514,16 @@ def _split_entry(line: str, number: int) -> tuple[str, str]:
             break
         position += 1
     name = line[:position]
-    rest = line[position:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(name, number), _unescape(rest, number)
+    value_start = len(line) - len(line[position:].lstrip(" \t\f"))
+    if line[value_start : value_start + 1] in ("=", ":"):
+        value_start += 1
+        value_start = len(line) - len(line[value_start:].lstrip(" \t\f"))
+    return _unescape(name, 0), _unescape(line[value_start:], value_start)
 
 
-def _unescape(text: str, number: int) -> str:
+def _unescape(text: str, offset: int) -> str:
+    """``text`` with its escapes replaced; ``offset`` is where it starts in its line, for
+    the position an :class:`_EscapeError` reports."""
     if "\\" not in text:
         return text
     out: list[str] = []
@@ -501,8 +538,7 @@ def _unescape(text: str, number: int) -> str:
         if escaped == "u":
             digits = text[position + 2 : position + 6]
             if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                escape = text[position : position + 6]
-                raise ValueError(f"line {number}: malformed \\uXXXX escape {escape!r}")
+                raise _EscapeError(offset + position)
             out.append(chr(int(digits, 16)))
             position += 6
             continue
@@ -511,10 +547,38 @@ def _unescape(text: str, number: int) -> str:
     return "".join(out)
 
 
-def _read_properties(path: str, option: str) -> list[tuple[str, str]]:
-    """The ``name, value`` pairs of a Java properties file given to ``option``.
+def _warn_if_readable(path: str, option: str, names: Sequence[str]) -> None:
+    """Warn once per file when one holding secrets can be read by others than its owner."""
+    secrets = {name for name in names if _names_a_secret(name)}
+    if not secrets or os.name == "nt":  # Windows has no group/other mode bits to check
+        return
+    try:
+        real = os.path.realpath(path)
+        mode = os.stat(real).st_mode
+    except OSError:
+        return
+    if not mode & 0o077 or real in _WARNED_PERMISSIONS:
+        return
+    _WARNED_PERMISSIONS.add(real)
+    # Only names of a config's shape are shown: another may be a secret's own text.
+    shown = sorted(name for name in secrets if _CONFIG_NAME_SHAPE.fullmatch(name))
+    _logger.warning(
+        "%s %s holds secrets (%s) and can be read by other users (mode %03o); "
+        "make it private: chmod 600 %s",
+        option,
+        path,
+        ", ".join(shown) if shown else "by the look of its names",
+        mode & 0o777,
+        shlex.quote(path),
+    )
 
-    Read as UTF-8, or as ISO-8859-1 (what Java reads) when it is not valid UTF-8.
+
+def _read_properties(path: str, option: str) -> list[tuple[str, str, int]]:
+    """The ``name, value, line`` entries of a Java properties file given to ``option``.
+
+    Read as UTF-8, or as ISO-8859-1 (what Java reads) when it is not valid UTF-8. An
+    error names the file and a line number, never the text of a line. A file holding a
+    secret-looking config that group or others may read is warned about, once.
     """
     try:
         data = Path(path).read_bytes()
@@ -525,9 +589,11 @@ def _read_properties(path: str, option: str) -> list[tuple[str, str]]:
     except UnicodeDecodeError:
         text = data.decode("latin-1")
     try:
-        return [(name, value) for name, value, _ in _parse_properties(text)]
+        entries = _parse_properties(text)
     except ValueError as exc:
-        raise UsageError(f"{option} {path}: {exc}") from None
+        raise UsageError(f"{option} {path} {exc}") from None
+    _warn_if_readable(path, option, [name for name, _, _ in entries])
+    return entries
 
 
 def _producer_props(args: argparse.Namespace) -> dict[str, str]:
@@ -535,7 +601,11 @@ def _producer_props(args: argparse.Namespace) -> dict[str, str]:
     then ``--bootstrap-server``."""
     pairs: list[tuple[str, str]] = []
     if args.producer_config_file:
-        pairs += _read_properties(args.producer_config_file, "--producer.config")
+        path = args.producer_config_file
+        entries = _read_properties(path, "--producer.config")
+        for name, _, line in entries:
+            _check_file_name(name, f"--producer.config {path} line {line}")
+        pairs += [(name, value) for name, value, _ in entries]
     pairs += _parse_pairs(
         args.producer_props,
         "a producer config",
@@ -548,6 +618,28 @@ def _producer_props(args: argparse.Namespace) -> dict[str, str]:
     for name, value in pairs:
         _put(props, name, value)
     return props
+
+
+_HIDDEN_NAME: Final = (
+    "unknown producer config (its name is not shown, as the line may hold a secret; "
+    "a value continued over lines needs a backslash at the end of each line but the last)"
+)
+
+
+def _check_file_name(name: str, where: str) -> None:
+    """Refuse a name from a properties file that is no producer config, naming ``where``
+    (file and line). The name is shown only when it has the shape of a config name, or is
+    one word close to one (``ack``): a line of another shape may be part of a secret."""
+    try:
+        _field_name(name)
+    except ConfigurationError as exc:
+        text = str(exc)
+        one_close_word = re.fullmatch(r"[a-z]{1,32}", name) is not None and _java_hint(name)
+        if not (_CONFIG_NAME_SHAPE.fullmatch(name) or one_close_word):
+            raise UsageError(f"{where}: {_HIDDEN_NAME}") from None
+        if "another client's name" in text:
+            raise UsageError(f"{where}: {text.replace('option', 'producer config', 1)}") from None
+        raise UsageError(f"{where}: unknown producer config {name!r}{_java_hint(name)}") from None
 
 
 def _put(props: dict[str, str], name: str, value: str) -> None:
@@ -915,7 +1007,14 @@ def _shown(separator: bytes) -> str:
 def _reader_props(args: argparse.Namespace) -> dict[str, str]:
     props: dict[str, str] = {}
     if args.reader_config_file:
-        props.update(_read_properties(args.reader_config_file, "--reader-config"))
+        path = args.reader_config_file
+        for name, value, line in _read_properties(path, "--reader-config"):
+            if name not in _READER_DEFAULTS and not _CONFIG_NAME_SHAPE.fullmatch(name):
+                raise UsageError(
+                    f"--reader-config {path} line {line}: not a --property name (it is not "
+                    "shown, as the line may hold a secret)"
+                )
+            props[name] = value
     props.update(_parse_pairs(args.reader_props, "--property"))
     for name in props:
         if name in _READER_DEFAULTS:

@@ -99,6 +99,25 @@ _SECRET_FIELDS: Final = frozenset(
     {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"}
 )
 _SSL_FILE_FIELDS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+#: Words that, inside a part of an option's name, mark its value as a secret.
+_SECRET_NAME_WORDS: Final = ("password", "passwd", "secret", "token", "credential", "jaas")
+
+
+def _names_a_secret(name: str) -> bool:
+    """Whether an option called ``name`` (by any client's name, in any spelling) most
+    likely holds a secret, for the places that show or store option values: a part of
+    the name (split at ``.``, ``_`` and ``-``) holds ``password``, ``secret``, ``token``,
+    ``credential`` or ``jaas``, or is or ends in ``key`` (``ssl.keystore.key``,
+    ``apikey``). Serializers (``key.serializer``) and file locations (``ssl.keyfile``,
+    ``ssl.keystore.location``) name no secret."""
+    lowered = name.lower()
+    if "serializer" in lowered:
+        return False
+    parts = [part for part in re.split(r"[._\-]", lowered) if part]
+    return any(
+        part.endswith("key") or any(word in part for word in _SECRET_NAME_WORDS)
+        for part in parts
+    )
 # Filled from the field metadata once ProducerConfig exists; error messages show both names.
 _JAVA_NAME: dict[str, str] = {}
 

@@ -19,6 +19,10 @@ them directly (the pause is small) or use the ``a``-prefixed variants
 :meth:`EmbeddedBroker.astop`, ``async with``), which run the blocking call in a
 worker thread through anyio.
 
+The broker has no authentication: it refuses an address other than a loopback one
+unless given ``allow_remote=True``, and it runs with a minimal environment, never the
+caller's (which may hold cloud keys or Kafka passwords).
+
 Tansu is not Apache Kafka: it keeps everything in memory, and its idempotence,
 transaction and size-limit behaviour differ from Kafka's. Use it for the happy path.
 """
@@ -26,6 +30,7 @@ transaction and size-limit behaviour differ from Kafka's. Use it for the happy p
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -38,20 +43,34 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Final
+
+from aioproducer.errors import ConfigurationError
 
 __all__ = ["EmbeddedBroker", "EmbeddedBrokerError"]
 
-#: Environment variables Tansu reads as defaults for its flags. They are removed from
-#: the child's environment so a stray ``SCHEMA_REGISTRY`` or OTLP endpoint in the
-#: user's shell cannot change how the throwaway broker behaves.
-_TANSU_ENVIRONMENT = (
-    "CLUSTER_ID",
-    "LISTENER_URL",
-    "ADVERTISED_LISTENER_URL",
-    "STORAGE_ENGINE",
-    "SCHEMA_REGISTRY",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
+#: The only variables of the user's environment the broker process gets: where programs
+#: and the home folder are, the locale, the time zone, the temporary folder, where the
+#: system's CA certificates are, and Rust's logging switches. The rest stays out: a shell
+#: often holds cloud keys or Kafka passwords, which a throwaway broker has no use for, and
+#: Tansu reads ``CLUSTER_ID``, ``STORAGE_ENGINE``, ``SCHEMA_REGISTRY`` and the like as
+#: defaults for its flags. Anything else it needs goes through ``environment=``.
+_INHERITED_ENVIRONMENT: Final = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "RUST_LOG",
+        "RUST_BACKTRACE",
+        "SYSTEMROOT",  # Windows cannot start a process without it
+    }
 )
 
 #: How many fresh ports to try when the chosen one is taken between picking it and
@@ -87,11 +106,27 @@ def _resolve_binary() -> str:
     return str(path)
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or an address in 127.0.0.0/8 or ``::1``."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _api_versions_probe() -> bytes:
@@ -145,8 +180,25 @@ def _finalize(process: subprocess.Popen[bytes], log_file: IO[bytes], log_path: P
 class EmbeddedBroker:
     """A single-node Tansu broker on a free loopback port, with in-memory storage.
 
+    The broker has no authentication and no TLS: whoever reaches its port can read and
+    write every topic. It therefore listens on a loopback address only, unless
+    ``allow_remote=True`` says otherwise; and it runs with a minimal environment, not the
+    caller's, so that credentials in the caller's environment never reach it.
+
     Args:
-        host: The loopback address to listen on and advertise.
+        host: The loopback address to listen on and advertise: ``localhost``, an address
+            in 127.0.0.0/8, or ``::1``. Another address needs ``allow_remote=True``. On
+            an IPv6 address, the topic methods raise: Tansu's ``topic`` command cannot
+            reach such a listener.
+        allow_remote: Listen on a ``host`` that is not a loopback address (a LAN address,
+            or ``0.0.0.0`` for every interface), for a development broker other machines
+            or containers use. Other programs can then reach the broker, unauthenticated.
+            The broker advertises ``host`` itself: give the address clients connect to.
+        environment: Variables for the broker process, besides the few it takes from the
+            caller's environment (``PATH``, ``HOME``, ``LANG``, ``LC_*``, ``TZ``,
+            ``TMPDIR``, ``SSL_CERT_FILE``, ``SSL_CERT_DIR``, ``RUST_LOG``,
+            ``RUST_BACKTRACE``): for example the ``AWS_*`` variables of an ``s3://``
+            ``storage_engine``.
         port: A fixed port; by default a free one is picked.
         storage_engine: Tansu's storage URL; the default keeps everything in memory.
         cluster_id: The cluster id the broker reports.
@@ -165,6 +217,8 @@ class EmbeddedBroker:
         self,
         *,
         host: str = "127.0.0.1",
+        allow_remote: bool = False,
+        environment: Mapping[str, str] | None = None,
         port: int | None = None,
         storage_engine: str = "memory://tansu/",
         cluster_id: str = "aioproducer-embedded",
@@ -173,7 +227,22 @@ class EmbeddedBroker:
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
+        host = host.strip("[]")  # "[::1]" as well as "::1"
+        if not allow_remote and not _is_loopback(host):
+            raise ConfigurationError(
+                f"EmbeddedBroker(host={host!r}): not a loopback address. The embedded broker "
+                "has no authentication and no TLS: anyone who can reach that address could "
+                "read and write every topic. Use 127.0.0.1, ::1 or localhost, or pass "
+                "allow_remote=True to listen there anyway."
+            )
         self._host = host
+        self._extra_environment = dict(environment or {})
+        for key, value in self._extra_environment.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ConfigurationError(
+                    f"EmbeddedBroker(environment=...): names and values must be strings, "
+                    f"got {type(key).__name__} {key!r}"
+                )
         self._requested_port = port
         self._port: int | None = None
         self._storage_engine = storage_engine
@@ -204,13 +273,19 @@ class EmbeddedBroker:
 
     @property
     def bootstrap_servers(self) -> str:
-        """``"host:port"``, ready for a producer's ``bootstrap_servers``."""
-        return f"{self._host}:{self.port}"
+        """``"host:port"`` (``"[::1]:port"`` for IPv6), ready for a producer's
+        ``bootstrap_servers``."""
+        return _host_port(self._host, self.port)
 
     @property
     def url(self) -> str:
         """The broker's listener as Tansu spells it, ``tcp://host:port``."""
-        return f"tcp://{self._host}:{self.port}"
+        return f"tcp://{_host_port(self._host, self.port)}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs, else None."""
+        return self._process.pid if self.running and self._process is not None else None
 
     @property
     def running(self) -> bool:
@@ -418,11 +493,16 @@ class EmbeddedBroker:
                 self._log_path.unlink()
 
     def _environment(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k not in _TANSU_ENVIRONMENT}
+        inherited = {
+            key: value
+            for key, value in os.environ.items()
+            if key.upper() in _INHERITED_ENVIRONMENT or key.startswith("LC_")
+        }
+        return {**inherited, **self._extra_environment}
 
     def _spawn(self, binary: str, port: int) -> None:
         assert self._log_file is not None
-        listener = f"tcp://{self._host}:{port}"
+        listener = f"tcp://{_host_port(self._host, port)}"
         command = [
             binary,
             "broker",
@@ -495,6 +575,11 @@ class EmbeddedBroker:
     def _topic_command(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         if not self.running:
             raise EmbeddedBrokerError("the embedded broker is not running")
+        if ":" in self._host:
+            raise EmbeddedBrokerError(
+                f"`tansu topic` cannot reach a broker on the IPv6 address {self._host}; "
+                "listen on 127.0.0.1 to create, list or delete topics"
+            )
         binary = self._binary
         assert binary is not None  # resolved by start()
         try:
@@ -515,6 +600,6 @@ class EmbeddedBroker:
             raise EmbeddedBrokerError(f"could not run the Tansu binary {binary!r}: {exc}") from exc
 
     def __repr__(self) -> str:
-        where = f"{self._host}:{self._port}" if self._port is not None else "not started"
+        where = _host_port(self._host, self._port) if self._port is not None else "not started"
         state = "running" if self.running else "stopped"
         return f"<EmbeddedBroker {where} {state}>"

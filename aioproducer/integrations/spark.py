@@ -58,10 +58,11 @@ import sys
 from collections import deque
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord
 from aioproducer.appender import check_headers, record_size
+from aioproducer.config import _names_a_secret
 from aioproducer.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -143,18 +144,13 @@ _SEND_MANY_ITEM = re.compile(r"^send_many item \d+: ")
 
 # ---- options and columns: plain data, pickled to the executors --------------------------------
 
-_SECRET_WORDS: Final = ("password", "secret", "token", "key")
-
-
 def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the value of every option whose name speaks of a password, secret,
     token or key (``ssl.key.password``, ``sasl.oauth.token.provider``) shown as ``***``.
     Serializers (``key.serializer``) name no secret and stay as they are."""
     return {
         name: "***"
-        if any(word in name.lower() for word in _SECRET_WORDS)
-        and "serializer" not in name.lower()
-        and value is not None
+        if _names_a_secret(name) and value is not None
         else value
         for name, value in options.items()
     }

@@ -6,8 +6,10 @@ with tests.support.readback, so these tests check the fixtures, not aioproducer.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import confluent_kafka
 import pytest
 
 from aioproducer.embedded import EmbeddedBroker, EmbeddedBrokerError
+from aioproducer.errors import ConfigurationError
 from tests.support.mock_cluster import (
     ApiKey,
     ErrorCode,
@@ -207,6 +210,87 @@ def test_embedded_broker_gives_up_on_a_broker_that_never_answers(tmp_path: Path)
     assert "pretending to start" in str(raised.value)
     assert not broker.running
     broker.stop()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "2001:db8::1", "example.com"])
+def test_embedded_broker_refuses_an_address_that_is_not_loopback(host: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        EmbeddedBroker(host=host)
+    message = str(raised.value)
+    assert f"EmbeddedBroker(host={host!r}): not a loopback address" in message
+    assert "no authentication" in message
+    assert "allow_remote=True" in message
+    assert not raised.value.retriable
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "localhost", "::1", "[::1]"])
+def test_embedded_broker_takes_a_loopback_address(host: str) -> None:
+    assert EmbeddedBroker(host=host).host == host.strip("[]")
+
+
+def test_embedded_broker_listens_everywhere_only_when_allowed() -> None:
+    with EmbeddedBroker(host="0.0.0.0", allow_remote=True) as broker:
+        assert broker.bootstrap_servers.startswith("0.0.0.0:")
+        broker.create_topic("everywhere", partitions=2)
+        assert broker.list_topics() == {"everywhere": 2}
+        # Bound to every interface, so the broker answers on loopback too.
+        socket.create_connection(("127.0.0.1", broker.port), timeout=5).close()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_embedded_broker_on_the_ipv6_loopback() -> None:
+    with EmbeddedBroker(host="::1") as broker:
+        assert broker.bootstrap_servers == f"[::1]:{broker.port}"
+        socket.create_connection(("::1", broker.port), timeout=5).close()
+        # Tansu's topic command cannot reach an IPv6 listener: said plainly, not Tansu's
+        # "no network connection" advice.
+        with pytest.raises(EmbeddedBrokerError, match="cannot reach a broker on the IPv6"):
+            broker.create_topic("v6")
+
+
+def _environment_of(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        entries = environ.read().decode("utf-8", "replace").split("\0")
+    return dict(entry.split("=", 1) for entry in entries if "=" in entry)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/environ")
+def test_embedded_broker_does_not_see_the_callers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-marker-7f3a")
+    monkeypatch.setenv("KAFKA_PASSWORD", "kafka-marker-91c2")
+    monkeypatch.setenv("STORAGE_ENGINE", "postgres://marker")  # a Tansu flag's default
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    with EmbeddedBroker(environment={"RUST_LOG": "warn", "AWS_REGION": "eu-marker-1"}) as broker:
+        assert broker.pid is not None
+        environment = _environment_of(broker.pid)
+        broker.create_topic("still-works")
+    assert broker.pid is None
+    assert environment["PATH"] == os.environ["PATH"]
+    assert environment["LC_ALL"] == "C.UTF-8"
+    assert environment["RUST_LOG"] == "warn"  # given explicitly
+    assert environment["AWS_REGION"] == "eu-marker-1"
+    for name in ("AWS_SECRET_ACCESS_KEY", "KAFKA_PASSWORD", "STORAGE_ENGINE"):
+        assert name not in environment
+    assert not any("marker-" in value for value in environment.values() if "eu-marker" not in value)
+    allowed = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+               "SSL_CERT_FILE", "SSL_CERT_DIR", "RUST_LOG", "RUST_BACKTRACE", "AWS_REGION"}
+    assert {n for n in environment if not n.startswith("LC_")} <= allowed
+
+
+def test_embedded_broker_environment_values_must_be_strings() -> None:
+    with pytest.raises(ConfigurationError, match="must be strings"):
+        EmbeddedBroker(environment={"RUST_LOG": 1})  # type: ignore[dict-item]
 
 
 async def test_embedded_broker_async_variants() -> None:

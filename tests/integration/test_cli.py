@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+import aioproducer.cli as cli
 from aioproducer.cli import PerfStats, _parse_properties, build_parser, main
+from aioproducer.config import _names_a_secret
 from tests.support.readback import high_watermarks, read_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -671,8 +673,8 @@ def test_a_bad_key_in_the_producer_config_file_is_named(
     assert main(["produce", "--topic", "t", "--producer.config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "aioproducer produce: error: unknown producer config 'compresion.type'; did you mean "
-        "'compression.type' (compression_type)?\n"
+        f"aioproducer produce: error: --producer.config {config} line 2: unknown producer "
+        "config 'compresion.type'; did you mean 'compression.type' (compression_type)?\n"
     )
 
 
@@ -921,9 +923,161 @@ def test_properties_files_are_read_as_java_reads_them() -> None:
     ]
 
 
-def test_a_malformed_unicode_escape_names_its_line() -> None:
-    with pytest.raises(ValueError, match=r"line 2: malformed \\uXXXX escape '\\\\u12x'"):
+def test_a_malformed_unicode_escape_names_its_line_and_nothing_of_it() -> None:
+    with pytest.raises(ValueError) as raised:
         _parse_properties("a=1\nb=\\u12x\n")
+    assert str(raised.value) == "line 2: malformed \\uXXXX escape"
+    # On a continuation line, the line named is that one, not the entry's first.
+    with pytest.raises(ValueError) as raised:
+        _parse_properties("a=1\nsasl.password=first\\\n  half\\\n  s3cr\\u3t\n")
+    assert str(raised.value) == "line 4: malformed \\uXXXX escape"
+    with pytest.raises(ValueError, match=r"^line 1: "):
+        _parse_properties("bad\\u00=x")  # in the name
+
+
+def test_properties_lines_end_where_java_ends_them() -> None:
+    # \r, \n and \r\n end a line; a form feed or NEL inside a value does not.
+    text = "a=1\x0c2\x853\rb=x\r\nc=y\\\r  z\n"
+    assert _parse_properties(text) == [("a", "1\x0c2\x853", 1), ("b", "x", 2), ("c", "yz", 3)]
+
+
+SECRET = "s3cr3t-Hunter2-pw"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # A malformed escape on the line holding the password.
+        (f"acks=all\nsasl.password={SECRET}\\u00zz\n", "line 2: malformed \\uXXXX escape"),
+        # A value continued without its backslash: the password's line becomes a name.
+        (
+            f"sasl.username=alice \\\n    and-more\n    {SECRET}\n",
+            "line 3: unknown producer config (its name is not shown, as the line may hold a "
+            "secret; a value continued over lines needs a backslash at the end of each line "
+            "but the last)",
+        ),
+        # Only the name, a config's word, is shown; the value never is.
+        (
+            f'client.id=app\n    password="{SECRET}";\n',
+            "line 2: unknown producer config 'password'",
+        ),
+        (f"{SECRET}\n", "line 1: unknown producer config (its name is not shown"),
+        (f"{SECRET.lower().replace('-', '')}\n", "line 1: unknown producer config (its name"),
+    ],
+)
+def test_a_bad_line_in_a_producer_config_file_is_named_by_number_only(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text(text, encoding="utf-8")
+    config.chmod(0o600)
+    assert main(["produce", "--topic", "t", "--producer.config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(
+        f"aioproducer produce: error: --producer.config {config} {message}"
+    ), captured.err
+    assert captured.err.count("\n") == 1
+    for part in (SECRET, SECRET.lower().replace("-", ""), "Hunter2"):
+        assert part not in captured.err + captured.out
+
+
+def test_a_bad_line_in_a_reader_config_file_is_named_by_number_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reader = tmp_path / "reader.properties"
+    reader.write_text(f"parse.key=true\n{SECRET}\n", encoding="utf-8")
+    assert main(["produce", "--topic", "t", "--reader-config", str(reader)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"aioproducer produce: error: --reader-config {reader} line 2: ")
+    assert SECRET not in err
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the files already warned about, as a new process would."""
+    monkeypatch.setattr(cli, "_WARNED_PERMISSIONS", set())
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.skipif(os.name == "nt", reason="POSIX mode bits")
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_config_file_with_secrets_readable_by_others_is_warned_about_once(
+    mode: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text(
+        f"sasl.username=alice\nsasl.password={SECRET}\nssl.key.password={SECRET}\n",
+        encoding="utf-8",
+    )
+    config.chmod(mode)
+    with caplog.at_level("WARNING", logger="aioproducer.cli"):
+        for _ in range(2):
+            cli._read_properties(str(config), "--producer.config")
+    warnings = [r for r in caplog.records if r.name == "aioproducer.cli"]
+    assert [r.getMessage() for r in warnings] == [
+        f"--producer.config {config} holds secrets (sasl.password, ssl.key.password) and can be "
+        f"read by other users (mode {mode:03o}); make it private: chmod 600 {config}"
+    ]
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.skipif(os.name == "nt", reason="POSIX mode bits")
+@pytest.mark.parametrize(
+    ("mode", "text"),
+    [
+        (0o600, f"sasl.password={SECRET}\n"),  # private
+        (0o400, f"sasl.password={SECRET}\n"),
+        (0o644, "acks=all\nlinger.ms=5\nkey.serializer=x\n"),  # nothing secret
+    ],
+)
+def test_a_private_file_or_one_without_secrets_is_not_warned_about(
+    mode: int, text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text(text, encoding="utf-8")
+    config.chmod(mode)
+    with caplog.at_level("WARNING", logger="aioproducer.cli"):
+        cli._read_properties(str(config), "--producer.config")
+    assert [r for r in caplog.records if r.name == "aioproducer.cli"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("sasl.password", True),
+        ("sasl_plain_password", True),
+        ("ssl.key.password", True),
+        ("sasl.jaas.config", True),
+        ("sasl.oauthbearer.token", True),
+        ("client.secret", True),
+        ("ssl.keystore.key", True),
+        ("sasl_oauth_token_provider", True),
+        ("kafka.sasl.apikey", True),
+        ("SSL_KEY_PASSWORD", True),
+        ("linger.ms", False),
+        ("key.serializer", False),
+        ("ssl.keyfile", False),
+        ("ssl.keystore.location", False),
+    ],
+)
+def test_names_that_look_like_secrets(name: str, secret: bool) -> None:
+    assert _names_a_secret(name) is secret
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.skipif(os.name == "nt", reason="POSIX mode bits")
+def test_the_command_warns_on_stderr_about_a_readable_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text(f"sasl.password={SECRET}\nlinger.mss=1\n", encoding="utf-8")
+    config.chmod(0o644)
+    result = aioproducer("produce", "--topic", "t", "--producer.config", str(config))
+    assert result.returncode == 2, explain(result)
+    assert (
+        f"--producer.config {config} holds secrets (sasl.password) and can be read by other "
+        f"users (mode 644); make it private: chmod 600 {config}\n" in result.stderr
+    ), explain(result)
+    assert SECRET not in result.stderr + result.stdout
 
 
 # ---- the docs ------------------------------------------------------------------------------------

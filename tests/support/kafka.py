@@ -810,7 +810,180 @@ def _tail(path: Path | None, max_bytes: int) -> str:
         return ""
 
 
-class KafkaBroker:
+class _Administration:
+    """What :class:`KafkaBroker` and :class:`KafkaCluster` share: a confluent-kafka
+    ``AdminClient`` and the topic commands built on it, each waiting until every broker
+    running agrees the change is done."""
+
+    #: The replication factor :meth:`create_topic` uses when none is given.
+    DEFAULT_REPLICATION_FACTOR = 1
+
+    _admin: Any
+
+    @property
+    def bootstrap_servers(self) -> str:
+        raise NotImplementedError
+
+    def _running_brokers(self) -> int:
+        """How many brokers must agree on a change before it counts as done."""
+        return 1
+
+    def admin(self) -> Any:
+        """A confluent-kafka ``AdminClient`` (made once, then reused until a restart)."""
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    # The brokers are local: retry connections at once while they start.
+                    "reconnect.backoff.ms": 20,
+                    "reconnect.backoff.max.ms": 200,
+                    "log_level": 0,
+                }
+            )
+        return self._admin
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        replica_assignment: Mapping[int, Sequence[int]] | None = None,
+        *,
+        timeout: float = 30.0,
+        **configs: object,
+    ) -> None:
+        """Create ``name`` and wait until every partition has a leader.
+
+        ``replication_factor`` defaults to :attr:`DEFAULT_REPLICATION_FACTOR` (1 on a
+        single broker, 3 on a cluster). ``replica_assignment``: ``{partition: [broker
+        ids]}`` for every partition, the first broker of each the preferred leader; the
+        topic then has as many partitions as the mapping, and the call waits until each
+        partition's leader is its preferred one. ``configs`` are topic configs:
+        ``max_message_bytes=1024`` and ``**{"max.message.bytes": 1024}`` mean the same
+        (Kafka's topic config names have no underscores, so ``_`` stands for ``.``).
+
+        Raises:
+            KafkaBrokerError: Kafka refused (the topic exists, a config is invalid, ...),
+                or the leaders did not appear in time.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        config = {key.replace("_", "."): _config_value(value) for key, value in configs.items()}
+        if replica_assignment is not None:
+            if sorted(replica_assignment) != list(range(len(replica_assignment))):
+                raise ValueError("replica_assignment must name partitions 0, 1, ... in full")
+            topic = NewTopic(
+                name,
+                # librdkafka wants the count with an assignment, and no replication factor.
+                num_partitions=len(replica_assignment),
+                replica_assignment=[
+                    list(replica_assignment[p]) for p in range(len(replica_assignment))
+                ],
+                config=config,
+            )
+        else:
+            topic = NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=(
+                    self.DEFAULT_REPLICATION_FACTOR
+                    if replication_factor is None
+                    else replication_factor
+                ),
+                config=config,
+            )
+        futures = self.admin().create_topics(
+            [topic], operation_timeout=timeout, request_timeout=timeout
+        )
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"creating topic {name!r} failed: {exc.args[0]}") from exc
+        deadline = time.monotonic() + timeout
+        if replica_assignment is None:
+            self._wait_until(
+                name, deadline, lambda state: all(p.leader >= 0 for p in state.values())
+            )
+        else:
+            self.wait_for_preferred_leaders(name, timeout=max(0.0, deadline - time.monotonic()))
+
+    def delete_topic(self, name: str, *, timeout: float = 30.0) -> None:
+        """Delete ``name``.
+
+        Raises:
+            KafkaBrokerError: Kafka refused (no such topic, ...).
+        """
+        from confluent_kafka import KafkaException
+
+        futures = self.admin().delete_topics(
+            [name], operation_timeout=timeout, request_timeout=timeout
+        )
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"deleting topic {name!r} failed: {exc.args[0]}") from exc
+
+    def partitions(self, topic: str, *, timeout: float = 10.0) -> dict[int, Any]:
+        """``{partition: PartitionMetadata}`` (``leader``, ``replicas``, ``isrs``) from a
+        fresh Metadata request."""
+        from confluent_kafka import KafkaException
+
+        try:
+            entry = self.admin().list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise KafkaBrokerError(f"no metadata for {topic!r}: {exc.args[0]}") from exc
+        if entry is None or entry.error is not None:
+            error = "missing" if entry is None else entry.error
+            raise KafkaBrokerError(f"no metadata for {topic!r}: {error}")
+        return dict(entry.partitions)
+
+    def _wait_until(
+        self, topic: str, deadline: float, done: Callable[[dict[int, Any]], bool]
+    ) -> dict[int, Any]:
+        """Wait until ``done`` holds in as many successive Metadata answers as there are
+        brokers running. Each broker applies a change when it reads it from the metadata
+        log, a little apart from the others, and the admin client asks any of them: one
+        answer may come from a broker a change behind."""
+        wanted = max(1, self._running_brokers())
+        last: dict[int, Any] = {}
+        agreeing = 0
+        while True:
+            try:
+                last = self.partitions(topic, timeout=5.0)
+                agreeing = agreeing + 1 if last and done(last) else 0
+            except KafkaBrokerError:
+                agreeing = 0
+            if agreeing >= wanted:
+                return last
+            if time.monotonic() >= deadline:
+                described = {
+                    p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in sorted(last.items())
+                }
+                raise KafkaBrokerError(
+                    f"topic {topic!r} did not reach the state waited for; "
+                    f"(leader, replicas, isr) by partition: {described}"
+                )
+            time.sleep(0.02 if agreeing else 0.05)
+
+    def wait_for_preferred_leaders(
+        self, topic: str, partitions: Sequence[int] | None = None, *, timeout: float = 30.0
+    ) -> None:
+        """Wait until each partition (all by default) is led by its first replica."""
+        self._wait_until(
+            topic,
+            time.monotonic() + timeout,
+            lambda state: all(
+                m.replicas and m.leader == m.replicas[0]
+                for p, m in state.items()
+                if partitions is None or p in partitions
+            ),
+        )
+
+
+class KafkaBroker(_Administration):
     """One Apache Kafka node, broker and KRaft controller in one JVM, on loopback.
 
     Args:
@@ -1128,91 +1301,6 @@ class KafkaBroker:
 
     # -- administration -----------------------------------------------------------------
 
-    def admin(self) -> Any:
-        """A confluent-kafka ``AdminClient`` for this node (made once, then reused)."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    # The broker is local: retry connections at once while it starts.
-                    "reconnect.backoff.ms": 20,
-                    "reconnect.backoff.max.ms": 200,
-                    "log_level": 0,
-                }
-            )
-        return self._admin
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        replication_factor: int = 1,
-        *,
-        timeout: float = 30.0,
-        **configs: object,
-    ) -> None:
-        """Create ``name`` and wait until every partition has a leader.
-
-        ``configs`` are topic configs: ``max_message_bytes=1024`` and
-        ``**{"max.message.bytes": 1024}`` mean the same (Kafka's topic config names have
-        no underscores, so ``_`` stands for ``.``).
-
-        Raises:
-            KafkaBrokerError: Kafka refused (the topic exists, a config is invalid, ...).
-        """
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import NewTopic
-
-        config = {key.replace("_", "."): _config_value(value) for key, value in configs.items()}
-        topic = NewTopic(
-            name, num_partitions=partitions, replication_factor=replication_factor, config=config
-        )
-        admin = self.admin()
-        futures = admin.create_topics([topic], operation_timeout=timeout, request_timeout=timeout)
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaBrokerError(f"creating topic {name!r} failed: {exc.args[0]}") from exc
-        self._wait_for_leaders(name, time.monotonic() + timeout)
-
-    def delete_topic(self, name: str, *, timeout: float = 30.0) -> None:
-        """Delete ``name``.
-
-        Raises:
-            KafkaBrokerError: Kafka refused (no such topic, ...).
-        """
-        from confluent_kafka import KafkaException
-
-        futures = self.admin().delete_topics(
-            [name], operation_timeout=timeout, request_timeout=timeout
-        )
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaBrokerError(f"deleting topic {name!r} failed: {exc.args[0]}") from exc
-
-    def _wait_for_leaders(self, name: str, deadline: float) -> None:
-        from confluent_kafka import KafkaException
-
-        admin = self.admin()
-        while True:
-            try:
-                topic = admin.list_topics(name, timeout=5.0).topics.get(name)
-            except KafkaException:
-                topic = None
-            if (
-                topic is not None
-                and topic.error is None
-                and topic.partitions
-                and all(partition.leader >= 0 for partition in topic.partitions.values())
-            ):
-                return
-            if time.monotonic() >= deadline:
-                raise KafkaBrokerError(f"topic {name!r} has no leader for every partition yet")
-            time.sleep(0.05)
-
     def finalized_features(self, timeout: float = 10.0) -> dict[str, int]:
         """The cluster's finalized feature levels (``transaction.version``,
         ``metadata.version``, ...), from an ApiVersions v3 response."""
@@ -1469,7 +1557,7 @@ def _release_cluster(resources: _ClusterResources) -> None:
         shutil.rmtree(resources.temporary_dir, ignore_errors=True)
 
 
-class KafkaCluster:
+class KafkaCluster(_Administration):
     """Apache Kafka nodes forming one KRaft quorum: each runs a broker and a controller in
     one JVM, on loopback. Three by default.
 
@@ -1505,6 +1593,9 @@ class KafkaCluster:
             default a temporary folder that :meth:`stop` removes.
         log_level: The nodes' root log4j level.
     """
+
+    #: Topics get three replicas unless told otherwise.
+    DEFAULT_REPLICATION_FACTOR = 3
 
     def __init__(
         self,
@@ -1955,105 +2046,8 @@ class KafkaCluster:
 
     # -- administration -----------------------------------------------------------------
 
-    def admin(self) -> Any:
-        """A confluent-kafka ``AdminClient`` for the cluster (made once, then reused)."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "reconnect.backoff.ms": 20,
-                    "reconnect.backoff.max.ms": 200,
-                    "log_level": 0,
-                }
-            )
-        return self._admin
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        replication_factor: int = 3,
-        replica_assignment: Mapping[int, Sequence[int]] | None = None,
-        *,
-        timeout: float = 30.0,
-        **configs: object,
-    ) -> None:
-        """Create ``name`` and wait until every partition has a leader.
-
-        ``replica_assignment``: ``{partition: [broker ids]}`` for every partition, the
-        first broker of each the preferred leader; the topic then has as many partitions
-        as the mapping, and the call waits until each partition's leader is its preferred
-        one. ``configs`` are topic configs, ``_`` standing for ``.`` as in
-        :meth:`KafkaBroker.create_topic`.
-
-        Raises:
-            KafkaBrokerError: Kafka refused, or the leaders did not appear in time.
-        """
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import NewTopic
-
-        config = {key.replace("_", "."): _config_value(value) for key, value in configs.items()}
-        if replica_assignment is not None:
-            if sorted(replica_assignment) != list(range(len(replica_assignment))):
-                raise ValueError("replica_assignment must name partitions 0, 1, ... in full")
-            topic = NewTopic(
-                name,
-                # librdkafka wants the count with an assignment, and no replication factor.
-                num_partitions=len(replica_assignment),
-                replica_assignment=[
-                    list(replica_assignment[p]) for p in range(len(replica_assignment))
-                ],
-                config=config,
-            )
-        else:
-            topic = NewTopic(
-                name,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
-                config=config,
-            )
-        futures = self.admin().create_topics(
-            [topic], operation_timeout=timeout, request_timeout=timeout
-        )
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaBrokerError(f"creating topic {name!r} failed: {exc.args[0]}") from exc
-        deadline = time.monotonic() + timeout
-        if replica_assignment is None:
-            self._wait_until(
-                name, deadline, lambda state: all(p.leader >= 0 for p in state.values())
-            )
-        else:
-            self.wait_for_preferred_leaders(name, timeout=max(0.0, deadline - time.monotonic()))
-
-    def delete_topic(self, name: str, *, timeout: float = 30.0) -> None:
-        """Delete ``name``."""
-        from confluent_kafka import KafkaException
-
-        futures = self.admin().delete_topics(
-            [name], operation_timeout=timeout, request_timeout=timeout
-        )
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaBrokerError(f"deleting topic {name!r} failed: {exc.args[0]}") from exc
-
-    def partitions(self, topic: str, *, timeout: float = 10.0) -> dict[int, Any]:
-        """``{partition: PartitionMetadata}`` (``leader``, ``replicas``, ``isrs``) from a
-        fresh Metadata request."""
-        from confluent_kafka import KafkaException
-
-        try:
-            entry = self.admin().list_topics(topic, timeout=timeout).topics.get(topic)
-        except KafkaException as exc:
-            raise KafkaBrokerError(f"no metadata for {topic!r}: {exc.args[0]}") from exc
-        if entry is None or entry.error is not None:
-            error = "missing" if entry is None else entry.error
-            raise KafkaBrokerError(f"no metadata for {topic!r}: {error}")
-        return dict(entry.partitions)
+    def _running_brokers(self) -> int:
+        return sum(1 for node in self._nodes.values() if node.running)
 
     def leader_of(self, topic: str, partition: int, *, timeout: float = 10.0) -> int:
         """The id of the broker leading ``topic``'s ``partition`` (-1: none), as the broker
@@ -2063,34 +2057,6 @@ class KafkaCluster:
         if partition not in state:
             raise KafkaBrokerError(f"{topic!r} has no partition {partition}")
         return int(state[partition].leader)
-
-    def _wait_until(
-        self, topic: str, deadline: float, done: Callable[[dict[int, Any]], bool]
-    ) -> dict[int, Any]:
-        """Wait until ``done`` holds in as many successive Metadata answers as there are
-        running nodes. Each broker applies a change when it reads it from the metadata
-        log, a little apart from the others, and the admin client asks any of them: one
-        answer may come from a broker a change behind."""
-        wanted = max(1, sum(1 for node in self._nodes.values() if node.running))
-        last: dict[int, Any] = {}
-        agreeing = 0
-        while True:
-            try:
-                last = self.partitions(topic, timeout=5.0)
-                agreeing = agreeing + 1 if last and done(last) else 0
-            except KafkaBrokerError:
-                agreeing = 0
-            if agreeing >= wanted:
-                return last
-            if time.monotonic() >= deadline:
-                described = {
-                    p: (m.leader, list(m.replicas), list(m.isrs)) for p, m in sorted(last.items())
-                }
-                raise KafkaBrokerError(
-                    f"topic {topic!r} did not reach the state waited for; "
-                    f"(leader, replicas, isr) by partition: {described}"
-                )
-            time.sleep(0.02 if agreeing else 0.1)
 
     def wait_for_leaders(
         self, topic: str, leaders: Mapping[int, int], *, timeout: float = 30.0
@@ -2102,20 +2068,6 @@ class KafkaCluster:
             time.monotonic() + timeout,
             lambda state: all(
                 p in state and state[p].leader == leader for p, leader in leaders.items()
-            ),
-        )
-
-    def wait_for_preferred_leaders(
-        self, topic: str, partitions: Sequence[int] | None = None, *, timeout: float = 30.0
-    ) -> None:
-        """Wait until each partition (all by default) is led by its first replica."""
-        self._wait_until(
-            topic,
-            time.monotonic() + timeout,
-            lambda state: all(
-                m.replicas and m.leader == m.replicas[0]
-                for p, m in state.items()
-                if partitions is None or p in partitions
             ),
         )
 
