@@ -143,7 +143,7 @@ _SEND_MANY_ITEM = re.compile(r"^send_many item \d+: ")
 
 # ---- options and columns: plain data, pickled to the executors --------------------------------
 
-_SECRET_WORDS: Final = ("password", "secret", "token", "key")
+_SECRET_WORDS: Final = ("password", "secret", "token", "key", "jaas")
 
 
 def _masked(options: Mapping[str, Any]) -> dict[str, Any]:

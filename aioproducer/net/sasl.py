@@ -37,7 +37,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, Protocol, cast
 
-from aioproducer.errors import AuthenticationError, ConfigurationError, IllegalStateError
+from aioproducer.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    IllegalStateError,
+    KafkaError,
+)
 
 __all__ = [
     "MAX_SCRAM_ITERATIONS",
@@ -533,6 +538,8 @@ async def fetch_oauth_token(provider: object) -> tuple[str, dict[str, str]]:
         ConfigurationError: ``provider`` has no ``token()`` method and is not callable.
         AuthenticationError: the provider failed (its exception is the cause) or returned
             something that is not a str, or extensions that are not a str-to-str mapping.
+        KafkaError: the provider raised one; it is passed on as it is (a retriable one, such
+            as a token endpoint that cannot be reached, lets the connection be retried).
     """
     token_method = getattr(provider, "token", None)
     if callable(token_method):
@@ -545,6 +552,10 @@ async def fetch_oauth_token(provider: object) -> tuple[str, dict[str, str]]:
         )
     try:
         token = await _maybe_await(get_token())
+    except KafkaError:
+        # The provider said what failed and whether trying again may help (the token
+        # endpoint providers of aioproducer.oauth do): keep that.
+        raise
     except Exception as exc:
         raise AuthenticationError(
             f"SASL OAUTHBEARER: sasl_oauth_token_provider failed: {type(exc).__name__}"
