@@ -8,10 +8,8 @@ import asyncio
 import base64
 import json
 import logging
-import threading
-import urllib.parse
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from aioproducer import ClientCredentialsTokenProvider, ProducerConfig, Unsecure
 from aioproducer.errors import AuthenticationError, ConfigurationError, KafkaConnectionError
 from aioproducer.jaas import parse_jaas_config
 from aioproducer.net.sasl import create_mechanism
+from tests.support.token_endpoint import TokenEndpoint
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -261,77 +260,25 @@ def test_the_token_endpoint_needs_client_credentials() -> None:
 # ---- the client credentials grant against a local token endpoint ------------------------------
 
 
-def _jwt(claims: dict[str, Any]) -> str:
-    def part(document: dict[str, Any]) -> str:
-        raw = json.dumps(document).encode()
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+class FakeClock:
+    """Seconds since the epoch, moved by the test."""
 
-    return f"{part({'alg': 'none'})}.{part(claims)}."
+    def __init__(self) -> None:
+        self.now = time.time()
 
-
-class TokenEndpoint:
-    """A token endpoint: checks the client credentials, answers as an OAuth server does."""
-
-    def __init__(self, client_id: str, client_secret: str) -> None:
-        self.client_id = client_id
-        self.client_secret = client_secret
-        self.requests: list[dict[str, Any]] = []
-        self.status: int | None = None  # forced answer
-        self.lifetime = 3600
-        self.clock = 1_000_000.0
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-                request = {
-                    "path": self.path,
-                    "authorization": self.headers["Authorization"],
-                    "content_type": self.headers["Content-Type"],
-                    "form": dict(urllib.parse.parse_qsl(body)),
-                }
-                endpoint.requests.append(request)
-                expected = "Basic " + base64.b64encode(
-                    f"{endpoint.client_id}:{endpoint.client_secret}".encode()
-                ).decode()
-                if endpoint.status is not None:
-                    self._answer(endpoint.status, {"error": "temporarily_unavailable"})
-                elif request["authorization"] != expected:
-                    self._answer(401, {"error": "invalid_client",
-                                       "error_description": "bad client credentials"})
-                else:
-                    number = len(endpoint.requests)
-                    token = _jwt({"sub": f"svc-{number}", "iat": endpoint.clock,
-                                  "exp": endpoint.clock + endpoint.lifetime})
-                    self._answer(200, {"access_token": token, "token_type": "Bearer",
-                                       "expires_in": endpoint.lifetime})
-
-            def _answer(self, status: int, document: dict[str, Any]) -> None:
-                data = json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/token"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
-def endpoint() -> Iterator[TokenEndpoint]:
-    server = TokenEndpoint("producer-app", SECRET)
-    yield server
-    server.close()
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def endpoint(clock: FakeClock) -> Iterator[TokenEndpoint]:
+    with TokenEndpoint("producer-app", SECRET, number_subjects=True, clock=clock) as server:
+        yield server
 
 
 def _provider(endpoint: TokenEndpoint, secret: str = SECRET, **options: Any) -> Any:
@@ -343,8 +290,11 @@ def _provider(endpoint: TokenEndpoint, secret: str = SECRET, **options: Any) -> 
     )
     provider = config.sasl_oauth_token_provider
     assert isinstance(provider, ClientCredentialsTokenProvider)
-    provider._clock = lambda: endpoint.clock  # the endpoint's clock is the test's clock
     return provider
+
+
+def _provider_on(clock: FakeClock, endpoint: TokenEndpoint) -> ClientCredentialsTokenProvider:
+    return ClientCredentialsTokenProvider(endpoint.url, "producer-app", SECRET, clock=clock)
 
 
 def test_client_credentials_request_as_the_java_client_sends_it(
@@ -360,16 +310,18 @@ def test_client_credentials_request_as_the_java_client_sends_it(
     assert request["form"] == {"grant_type": "client_credentials", "scope": "kafka.write"}
 
 
-def test_the_token_is_kept_until_near_expiry_then_renewed(endpoint: TokenEndpoint) -> None:
-    provider = _provider(endpoint)
+def test_the_token_is_kept_until_near_expiry_then_renewed(
+    endpoint: TokenEndpoint, clock: FakeClock
+) -> None:
+    provider = _provider_on(clock, endpoint)
 
     async def scenario() -> list[str]:
         tokens = [await provider.token()]
         # Three connections at once share the cached token; no new request.
         tokens += await asyncio.gather(*(provider.token() for _ in range(3)))
-        endpoint.clock += 0.79 * endpoint.lifetime
+        clock.now += 0.79 * endpoint.lifetime
         tokens.append(await provider.token())
-        endpoint.clock += 0.02 * endpoint.lifetime  # past 80% of the lifetime: renewed
+        clock.now += 0.02 * endpoint.lifetime  # past 80% of the lifetime: renewed
         tokens.append(await provider.token())
         return tokens
 
@@ -393,21 +345,21 @@ def test_a_wrong_secret_is_an_authentication_error_without_the_secret(
 
 
 def test_an_unavailable_endpoint_is_retriable_and_the_old_token_serves_meanwhile(
-    endpoint: TokenEndpoint, caplog: pytest.LogCaptureFixture
+    endpoint: TokenEndpoint, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    provider = _provider(endpoint)
+    provider = _provider_on(clock, endpoint)
     endpoint.status = 503
     with pytest.raises(KafkaConnectionError, match="answered HTTP 503") as caught:
         asyncio.run(provider.token())
     assert caught.value.retriable
     endpoint.status = None
     first = asyncio.run(provider.token())
-    endpoint.clock += 0.9 * endpoint.lifetime  # due for renewal, still valid
+    clock.now += 0.9 * endpoint.lifetime  # due for renewal, still valid
     endpoint.status = 503
     with caplog.at_level(logging.WARNING, logger="aioproducer.oauth"):
         assert asyncio.run(provider.token()) == first
     assert "could not renew the OAuth token" in caplog.text
-    endpoint.clock += 0.2 * endpoint.lifetime  # expired: no token to fall back on
+    clock.now += 0.2 * endpoint.lifetime  # expired: no token to fall back on
     with pytest.raises(KafkaConnectionError):
         asyncio.run(provider.token())
 
@@ -425,7 +377,7 @@ def test_header_urlencode_as_rfc_6749_asks(endpoint: TokenEndpoint) -> None:
     endpoint.client_id = "app%3Aone"
     endpoint.client_secret = "s%2Fcret"
     provider = ClientCredentialsTokenProvider(
-        endpoint.url, "app:one", "s/cret", urlencode_header=True, clock=lambda: endpoint.clock
+        endpoint.url, "app:one", "s/cret", urlencode_header=True, clock=endpoint.clock
     )
     assert asyncio.run(provider.token()).startswith("ey")
 
@@ -433,7 +385,7 @@ def test_header_urlencode_as_rfc_6749_asks(endpoint: TokenEndpoint) -> None:
 def test_a_token_without_the_sub_claim_is_refused(endpoint: TokenEndpoint) -> None:
     provider = ClientCredentialsTokenProvider(
         endpoint.url, "producer-app", SECRET, sub_claim_name="client_id",
-        clock=lambda: endpoint.clock,
+        clock=endpoint.clock,
     )
     with pytest.raises(AuthenticationError, match="has no 'client_id' claim"):
         asyncio.run(provider.token())
