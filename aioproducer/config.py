@@ -18,8 +18,11 @@ that conflict:
   set below that is an error; the default is raised to that sum with a warning.
 
 Unknown names and invalid values raise :class:`~aioproducer.errors.ConfigurationError` (a
-``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``) never
-appear in ``repr()`` or in error messages.
+``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``,
+``sasl_jaas_config``) never appear in ``repr()`` or in error messages.
+
+The Java client's ``sasl.jaas.config`` (and its OAUTHBEARER token endpoint options) set the
+``sasl_*`` options as the Java client reads them: see :mod:`aioproducer.jaas`.
 
 Building ``ProducerConfig(...)`` directly validates too, but treats every value as set by the
 user: ``ProducerConfig(acks=0)`` is an error, ``ProducerConfig.from_options(acks=0)`` is a

@@ -417,7 +417,9 @@ class TokenProvider(Protocol):
     new connection, so it can refresh tokens. An optional ``extensions()`` method (sync or
     async) returns a mapping of SASL extensions (RFC 7628 section 3.1) sent with the token,
     such as Confluent Cloud's ``logicalCluster``. A plain callable returning the token (or an
-    awaitable of it) is accepted too.
+    awaitable of it) is accepted too. A :class:`~aioproducer.errors.KafkaError` it raises is
+    passed on as it is, retriable or not; any other exception becomes a non-retriable
+    :class:`~aioproducer.errors.AuthenticationError`.
     """
 
     def token(self) -> str | Awaitable[str]:
