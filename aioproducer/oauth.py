@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -48,6 +49,13 @@ _MAX_RESPONSE_BYTES: Final = 1 << 20
 #: share of its lifetime has passed.
 _REFRESH_WINDOW_FACTOR: Final = 0.8
 _DEFAULT_CONNECT_TIMEOUT_MS: Final = 10_000
+
+# The tokens of this process by provider settings: (token, renew at, expires at), in clock
+# seconds. As the Java client's LoginManager shares one login among the clients of a JVM
+# with the same JAAS configuration, producers with the same client credentials (the
+# producer of each Spark task, say) share one token instead of each asking the endpoint.
+_TOKENS: dict[tuple[Any, ...], tuple[str, float, float]] = {}
+_TOKENS_LOCK: Final = threading.Lock()
 _DEFAULT_READ_TIMEOUT_MS: Final = 30_000
 
 
@@ -89,7 +97,9 @@ class ClientCredentialsTokenProvider:
     connection until 80% of its lifetime has passed (the Java client's default refresh
     window); its lifetime comes from the JWT's ``exp`` claim, or from ``expires_in`` for a
     token that is not a JWT. If renewing fails while the old token is still valid, the old
-    one is used and the failure logged.
+    one is used and the failure logged. Providers with the same settings (the producers of
+    one process configured alike, as the Java client's clients share a login) share the
+    token.
 
     HTTPS endpoints are verified against the system's CAs (or ``ssl_context``).
 
@@ -158,8 +168,6 @@ class ClientCredentialsTokenProvider:
         self._urlencode_header = urlencode_header
         self._ssl_context = ssl_context
         self._clock = clock
-        # (token, renew at, expires at), all in clock seconds.
-        self._current: tuple[str, float, float] | None = None
         self._pending: asyncio.Future[str] | None = None
         self._pending_loop: asyncio.AbstractEventLoop | None = None
         self.fetches = 0
@@ -177,7 +185,7 @@ class ClientCredentialsTokenProvider:
             self.client_id,
             self._client_secret,
             self.scope,
-            sorted(self._extensions.items()),
+            tuple(sorted(self._extensions.items())),
             self._connect_timeout,
             self._read_timeout,
             self._sub_claim_name,
@@ -209,7 +217,8 @@ class ClientCredentialsTokenProvider:
                 transient status (5xx, 429); retriable.
         """
         now = self._clock()
-        current = self._current
+        with _TOKENS_LOCK:
+            current = _TOKENS.get(self._settings())
         if current is not None and now < current[1]:
             return current[0]
         loop = asyncio.get_running_loop()
@@ -247,7 +256,8 @@ class ClientCredentialsTokenProvider:
             return current[0]
         issued = self._clock()
         renew_at = issued + (expires_at - issued) * _REFRESH_WINDOW_FACTOR
-        self._current = (token, renew_at, expires_at)
+        with _TOKENS_LOCK:
+            _TOKENS[self._settings()] = (token, renew_at, expires_at)
         return token
 
     def fetch(self) -> tuple[str, float]:

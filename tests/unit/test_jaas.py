@@ -330,6 +330,17 @@ def test_the_token_is_kept_until_near_expiry_then_renewed(
     assert len(set(tokens[:5])) == 1 and tokens[5] != tokens[0]
 
 
+def test_producers_configured_alike_share_the_token(endpoint: TokenEndpoint) -> None:
+    # As the producer of each Spark task on one worker is: same settings, one token.
+    first, second = _provider(endpoint), _provider(endpoint)
+    assert first is not second
+    assert asyncio.run(first.token()) == asyncio.run(second.token())
+    assert len(endpoint.requests) == 1
+    other = ClientCredentialsTokenProvider(endpoint.url, "producer-app", SECRET, scope="other")
+    asyncio.run(other.token())
+    assert len(endpoint.requests) == 2
+
+
 def test_a_wrong_secret_is_an_authentication_error_without_the_secret(
     endpoint: TokenEndpoint, caplog: pytest.LogCaptureFixture
 ) -> None:
