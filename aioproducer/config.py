@@ -1101,6 +1101,11 @@ def _field_name(key: Any) -> str:
         raise ConfigurationError(
             f"unknown option {key!r} (another client's name); use {foreign} instead"
         )
+    if key.startswith("sasl.kerberos."):
+        raise ConfigurationError(
+            f"unknown option {key!r}: Kerberos (GSSAPI) is not supported; use SCRAM, PLAIN or "
+            "OAUTHBEARER instead"
+        )
     known = list(_SPECS) + list(_ALIASES)
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

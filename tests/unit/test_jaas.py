@@ -169,6 +169,15 @@ def test_kerberos_is_refused_saying_what_to_use() -> None:
         _java(line, "GSSAPI")
 
 
+def test_a_kerberos_properties_file_is_told_kerberos_is_not_supported() -> None:
+    with pytest.raises(ConfigurationError, match="unknown option 'sasl.kerberos.service.name': "
+                       r"Kerberos \(GSSAPI\) is not supported; use SCRAM"):
+        ProducerConfig.from_options(
+            {"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI",
+             "sasl.kerberos.service.name": "kafka"}
+        )
+
+
 def test_other_login_modules_and_handlers_are_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"login module 'com\.example\.MyLogin'.*not "
                        r"supported; use SCRAM"):
