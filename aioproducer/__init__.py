@@ -8,6 +8,7 @@ from __future__ import annotations
 from aioproducer.config import ProducerConfig
 from aioproducer.delivery import DeliveredMessage
 from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.records import (
     Header,
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchResults",
+    "ClientCredentialsTokenProvider",
     "ConsumerGroupMetadata",
     "DeliveredMessage",
     "Header",
@@ -36,5 +38,6 @@ __all__ = [
     "SyncProducer",
     "TimestampType",
     "TransactionState",
+    "UnsecuredTokenProvider",
     "__version__",
 ]

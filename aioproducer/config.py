@@ -18,8 +18,11 @@ that conflict:
   set below that is an error; the default is raised to that sum with a warning.
 
 Unknown names and invalid values raise :class:`~aioproducer.errors.ConfigurationError` (a
-``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``) never
-appear in ``repr()`` or in error messages.
+``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``,
+``sasl_jaas_config``) never appear in ``repr()`` or in error messages.
+
+The Java client's ``sasl.jaas.config`` (and its OAUTHBEARER token endpoint options) set the
+``sasl_*`` options as the Java client reads them: see :mod:`aioproducer.jaas`.
 
 Building ``ProducerConfig(...)`` directly validates too, but treats every value as set by the
 user: ``ProducerConfig(acks=0)`` is an error, ``ProducerConfig.from_options(acks=0)`` is a
@@ -97,7 +100,7 @@ _Check = Callable[[str, Any], Any]
 # The token provider too: given a token string by mistake, it would show the token.
 _SECRET_FIELDS: Final = frozenset(
     {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"}
-)
+) | frozenset({"sasl_jaas_config"})  # the JAAS line holds a password or a client secret
 _SSL_FILE_FIELDS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
 #: Words that, inside a part of an option's name, mark its value as a secret.
 _SECRET_NAME_WORDS: Final = ("password", "passwd", "secret", "token", "credential", "jaas")
@@ -323,6 +326,21 @@ def _token_provider(name: str, value: Any) -> Any:
         name, "must be an object with a token() method, a callable returning a token, or None",
         value,
     )
+
+
+def _sasl_mechanism(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip().upper() == "GSSAPI":
+        raise ConfigurationError(
+            f"{_label(name)} 'GSSAPI': Kerberos is not supported; use SCRAM-SHA-256, "
+            "SCRAM-SHA-512, PLAIN or OAUTHBEARER instead"
+        )
+    return str(
+        _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", upper=True)(name, value)
+    )
+
+
+def _optional_timeout(name: str, value: Any) -> int | None:
+    return None if value is None else int(_int_between(0)(name, value))
 
 
 _any_int = _int_between(-(2**31))
@@ -748,7 +766,7 @@ class ProducerConfig:
         metadata=_meta(
             java="sasl.mechanism",
             doc="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
-            check=_one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", upper=True),
+            check=_sasl_mechanism,
         ),
     )
     sasl_plain_username: str | None = field(
@@ -777,6 +795,79 @@ class ProducerConfig:
             doc="For OAUTHBEARER: an object whose token() returns (or awaits) the bearer "
             "token, or such a callable itself.",
             check=_token_provider,
+        ),
+    )
+    # Java SASL settings, turned into the sasl_* options above (aioproducer/jaas.py)
+    sasl_jaas_config: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_meta(
+            java="sasl.jaas.config",
+            doc="The Java client's JAAS line: PlainLoginModule or ScramLoginModule with "
+            "username and password, or OAuthBearerLoginModule (clientId, clientSecret, scope "
+            "with the token endpoint; unsecuredLogin* options for unsecured tokens). Sets "
+            "sasl_plain_username/password or sasl_oauth_token_provider.",
+            check=_optional_str,
+        ),
+    )
+    sasl_oauthbearer_token_endpoint_url: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="sasl.oauthbearer.token.endpoint.url",
+            doc="OAuth token endpoint for OAUTHBEARER's client credentials grant (KIP-768); "
+            "the client id and secret come from sasl_jaas_config.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    sasl_login_callback_handler_class: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="sasl.login.callback.handler.class",
+            doc="Accepted for Java configurations when it names Kafka's own OAUTHBEARER login "
+            "handler (token endpoint or unsecured); other classes are refused.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    sasl_login_connect_timeout_ms: int | None = field(
+        default=None,
+        metadata=_meta(
+            java="sasl.login.connect.timeout.ms",
+            doc="How long connecting to the OAuth token endpoint may take; None is 10 s.",
+            check=_optional_timeout,
+        ),
+    )
+    sasl_login_read_timeout_ms: int | None = field(
+        default=None,
+        metadata=_meta(
+            java="sasl.login.read.timeout.ms",
+            doc="How long each read from the OAuth token endpoint may wait; None is 30 s.",
+            check=_optional_timeout,
+        ),
+    )
+    sasl_oauthbearer_sub_claim_name: str = field(
+        default="sub",
+        metadata=_meta(
+            java="sasl.oauthbearer.sub.claim.name",
+            doc="The claim of a token from the endpoint that names the principal; a token "
+            "without it is refused.",
+            check=_string,
+        ),
+    )
+    sasl_oauthbearer_scope_claim_name: str = field(
+        default="scope",
+        metadata=_meta(
+            java="sasl.oauthbearer.scope.claim.name",
+            doc="The claim of a token from the endpoint that holds its scopes (logged).",
+            check=_string,
+        ),
+    )
+    sasl_oauthbearer_header_urlencode: bool = field(
+        default=False,
+        metadata=_meta(
+            java="sasl.oauthbearer.header.urlencode",
+            doc="URL-encode the client id and secret in the token request's Authorization "
+            "header (RFC 6749 section 2.3.1).",
+            check=_boolean,
         ),
     )
     # misc
@@ -849,6 +940,7 @@ class ProducerConfig:
             checked = spec.metadata["check"](spec.name, value)
             if checked is not value:
                 object.__setattr__(self, spec.name, checked)
+        _apply_java_sasl(self)
         self._check_combinations()
 
     def _check_combinations(self) -> None:
@@ -1028,6 +1120,11 @@ def _field_name(key: Any) -> str:
         raise ConfigurationError(
             f"unknown option {key!r} (another client's name); use {foreign} instead"
         )
+    if key.startswith("sasl.kerberos."):
+        raise ConfigurationError(
+            f"unknown option {key!r}: Kerberos (GSSAPI) is not supported; use SCRAM, PLAIN or "
+            "OAUTHBEARER instead"
+        )
     known = list(_SPECS) + list(_ALIASES)
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -1099,6 +1196,60 @@ def _resolve(values: dict[str, Any]) -> None:
                 ceiling,
                 get(ceiling),
                 get(ceiling),
+            )
+
+
+def _apply_java_sasl(config: ProducerConfig) -> None:
+    """Set the ``sasl_*`` options from ``sasl_jaas_config`` and the Java OAUTHBEARER options
+    (:func:`aioproducer.jaas.resolve_jaas`), as the Java client reads them.
+
+    An option given both ways must agree; a token provider this made earlier from the same
+    settings (a copy of the configuration) agrees with itself.
+    """
+    from aioproducer.jaas import resolve_jaas
+
+    given_java = [
+        name
+        for name in (
+            "sasl_jaas_config",
+            "sasl_oauthbearer_token_endpoint_url",
+            "sasl_login_callback_handler_class",
+        )
+        if getattr(config, name) is not None
+    ]
+    if not given_java:
+        return
+    protocol = config.security_protocol
+    if not protocol.startswith("SASL"):
+        raise ConfigurationError(
+            f"{_label(given_java[0])} is set but security_protocol is {protocol!r}; use "
+            "'SASL_PLAINTEXT' or 'SASL_SSL' to authenticate with SASL"
+        )
+    settings = resolve_jaas(
+        config.sasl_jaas_config,
+        mechanism=config.sasl_mechanism,
+        token_endpoint_url=config.sasl_oauthbearer_token_endpoint_url,
+        login_callback_handler=config.sasl_login_callback_handler_class,
+        connect_timeout_ms=config.sasl_login_connect_timeout_ms,
+        read_timeout_ms=config.sasl_login_read_timeout_ms,
+        sub_claim_name=config.sasl_oauthbearer_sub_claim_name,
+        scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
+        urlencode_header=config.sasl_oauthbearer_header_urlencode,
+    )
+    for name, derived in (
+        ("sasl_plain_username", settings.username),
+        ("sasl_plain_password", settings.password),
+        ("sasl_oauth_token_provider", settings.token_provider),
+    ):
+        if derived is None:
+            continue
+        given = getattr(config, name)
+        if given is None:
+            object.__setattr__(config, name, derived)
+        elif given != derived:
+            raise ConfigurationError(
+                f"{name} and sasl_jaas_config (sasl.jaas.config) disagree; give the setting "
+                "one way only, or the same value both ways"
             )
 
 

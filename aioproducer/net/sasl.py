@@ -37,7 +37,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, Protocol, cast
 
-from aioproducer.errors import AuthenticationError, ConfigurationError, IllegalStateError
+from aioproducer.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    IllegalStateError,
+    KafkaError,
+)
 
 __all__ = [
     "MAX_SCRAM_ITERATIONS",
@@ -412,7 +417,9 @@ class TokenProvider(Protocol):
     new connection, so it can refresh tokens. An optional ``extensions()`` method (sync or
     async) returns a mapping of SASL extensions (RFC 7628 section 3.1) sent with the token,
     such as Confluent Cloud's ``logicalCluster``. A plain callable returning the token (or an
-    awaitable of it) is accepted too.
+    awaitable of it) is accepted too. A :class:`~aioproducer.errors.KafkaError` it raises is
+    passed on as it is, retriable or not; any other exception becomes a non-retriable
+    :class:`~aioproducer.errors.AuthenticationError`.
     """
 
     def token(self) -> str | Awaitable[str]:
@@ -533,6 +540,8 @@ async def fetch_oauth_token(provider: object) -> tuple[str, dict[str, str]]:
         ConfigurationError: ``provider`` has no ``token()`` method and is not callable.
         AuthenticationError: the provider failed (its exception is the cause) or returned
             something that is not a str, or extensions that are not a str-to-str mapping.
+        KafkaError: the provider raised one; it is passed on as it is (a retriable one, such
+            as a token endpoint that cannot be reached, lets the connection be retried).
     """
     token_method = getattr(provider, "token", None)
     if callable(token_method):
@@ -545,6 +554,10 @@ async def fetch_oauth_token(provider: object) -> tuple[str, dict[str, str]]:
         )
     try:
         token = await _maybe_await(get_token())
+    except KafkaError:
+        # The provider said what failed and whether trying again may help (the token
+        # endpoint providers of aioproducer.oauth do): keep that.
+        raise
     except Exception as exc:
         raise AuthenticationError(
             f"SASL OAUTHBEARER: sasl_oauth_token_provider failed: {type(exc).__name__}"

@@ -678,6 +678,26 @@ def test_a_bad_key_in_the_producer_config_file_is_named(
     )
 
 
+def test_a_malformed_jaas_line_in_the_producer_config_file_is_named_not_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "producer.properties"
+    # As a Java job's file has it: the line continued with backslashes, a '=' forgotten.
+    config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" \\\n    password "hunter2-secret";\n',
+        encoding="utf-8",
+    )
+    assert main(["produce", "--topic", "t", "--producer.config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "aioproducer produce: error: invalid producer config: sasl_jaas_config "
+        "(sasl.jaas.config) is malformed at column 92 (a quoted string): expected '=' after "
+        "the option name at column 83\n"
+    )
+
+
 def test_an_unreachable_cluster_exits_1(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

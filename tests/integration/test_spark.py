@@ -545,3 +545,22 @@ def test_sink_options_never_show_a_secret() -> None:
     assert "hunter2" not in text and "keypass" not in text
     assert "alice" in text and "'sasl.password': '***'" in text
     assert sink.config["sasl.password"] == "hunter2"  # masked when shown, not when used
+
+
+def test_sink_options_never_show_a_jaas_line() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="hunter2";'
+    )
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": "k:9092",
+            "topic": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": jaas,
+        }
+    )
+    text = repr(sink)
+    assert "hunter2" not in text and "'sasl.jaas.config': '***'" in text
+    assert "hunter2" not in repr(sink.producer().config)
