@@ -334,7 +334,10 @@ def _store_type(name: str, value: Any) -> str | None:
 
 
 def _endpoint_identification(name: str, value: Any) -> bool:
-    """ssl.endpoint.identification.algorithm: 'https' checks the host name, '' does not."""
+    """ssl.endpoint.identification.algorithm: 'https' checks the host name, '' does not
+    (True and False are taken as ssl_check_hostname takes them)."""
+    if isinstance(value, bool):
+        return value
     if isinstance(value, str) and value.strip().lower() in ("https", ""):
         return value.strip().lower() == "https"
     raise ConfigurationError(
