@@ -12,8 +12,10 @@ listener (which asks for no client certificate) is covered in
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,3 +180,75 @@ def test_spark_sink_options_never_show_store_secrets() -> None:
         assert secret not in text
     assert "/etc/kafka/trust.p12" in text
     assert sink.config["ssl.truststore.password"] == "trust-SECRET"  # masked when shown only
+
+
+def test_the_command_line_reads_java_store_options_from_a_properties_file(
+    mutual_tls: tuple[EmbeddedBroker, TlsProxy], certs: TlsFiles, tmp_path: Path
+) -> None:
+    """A client.properties written for Java clients, harmless Java-only settings included,
+    works unchanged with --producer.config."""
+    broker, proxy = mutual_tls
+    topic = f"java-stores-cli-{uuid.uuid4().hex[:10]}"
+    broker.create_topic(topic, partitions=1)
+    truststore = keytool_truststore(certs.ca_cert, tmp_path / "trust.p12", TRUST_PASSWORD)
+    keystore = pkcs12_keystore(certs, tmp_path / "client.p12", KEY_STORE_PASSWORD)
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        f"bootstrap.servers={proxy.bootstrap_servers}\n"
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={truststore}\n"
+        f"ssl.truststore.password={TRUST_PASSWORD}\n"
+        "ssl.truststore.type=PKCS12\n"
+        f"ssl.keystore.location={keystore}\n"
+        f"ssl.keystore.password={KEY_STORE_PASSWORD}\n"
+        "ssl.keystore.type=PKCS12\n"
+        "ssl.keymanager.algorithm=SunX509\n"
+        "ssl.enabled.protocols=TLSv1.2,TLSv1.3\n",
+        encoding="utf-8",
+    )
+    root = Path(__file__).resolve().parents[2]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "aioproducer", "produce", "--topic", topic,
+         "--producer.config", str(properties)],
+        input="first\nsecond\n", capture_output=True, text=True, timeout=120, env=environment,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for secret in (TRUST_PASSWORD, KEY_STORE_PASSWORD):
+        assert secret not in result.stdout + result.stderr
+    records = read_back_over_tls(
+        proxy.bootstrap_servers,
+        topic,
+        2,
+        **{
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs.ca_cert),
+            "ssl.certificate.location": str(certs.client_cert),
+            "ssl.key.location": str(certs.client_key),
+            "ssl.key.password": certs.client_key_password,
+        },
+    )
+    assert [value for _, value in records] == [b"first", b"second"]
+
+
+def test_the_command_line_refuses_java_only_options_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aioproducer.cli import main
+
+    args = [
+        "produce", "--topic", "t",
+        "--producer-property", "security.protocol=SASL_SSL",
+        "--producer-property", "sasl.kerberos.service.name=kafka",
+        "--producer-property", "sasl.login.class=com.example.Login",
+        "--producer-property", "ssl.truststore.password=cli-SECRET",
+    ]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Java client options not supported by aioproducer: sasl.kerberos.service.name" in err
+    assert "sasl.login.class" in err and "cli-SECRET" not in err
