@@ -1015,7 +1015,7 @@ class ProducerConfig:
             for name in ("ssl_context", *_SSL_FILE_FIELDS):
                 if getattr(self, name) is not None:
                     raise ConfigurationError(
-                        f"{name} is set but security_protocol is {protocol!r}; "
+                        f"{_label(name)} is set but security_protocol is {protocol!r}; "
                         "use 'SSL' or 'SASL_SSL' to connect with TLS"
                     )
         else:
@@ -1023,8 +1023,8 @@ class ProducerConfig:
                 for name in _SSL_FILE_FIELDS:
                     if getattr(self, name) is not None:
                         raise ConfigurationError(
-                            f"give either ssl_context or {name}, not both: the context is used "
-                            "as it is"
+                            f"give either ssl_context or {_label(name)}, not both: the context "
+                            "is used as it is"
                         )
             if self.ssl_certfile is None:
                 if self.ssl_keyfile is not None:

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from aioproducer import Producer
 from aioproducer.embedded import EmbeddedBroker
-from aioproducer.errors import AuthenticationError
+from aioproducer.errors import AuthenticationError, ConfigurationError
 from tests.integration.test_security import read_back as read_back_over_tls
 from tests.support.tls import (
     BackgroundLoop,
@@ -133,6 +133,14 @@ async def test_mutual_tls_with_pkcs12_stores_by_java_names(
         futures = [await producer.send(topic, value, key=key) for key, value in sent]
         await asyncio.wait_for(asyncio.gather(*futures), PATIENCE)
     assert proxy.accepted - accepted_before >= 2  # bootstrap and the leader, both mutual TLS
+
+    # A wrong store password fails start() at once, naming the option, not the password.
+    wrong = Producer({**stores, "ssl.keystore.password": "not-the-password"}, max_block_ms=600_000)
+    with pytest.raises(ConfigurationError) as caught:
+        await asyncio.wait_for(wrong.start(), PATIENCE)
+    assert "ssl.keystore.password is wrong" in str(caught.value)
+    assert "not-the-password" not in str(caught.value) + repr(wrong)
+    await wrong.close()
 
     # Without the key store the same proxy refuses the handshake: the store did the work.
     no_key = {k: v for k, v in stores.items() if not k.startswith("ssl.keystore.")}

@@ -91,6 +91,15 @@ def test_a_keytool_pkcs12_truststore_is_trusted(certs: TlsFiles, tmp_path: Path)
     )
     assert ca_subjects(context) == ["aioproducer test CA"]
     assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    # Java's JKS type reads PKCS12 files too, and so does a declared JKS type here.
+    as_jks = context_for(
+        **{
+            "ssl.truststore.location": str(store),
+            "ssl.truststore.password": STORE_PASSWORD,
+            "ssl.truststore.type": "JKS",
+        }
+    )
+    assert ca_subjects(as_jks) == ["aioproducer test CA"]
 
 
 def test_a_pem_truststore_and_pem_text_are_trusted(certs: TlsFiles) -> None:
