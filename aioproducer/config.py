@@ -18,8 +18,10 @@ that conflict:
   set below that is an error; the default is raised to that sum with a warning.
 
 Unknown names and invalid values raise :class:`~aioproducer.errors.ConfigurationError` (a
-``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``) never
-appear in ``repr()`` or in error messages.
+``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``, the
+key and trust store passwords, a PEM key given as text) never appear in ``repr()`` or in
+error messages. Java producer options with no counterpart here are refused together, in one
+error saying what to do instead, unless their value changes nothing (``_JAVA_ONLY``).
 
 Building ``ProducerConfig(...)`` directly validates too, but treats every value as set by the
 user: ``ProducerConfig(acks=0)`` is an error, ``ProducerConfig.from_options(acks=0)`` is a
