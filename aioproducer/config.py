@@ -18,8 +18,11 @@ that conflict:
   set below that is an error; the default is raised to that sum with a warning.
 
 Unknown names and invalid values raise :class:`~aioproducer.errors.ConfigurationError` (a
-``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``,
-``sasl_jaas_config``) never appear in ``repr()`` or in error messages.
+``ValueError``) naming the option. Secrets (``ssl_password``, ``sasl_plain_password``, the
+key and trust store passwords, a PEM key given as text, ``sasl_jaas_config``) never appear in
+``repr()`` or in error messages. Java producer options with no counterpart here are refused
+together, in one error saying what to do instead, unless their value changes nothing
+(``_JAVA_ONLY``).
 
 The Java client's ``sasl.jaas.config`` (and its OAUTHBEARER token endpoint options) set the
 ``sasl_*`` options as the Java client reads them: see :mod:`aioproducer.jaas`.
@@ -99,9 +102,36 @@ def _package_version() -> str:
 _Check = Callable[[str, Any], Any]
 # The token provider too: given a token string by mistake, it would show the token.
 _SECRET_FIELDS: Final = frozenset(
-    {"ssl_password", "sasl_plain_password", "sasl_oauth_token_provider"}
-) | frozenset({"sasl_jaas_config"})  # the JAAS line holds a password or a client secret
-_SSL_FILE_FIELDS: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+    {
+        "ssl_password",
+        "sasl_plain_password",
+        "sasl_oauth_token_provider",
+        "ssl_truststore_password",
+        "ssl_keystore_password",
+        "ssl_keystore_key",
+        # The JAAS line holds a password or a client secret.
+        "sasl_jaas_config",
+    }
+)
+# The Java client's names for the same TLS material as the ssl_* files.
+_SSL_STORE_FIELDS: Final = (
+    "ssl_truststore_location",
+    "ssl_truststore_password",
+    "ssl_truststore_type",
+    "ssl_truststore_certificates",
+    "ssl_keystore_location",
+    "ssl_keystore_password",
+    "ssl_keystore_type",
+    "ssl_keystore_certificate_chain",
+    "ssl_keystore_key",
+)
+_SSL_FILE_FIELDS: Final = (
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+    *_SSL_STORE_FIELDS,
+)
 #: Words that, inside a part of an option's name, mark its value as a secret.
 _SECRET_NAME_WORDS: Final = ("password", "passwd", "secret", "token", "credential", "jaas")
 
@@ -319,6 +349,31 @@ def _ssl_context(name: str, value: Any) -> ssl.SSLContext | None:
     raise _invalid(name, "must be an ssl.SSLContext or None", value)
 
 
+_STORE_TYPES: Final = ("PKCS12", "PEM", "JKS")
+
+
+def _store_type(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().upper() in _STORE_TYPES:
+        return value.strip().upper()
+    raise _invalid(name, "must be 'PKCS12', 'PEM', 'JKS' or None", value)
+
+
+def _endpoint_identification(name: str, value: Any) -> bool:
+    """ssl.endpoint.identification.algorithm: 'https' checks the host name, '' does not
+    (True and False are taken as ssl_check_hostname takes them)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("https", ""):
+        return value.strip().lower() == "https"
+    raise ConfigurationError(
+        "ssl.endpoint.identification.algorithm must be 'https' (check that the broker's "
+        "certificate names the host) or '' (do not check), got "
+        + (repr(value) if isinstance(value, str) else f"a value of type {type(value).__name__}")
+    )
+
+
 def _token_provider(name: str, value: Any) -> Any:
     if value is None or callable(getattr(value, "token", None)) or callable(value):
         return value
@@ -371,10 +426,16 @@ def _meta(
     check: _Check,
     aliases: tuple[str, ...] = (),
     shown_default: Any = MISSING,
+    java_value: _Check | None = None,
 ) -> dict[str, Any]:
-    """The metadata of one option: Java name, other accepted names, doc line and value check."""
+    """The metadata of one option: Java name, other accepted names, doc line and value check.
+
+    ``java_value`` turns a value given under the Java name into this option's value, where
+    the Java client spells it differently.
+    """
     return {
         "java": java,
+        "java_value": java_value,
         "doc": doc,
         "check": check,
         "aliases": aliases,
@@ -749,15 +810,100 @@ class ProducerConfig:
         repr=False,
         metadata=_meta(
             java="ssl.key.password",
-            doc="Password of the private key.",
+            doc="Password of the private key (ssl_keyfile's, or a PEM key store's).",
             check=_optional_str,
+        ),
+    )
+    # Java key and trust stores: the Java client's way to give the same TLS material.
+    ssl_truststore_location: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.truststore.location",
+            doc="A PKCS12 or PEM file of the CAs to trust, as the Java client takes it; "
+            "instead of ssl_cafile. A JKS store must be converted to PKCS12 first.",
+            check=_optional_path,
+        ),
+    )
+    ssl_truststore_password: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_meta(
+            java="ssl.truststore.password",
+            doc="Password of a PKCS12 ssl_truststore_location (none for PEM).",
+            check=_optional_str,
+        ),
+    )
+    ssl_truststore_type: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.truststore.type",
+            doc="PKCS12, PEM or JKS; None reads the type from the file (the Java client's JKS "
+            "default reads PKCS12 files too). JKS files are refused with the command that "
+            "converts them.",
+            check=_store_type,
+        ),
+    )
+    ssl_truststore_certificates: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.truststore.certificates",
+            doc="The CAs to trust as PEM text, instead of a file.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    ssl_keystore_location: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.keystore.location",
+            doc="A PKCS12 or PEM file with the client's private key and certificate chain, "
+            "for mutual TLS, as the Java client takes it; instead of ssl_certfile.",
+            check=_optional_path,
+        ),
+    )
+    ssl_keystore_password: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_meta(
+            java="ssl.keystore.password",
+            doc="Password of a PKCS12 ssl_keystore_location (a PEM key's password is "
+            "ssl_password).",
+            check=_optional_str,
+        ),
+    )
+    ssl_keystore_type: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.keystore.type",
+            doc="PKCS12, PEM or JKS; None reads the type from the file, as for "
+            "ssl_truststore_type.",
+            check=_store_type,
+        ),
+    )
+    ssl_keystore_certificate_chain: str | None = field(
+        default=None,
+        metadata=_meta(
+            java="ssl.keystore.certificate.chain",
+            doc="The client's certificate chain as PEM text, with ssl_keystore_key.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    ssl_keystore_key: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_meta(
+            java="ssl.keystore.key",
+            doc="The client's private key as PEM text (encrypted with ssl_password, or not), "
+            "with ssl_keystore_certificate_chain.",
+            check=_non_empty_optional_str,
         ),
     )
     ssl_check_hostname: bool = field(
         default=True,
         metadata=_meta(
-            java=None,
-            doc="Check the broker's certificate matches its host name.",
+            java="ssl.endpoint.identification.algorithm",
+            java_value=_endpoint_identification,
+            doc="Check the broker's certificate matches its host name. By the Java name, "
+            "'https' is True and '' is False. Turning it off is logged as a warning, once.",
             check=_boolean,
         ),
     )
@@ -985,7 +1131,7 @@ class ProducerConfig:
             for name in ("ssl_context", *_SSL_FILE_FIELDS):
                 if getattr(self, name) is not None:
                     raise ConfigurationError(
-                        f"{name} is set but security_protocol is {protocol!r}; "
+                        f"{_label(name)} is set but security_protocol is {protocol!r}; "
                         "use 'SSL' or 'SASL_SSL' to connect with TLS"
                     )
         else:
@@ -993,13 +1139,20 @@ class ProducerConfig:
                 for name in _SSL_FILE_FIELDS:
                     if getattr(self, name) is not None:
                         raise ConfigurationError(
-                            f"give either ssl_context or {name}, not both: the context is used "
-                            "as it is"
+                            f"give either ssl_context or {_label(name)}, not both: the context "
+                            "is used as it is"
                         )
             if self.ssl_certfile is None:
-                for name in ("ssl_keyfile", "ssl_password"):
-                    if getattr(self, name) is not None:
-                        raise ConfigurationError(f"{name} is set but ssl_certfile is not")
+                if self.ssl_keyfile is not None:
+                    raise ConfigurationError("ssl_keyfile is set but ssl_certfile is not")
+                if self.ssl_password is not None and not (
+                    self.ssl_keystore_location or self.ssl_keystore_key
+                ):
+                    raise ConfigurationError(
+                        "ssl_password (ssl.key.password) is set but there is no private key: "
+                        "no ssl_certfile, ssl_keystore_location or ssl_keystore_key"
+                    )
+            self._check_stores()
         sasl_fields = ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
         if not protocol.startswith("SASL"):
             for name in sasl_fields:
@@ -1018,6 +1171,91 @@ class ProducerConfig:
             raise ConfigurationError(
                 f"sasl_mechanism {self.sasl_mechanism!r} needs sasl_plain_username and "
                 "sasl_plain_password"
+            )
+
+    def _check_stores(self) -> None:
+        """The Java client's key and trust store options: complete, and not contradicting
+        the ssl_* files (naming the same file under both names is fine)."""
+
+        def label(name: str) -> str:
+            return _label(name)
+
+        trust_location = self.ssl_truststore_location
+        trust_type = self.ssl_truststore_type
+        if self.ssl_truststore_certificates is not None:
+            if trust_location is not None:
+                raise ConfigurationError(
+                    f"give either {label('ssl_truststore_location')} or "
+                    f"{label('ssl_truststore_certificates')}, not both"
+                )
+            if trust_type not in (None, "PEM"):
+                raise ConfigurationError(
+                    f"{label('ssl_truststore_certificates')} holds PEM certificates, but "
+                    f"{label('ssl_truststore_type')} is {trust_type!r}; set it to 'PEM'"
+                )
+        if self.ssl_truststore_password is not None:
+            if trust_location is None:
+                raise ConfigurationError(
+                    f"{label('ssl_truststore_password')} is set but "
+                    f"{label('ssl_truststore_location')} is not"
+                )
+            if trust_type == "PEM":
+                raise ConfigurationError(
+                    f"{label('ssl_truststore_password')} is set but a PEM trust store has no "
+                    "password"
+                )
+        if self.ssl_cafile is not None and (
+            self.ssl_truststore_certificates is not None
+            or (trust_location is not None and trust_location != self.ssl_cafile)
+        ):
+            store = (
+                "ssl_truststore_location" if trust_location is not None
+                else "ssl_truststore_certificates"
+            )
+            raise ConfigurationError(
+                f"ssl_cafile and {label(store)} both name the CAs to trust, differently; "
+                "give one of them"
+            )
+        key_location = self.ssl_keystore_location
+        key_type = self.ssl_keystore_type
+        chain, key = self.ssl_keystore_certificate_chain, self.ssl_keystore_key
+        if (chain is None) != (key is None):
+            raise ConfigurationError(
+                f"{label('ssl_keystore_certificate_chain')} and {label('ssl_keystore_key')} "
+                "go together: give both or neither"
+            )
+        if chain is not None:
+            if key_location is not None:
+                raise ConfigurationError(
+                    f"give either {label('ssl_keystore_location')} or "
+                    f"{label('ssl_keystore_certificate_chain')} and {label('ssl_keystore_key')}"
+                    ", not both"
+                )
+            if key_type not in (None, "PEM"):
+                raise ConfigurationError(
+                    f"{label('ssl_keystore_key')} holds a PEM key, but "
+                    f"{label('ssl_keystore_type')} is {key_type!r}; set it to 'PEM'"
+                )
+        if self.ssl_keystore_password is not None:
+            if key_location is None:
+                raise ConfigurationError(
+                    f"{label('ssl_keystore_password')} is set but "
+                    f"{label('ssl_keystore_location')} is not"
+                )
+            if key_type == "PEM":
+                raise ConfigurationError(
+                    f"{label('ssl_keystore_password')} is set but a PEM key store has no "
+                    f"password; the key's password is {label('ssl_password')}"
+                )
+        client_store = key_location is not None or chain is not None
+        if client_store and (
+            self.ssl_keyfile is not None
+            or (self.ssl_certfile is not None and self.ssl_certfile != key_location)
+        ):
+            store = "ssl_keystore_location" if key_location is not None else "ssl_keystore_key"
+            raise ConfigurationError(
+                f"ssl_certfile/ssl_keyfile and {label(store)} both name the client "
+                "certificate, differently; give one of them"
             )
 
     @classmethod
@@ -1042,6 +1280,7 @@ class ProducerConfig:
                     f"config must be a mapping of option names to values, not "
                     f"{type(config).__name__}"
                 )
+            config = _without_java_only(config)
             written: dict[str, str] = {}
             for key, value in config.items():
                 name = _field_name(key)
@@ -1050,6 +1289,9 @@ class ProducerConfig:
                         f"{_label(name)} is given twice in config: as {written[name]!r} and "
                         f"as {key!r}"
                     )
+                java_value = _SPECS[name].metadata["java_value"]
+                if java_value is not None and key == _JAVA_NAME.get(name):
+                    value = java_value(name, value)
                 values[name] = value
                 written[name] = key
         for key, value in options.items():
@@ -1105,6 +1347,201 @@ _FOREIGN_NAMES: Final[Mapping[str, str]] = {
     "max_batch_size": "batch_size",
     "api_version": "nothing: the protocol versions are negotiated with each broker",
 }
+
+
+class _JavaOnly(NamedTuple):
+    """A Java client option with no counterpart here."""
+
+    harmless: frozenset[str] | None
+    """Values under which the Java client does what this producer does anyway, so that the
+    option is dropped (comma lists compared item by item); None: every value is refused."""
+    instead: str
+    """What to do instead, for the error message."""
+
+
+def _java_only(instead: str, *harmless: str) -> _JavaOnly:
+    return _JavaOnly(frozenset(harmless) if harmless else None, instead)
+
+
+_NO_KERBEROS = _java_only(
+    "Kerberos (GSSAPI) is not supported; use sasl_mechanism PLAIN, SCRAM-SHA-256, "
+    "SCRAM-SHA-512 or OAUTHBEARER"
+)
+_NO_JAVA_LOGIN = _java_only(
+    "Java login and callback classes cannot run here; for OAUTHBEARER give "
+    "sasl.oauthbearer.token.endpoint.url with clientId and clientSecret in sasl.jaas.config, "
+    "or pass sasl_oauth_token_provider, a callable that fetches the token"
+)
+_NO_JAVA_SECURITY = _java_only(
+    "Java security providers and engine factories cannot run here; pass an ssl.SSLContext "
+    "as ssl_context to control TLS"
+)
+_TLS_BY_CONTEXT = "pass an ssl.SSLContext as ssl_context to choose TLS versions and ciphers"
+
+#: The Java producer's options that this producer does not have (Kafka 4.x ProducerConfig
+#: and CommonClientConfigs), and what to do instead. Every option not listed with harmless
+#: values is refused: a security setting (a TLS version, a Kerberos principal) that is
+#: silently dropped would leave a connection less protected than its configuration says.
+_JAVA_ONLY: Final[Mapping[str, _JavaOnly]] = {
+    **{
+        name: _NO_KERBEROS
+        for name in (
+            "sasl.kerberos.service.name",
+            "sasl.kerberos.kinit.cmd",
+            "sasl.kerberos.min.time.before.relogin",
+            "sasl.kerberos.ticket.renew.jitter",
+            "sasl.kerberos.ticket.renew.window.factor",
+        )
+    },
+    **{
+        name: _NO_JAVA_LOGIN
+        for name in (
+            "sasl.client.callback.handler.class",
+            "sasl.login.callback.handler.class",
+            "sasl.login.class",
+            "sasl.login.connect.timeout.ms",
+            "sasl.login.read.timeout.ms",
+            "sasl.login.refresh.buffer.seconds",
+            "sasl.login.refresh.min.period.seconds",
+            "sasl.login.refresh.window.factor",
+            "sasl.login.refresh.window.jitter",
+            "sasl.login.retry.backoff.max.ms",
+            "sasl.login.retry.backoff.ms",
+            "sasl.oauthbearer.allow.unverified.audience",
+            "sasl.oauthbearer.allow.unverified.issuer",
+            "sasl.oauthbearer.assertion.algorithm",
+            "sasl.oauthbearer.assertion.claim.aud",
+            "sasl.oauthbearer.assertion.claim.exp.seconds",
+            "sasl.oauthbearer.assertion.claim.iss",
+            "sasl.oauthbearer.assertion.claim.jti.include",
+            "sasl.oauthbearer.assertion.claim.nbf.seconds",
+            "sasl.oauthbearer.assertion.claim.sub",
+            "sasl.oauthbearer.assertion.file",
+            "sasl.oauthbearer.assertion.private.key.file",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.template.file",
+            "sasl.oauthbearer.client.credentials.client.id",
+            "sasl.oauthbearer.client.credentials.client.secret",
+            "sasl.oauthbearer.clock.skew.seconds",
+            "sasl.oauthbearer.expected.audience",
+            "sasl.oauthbearer.expected.issuer",
+            "sasl.oauthbearer.header.urlencode",
+            "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+            "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "sasl.oauthbearer.jwt.retriever.class",
+            "sasl.oauthbearer.jwt.validator.class",
+            "sasl.oauthbearer.scope",
+            "sasl.oauthbearer.scope.claim.name",
+            "sasl.oauthbearer.sub.claim.name",
+            "sasl.oauthbearer.token.endpoint.url",
+        )
+    },
+    **{
+        name: _NO_JAVA_SECURITY
+        for name in (
+            "security.providers",
+            "ssl.engine.factory.class",
+            "ssl.provider",
+            "ssl.secure.random.implementation",
+        )
+    },
+    # Java's algorithm names for what OpenSSL does here: X.509 key selection, and PKIX
+    # chain validation.
+    "ssl.keymanager.algorithm": _java_only(
+        "the client key is chosen by OpenSSL; pass an ssl_context for anything else",
+        "SunX509",
+        "PKIX",
+    ),
+    "ssl.trustmanager.algorithm": _java_only(
+        "certificates are validated by OpenSSL (PKIX); pass an ssl_context for anything else",
+        "PKIX",
+    ),
+    # The default context already refuses TLS below 1.2 and negotiates 1.3 where it can.
+    "ssl.protocol": _java_only(_TLS_BY_CONTEXT, "TLSv1.3", "TLS"),
+    "ssl.enabled.protocols": _java_only(_TLS_BY_CONTEXT, "TLSv1.2,TLSv1.3", "TLSv1.3,TLSv1.2"),
+    "ssl.cipher.suites": _java_only(_TLS_BY_CONTEXT, ""),
+    "config.providers": _java_only(
+        "resolve ${provider:key} placeholders before passing the options", ""
+    ),
+    "metric.reporters": _java_only(
+        "read Producer.metrics() and report from there",
+        "",
+        "org.apache.kafka.common.metrics.JmxReporter",
+    ),
+    "metrics.num.samples": _java_only("metrics_sample_window_ms sets the window", "2"),
+    "metrics.recording.level": _java_only("every metric is recorded", "INFO", "DEBUG"),
+    "enable.metrics.push": _java_only("no client telemetry is pushed to brokers", "false"),
+    "client.rack": _java_only("there is no rack-aware behaviour", ""),
+    "partitioner.rack.aware": _java_only("there is no rack-aware partitioning", "false"),
+    "client.dns.lookup": _java_only(
+        "every address a name resolves to is tried, in order", "use_all_dns_ips"
+    ),
+    "metadata.recovery.strategy": _java_only(
+        "the bootstrap servers are not contacted again once metadata is known", "none"
+    ),
+    "metadata.recovery.rebootstrap.trigger.ms": _java_only(
+        "the bootstrap servers are not contacted again once metadata is known"
+    ),
+    "bootstrap.resolve.timeout.ms": _java_only(
+        "start() waits for a bootstrap server up to max_block_ms"
+    ),
+    "metadata.cluster.check.enable": _java_only("the cluster id is not checked", "false"),
+    "buffer.memory.allocation.strategy": _java_only(
+        "buffer_memory is one pool shared by every partition"
+    ),
+    "transaction.two.phase.commit.enable": _java_only(
+        "two-phase commit (KIP-939) is not supported", "false"
+    ),
+    **{
+        f"compression.{codec}.level": _java_only(
+            f"set compression_level (compression.level) with compression_type {codec!r}"
+        )
+        for codec in ("gzip", "lz4", "zstd")
+    },
+}
+
+
+def _java_only_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        items = [str(item).strip() for item in value]
+    else:
+        items = [item.strip() for item in str(value).split(",")]
+    return ",".join(item for item in items if item)
+
+
+def _without_java_only(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``config`` without the Java-only options whose value changes nothing here.
+
+    Raises:
+        ConfigurationError: naming every other Java-only option given, with what to do
+            instead. Values are not shown: some of these options hold secrets.
+    """
+    dropped: list[str] = []
+    refused: list[str] = []
+    for key, value in config.items():
+        if not isinstance(key, str) or key in _SPECS or key in _ALIASES:
+            continue
+        java_only = _JAVA_ONLY.get(key)
+        if java_only is None:
+            continue
+        if java_only.harmless is not None and _java_only_value(value) in java_only.harmless:
+            dropped.append(key)
+        else:
+            refused.append(key)
+    if refused:
+        advice: dict[str, list[str]] = {}
+        for key in refused:
+            advice.setdefault(_JAVA_ONLY[key].instead, []).append(key)
+        parts = [f"{', '.join(keys)} ({instead})" for instead, keys in advice.items()]
+        raise ConfigurationError(
+            "Java client options not supported by aioproducer: " + "; ".join(parts)
+        )
+    if not dropped:
+        return config
+    log.debug("ignoring Java client options that change nothing here: %s", ", ".join(dropped))
+    return {key: value for key, value in config.items() if key not in dropped}
 
 
 def _field_name(key: Any) -> str:

@@ -88,6 +88,7 @@ __all__ = [
     "kafka_available",
     "kafka_libs",
     "kafka_version",
+    "run_kafka_tool",
 ]
 
 #: The Maven project listing the broker's jars.
@@ -1306,6 +1307,19 @@ class KafkaBroker(_Administration):
         ``metadata.version``, ...), from an ApiVersions v3 response."""
         return _finalized_features((HOST, self.port), timeout)
 
+    def set_client_quota(self, client_id: str, **quotas: float | None) -> None:
+        """Set client quotas for ``client_id`` (``producer_byte_rate=1024``; None removes
+        one) with Kafka's ``kafka-configs``, as :meth:`KafkaCluster.set_client_quota` does."""
+        java = _java()
+        assert java is not None and self._work_dir is not None
+        run_kafka_tool(
+            java,
+            self._libs if self._libs is not None else kafka_libs(),
+            self._work_dir,
+            "org.apache.kafka.tools.ConfigCommand",
+            *_client_quota_arguments(self.bootstrap_servers, client_id, quotas),
+        )
+
 
 class SecureKafka:
     """A Kafka node (``.broker``, a :class:`KafkaBroker`) with :class:`KafkaSecurity`'s
@@ -1470,6 +1484,66 @@ appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = err
 """
+
+def _client_quota_arguments(
+    bootstrap_servers: str, client_id: str, quotas: Mapping[str, float | None]
+) -> list[str]:
+    """``kafka-configs`` arguments setting (or, for None, removing) ``client_id``'s quotas."""
+    added = ",".join(f"{k}={v}" for k, v in quotas.items() if v is not None)
+    deleted = ",".join(k for k, v in quotas.items() if v is None)
+    arguments = ["--bootstrap-server", bootstrap_servers, "--alter"]
+    if added:
+        arguments += ["--add-config", added]
+    if deleted:
+        arguments += ["--delete-config", deleted]
+    return [*arguments, "--entity-type", "clients", "--entity-name", client_id]
+
+
+def run_kafka_tool(
+    java: str, libs: Path, work_dir: Path, main_class: str, *arguments: str, timeout: float = 120.0
+) -> str:
+    """Run one of Kafka's command-line tools by its main class with ``java`` and the jars
+    in ``libs`` (its log configuration goes to ``work_dir``); return its standard output.
+
+    Raises:
+        KafkaBrokerError: the tool exited with an error (its output is in the message),
+            or ran longer than ``timeout`` seconds.
+    """
+    log4j = work_dir / "tools-log4j2.properties"
+    if not log4j.is_file():
+        log4j.write_text(_TOOL_LOG4J2_PROPERTIES)
+    archive = _class_archive(java, libs)
+    share = [f"-XX:SharedArchiveFile={archive}"] if archive and archive.is_file() else []
+    command = [
+        java,
+        *ADMIN_TOOL_JVM_OPTIONS,
+        *share,
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        str(libs / "*"),
+        main_class,
+        *arguments,
+    ]
+    try:
+        result = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise KafkaBrokerError(
+            f"{main_class} ran longer than {timeout:.0f} s: {' '.join(arguments)}"
+        ) from exc
+    if result.returncode != 0:
+        raise KafkaBrokerError(
+            f"{main_class} {' '.join(arguments)} failed (exit code {result.returncode}):\n"
+            f"{(result.stdout + result.stderr).strip()[-3000:]}"
+        )
+    return result.stdout
+
 
 # Logged by a combined node once its broker is unfenced and serving (KafkaRaftServer's
 # startup waits for the unfencing).
@@ -2160,20 +2234,15 @@ class KafkaCluster(_Administration):
             ),
         )
 
-    def set_client_quota(self, client_id: str, **quotas: float) -> None:
+    def set_client_quota(self, client_id: str, **quotas: float | None) -> None:
         """Set client quotas for ``client_id`` with Kafka's ``kafka-configs --alter
         --entity-type clients``: ``producer_byte_rate=200000``, ``request_percentage=...``
         (Kafka's names). ``None`` as a value removes that quota. Every broker applies it
         once it has read the change from the metadata log (within milliseconds here)."""
-        added = ",".join(f"{k}={v}" for k, v in quotas.items() if v is not None)
-        deleted = ",".join(k for k, v in quotas.items() if v is None)
-        arguments = ["--bootstrap-server", self.bootstrap_servers, "--alter"]
-        if added:
-            arguments += ["--add-config", added]
-        if deleted:
-            arguments += ["--delete-config", deleted]
-        arguments += ["--entity-type", "clients", "--entity-name", client_id]
-        self.run_tool("org.apache.kafka.tools.ConfigCommand", *arguments)
+        self.run_tool(
+            "org.apache.kafka.tools.ConfigCommand",
+            *_client_quota_arguments(self.bootstrap_servers, client_id, quotas),
+        )
 
     def run_tool(self, main_class: str, *arguments: str, timeout: float = 120.0) -> str:
         """Run one of Kafka's command-line tools by its main class, e.g.
@@ -2188,40 +2257,9 @@ class KafkaCluster(_Administration):
                 or ran longer than ``timeout`` seconds.
         """
         assert self._java is not None and self._libs_dir is not None and self._work_dir
-        log4j = self._work_dir / "tools-log4j2.properties"
-        if not log4j.is_file():
-            log4j.write_text(_TOOL_LOG4J2_PROPERTIES)
-        archive = _class_archive(self._java, self._libs_dir)
-        share = [f"-XX:SharedArchiveFile={archive}"] if archive and archive.is_file() else []
-        command = [
-            self._java,
-            *ADMIN_TOOL_JVM_OPTIONS,
-            *share,
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            str(self._libs_dir / "*"),
-            main_class,
-            *arguments,
-        ]
-        try:
-            result = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise KafkaBrokerError(
-                f"{main_class} ran longer than {timeout:.0f} s: {' '.join(arguments)}"
-            ) from exc
-        if result.returncode != 0:
-            raise KafkaBrokerError(
-                f"{main_class} {' '.join(arguments)} failed (exit code {result.returncode}):\n"
-                f"{(result.stdout + result.stderr).strip()[-3000:]}"
-            )
-        return result.stdout
+        return run_kafka_tool(
+            self._java, self._libs_dir, self._work_dir, main_class, *arguments, timeout=timeout
+        )
 
     def active_controller(self, *, timeout: float = 60.0) -> int:
         """The id of the quorum's active controller (``kafka-metadata-quorum describe
