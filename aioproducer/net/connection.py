@@ -123,6 +123,12 @@ _API_VERSIONS_FIRST_VERSION: Final = 3
 
 _SSL_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
 _SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+# The protocols whose transport writes the bytes it is given unchanged, so that a native
+# writer may write them to the socket itself: Kafka's SASL never wraps the stream after
+# authentication (no SASL security layer). Any other protocol (SSL, SASL_SSL) encrypts in
+# the transport, and its bytes must never reach the raw socket, whatever the transport says
+# about itself.
+_RAW_SOCKET_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 _SSL_NETWORK_ERRORS: Final = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 
 # (correlation id, request, version, future, sent at)
@@ -570,11 +576,16 @@ class BrokerConnection(asyncio.Protocol):
         :class:`aioproducer._sockwriter.SocketWriter` copies each request and writes it on
         another core. Only on plaintext connections (TLS encrypts in the transport), and
         only when nothing is queued in the transport, so bytes stay in order.
+
+        Plaintext means both: a ``security_protocol`` without TLS (PLAINTEXT or
+        SASL_PLAINTEXT), and a transport that reports no ``ssl_object``. Either alone is not
+        trusted: an event loop's TLS transport might not report its ``ssl_object``.
         """
         transport = self._transport
         if (
             not _SOCKET_WRITER_BUILT
             or not self._config.socket_writer_thread
+            or _protocol_name(self._config.security_protocol) not in _RAW_SOCKET_PROTOCOLS
             or transport is None
             or transport.get_extra_info("ssl_object") is not None
             or transport.get_write_buffer_size() != 0

@@ -8,6 +8,7 @@ against. Every test runs on the default asyncio loop and on uvloop (the ``run`` 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 import struct
@@ -29,6 +30,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
+from aioproducer.net import connection as connection_module
 from aioproducer.protocol.api import ApiKey, Request, Response
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -711,6 +713,90 @@ def test_plaintext_connections_write_on_the_native_thread_where_it_is_built(
             await asyncio.wait_for(connection.wait_closed(), PATIENCE)
 
     run(scenario())
+
+
+class _FakeSocket:
+    """A socket as a transport reports it: a real descriptor, options ignored."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def setsockopt(self, *args: Any) -> None:
+        pass
+
+
+class _TransportHidingTls(asyncio.Transport):
+    """A transport that reports no ``ssl_object``, as a third-party loop's TLS transport
+    might."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._extra = {"socket": _FakeSocket(sock), "ssl_object": None}
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class _RecordingWriter:
+    """Stands in for the native writer where it is not built."""
+
+    def __init__(self, fd: int, notify_fd: int = -1) -> None:
+        self.fd = fd
+
+    def abort(self) -> None:
+        pass
+
+    def close(self, shutdown_write: bool = False, timeout_ms: int = 30000) -> None:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="the native writer is for Linux")
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL", "PLAINTEXT", "SASL_PLAINTEXT"])
+def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
+    monkeypatch: pytest.MonkeyPatch, writes: str, protocol: str
+) -> None:
+    # The transport says nothing of TLS; security_protocol alone must keep TLS bytes (SSL,
+    # SASL_SSL) from reaching the raw socket. PLAINTEXT and SASL_PLAINTEXT write as given.
+    if writes != "writer-thread":
+        pytest.skip("about the writer thread")
+    monkeypatch.setattr(connection_module, "_SOCKET_WRITER_BUILT", True)
+    if not _socket_writer_built():
+        monkeypatch.setattr(connection_module, "SocketWriter", _RecordingWriter, raising=False)
+    sasl: dict[str, Any] = {}
+    if protocol.startswith("SASL"):
+        sasl = {"sasl_mechanism": "PLAIN", "sasl_plain_username": "u", "sasl_plain_password": "p"}
+    config = make_config(security_protocol=protocol, **sasl)
+    ours, peer = socket.socketpair()
+    try:
+        connection = BrokerConnection(1, HOST, 9092, config)
+        connection.connection_made(_TransportHidingTls(ours))
+        connection._start_writer()
+        try:
+            assert (connection._writer is not None) is (protocol in ("PLAINTEXT", "SASL_PLAINTEXT"))
+        finally:
+            connection.abort()
+        assert connection._writer is None
+    finally:
+        ours.close()
+        peer.close()
 
 
 def _socket_writer_built() -> bool:
