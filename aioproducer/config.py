@@ -815,11 +815,14 @@ class ProducerConfig:
         ),
     )
     max_response_size: int = field(
-        default=104857600,
+        default=33554432,
         metadata=_meta(
             java=None,
-            doc="Largest response accepted from a broker; a bigger size prefix closes the "
-            "connection as corrupt.",
+            doc="Largest response accepted from a broker (32 MiB: Metadata for a very large "
+            "cluster is far smaller); a bigger size prefix closes the connection as corrupt "
+            "before anything is read. Responses of a fixed shape (ApiVersions, "
+            "InitProducerId, SASL, FindCoordinator, EndTxn) are capped at 1 MiB, Produce "
+            "and transactional ones in proportion to their request.",
             check=_int_between(1),
         ),
     )

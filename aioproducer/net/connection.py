@@ -19,9 +19,13 @@ Failure policy, in one place:
   :class:`~aioproducer.errors.CorruptResponseError`. The byte stream can no longer be trusted
   (a decoder that stopped early or read too far means the framing or the version is wrong), so
   the connection is closed and the other in-flight requests fail as retriable connection errors.
-- A frame's size prefix is below 4 or above ``max_response_size``, or a response carries a
-  correlation id that no request explains: the connection is closed with
-  :class:`~aioproducer.errors.CorruptResponseError` for the oldest in-flight request.
+- A frame's size prefix is below 4, above ``max_response_size`` or above what a response to
+  the oldest in-flight request can take
+  (:meth:`~aioproducer.protocol.api.Request.response_size_limit`: 1 MiB for the APIs whose
+  answers have a fixed shape, in proportion to the request for Produce and the
+  transactional ones), or a response carries a correlation id that no request explains: the
+  connection is closed with :class:`~aioproducer.errors.CorruptResponseError` for the oldest
+  in-flight request. Nothing is read, let alone allocated, past the size prefix.
 - The oldest in-flight request is older than ``request_timeout_ms``
   (:meth:`BrokerConnection.check_request_timeouts`): it fails with
   :class:`~aioproducer.errors.RequestTimedOutError` and the connection is closed, as the Java
@@ -62,7 +66,13 @@ from aioproducer.errors import (
     error_for_code,
 )
 from aioproducer.net.sasl import create_mechanism
-from aioproducer.protocol.api import ApiKey, Request, Response, response_header_flexible
+from aioproducer.protocol.api import (
+    SMALL_RESPONSE_LIMIT,
+    ApiKey,
+    Request,
+    Response,
+    response_header_flexible,
+)
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -389,6 +399,9 @@ class BrokerConnection(asyncio.Protocol):
         self._client_id: str | None = config.client_id
         self._max_in_flight: int = config.max_in_flight_requests_per_connection
         self._max_response_size: int = config.max_response_size
+        # A size prefix up to this is accepted whatever the request (the size cap of every
+        # API is at least SMALL_RESPONSE_LIMIT): the per-request cap is looked up only above.
+        self._always_accepted_size: int = min(SMALL_RESPONSE_LIMIT, config.max_response_size)
         self._request_timeout: float = config.request_timeout_ms / 1000.0
         self._state = ConnectionState.CREATED
         self._transport: asyncio.Transport | None = None
@@ -460,6 +473,11 @@ class BrokerConnection(asyncio.Protocol):
     def oldest_request_sent_at(self) -> float | None:
         """When the oldest in-flight request was sent (clock seconds), or None."""
         return self._in_flight[0][4] if self._in_flight else None
+
+    def receive_buffer_size(self) -> int:
+        """The bytes the connection holds of what it received: the start of a frame whose
+        rest has not come yet, and handled bytes not yet compacted away (0 once closed)."""
+        return len(self._recv_buffer)
 
     # ---- connecting --------------------------------------------------------------------------
 
@@ -1183,7 +1201,21 @@ class BrokerConnection(asyncio.Protocol):
             self._recv_offset = position
 
     def _check_frame_size(self, size: int) -> bool:
-        if MIN_FRAME_SIZE <= size <= self._max_response_size:
+        if MIN_FRAME_SIZE <= size <= self._always_accepted_size:
+            return True
+        limit = self._max_response_size
+        which = "max_response_size"
+        if self._in_flight:
+            _, request, version, _, _ = self._in_flight[0]
+            request_limit = request.response_size_limit()
+            if request_limit is not None and request_limit < limit:
+                limit = request_limit
+                which = f"the most a response to {type(request).__name__} v{version} may take"
+        elif limit > SMALL_RESPONSE_LIMIT:
+            # An answer to an acks=0 Produce request, or bytes nobody asked for.
+            limit = SMALL_RESPONSE_LIMIT
+            which = "the most a response may take with no request in flight"
+        if MIN_FRAME_SIZE <= size <= limit:
             return True
         if (size >> 24) & 0xFF in (0x15, 0x16) and (size >> 16) & 0xFF == 0x03:
             # A TLS record header (alert or handshake, version 3.x) where a Kafka size
@@ -1197,8 +1229,7 @@ class BrokerConnection(asyncio.Protocol):
             return False
         # Never wait for (or allocate) what an untrusted prefix announces.
         self._corrupt(
-            f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, "
-            f"{self._max_response_size}] (max_response_size)"
+            f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, {limit}] ({which})"
         )
         return False
 

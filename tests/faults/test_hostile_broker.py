@@ -8,8 +8,10 @@ answers append nothing, so the log is an exactly-once oracle.
 Scenarios and what each proves:
 
 - ``test_hostile_answer_fails_only_its_request``: with retries off, the one record whose
-  request got a garbage / truncated / cut / oversized / negative-size / unknown-correlation
-  / never-coming answer fails with a clear error class (CorruptResponseError,
+  request got a garbage / truncated / cut / oversized (past max_response_size, or past the
+  cap of a Produce response, which grows with its request) / negative-size /
+  unknown-correlation / never-completed / never-coming answer fails with a clear error
+  class (CorruptResponseError,
   KafkaConnectionError or RequestTimedOutError) naming the broker, within a bound; the
   record sent at the same time to the healthy broker is delivered; and the producer then
   delivers to the hostile broker's partition again.
@@ -51,6 +53,11 @@ from tests.faults.scripted_broker import (
 
 ANNOUNCED_2_GIB = struct.pack(">i", 0x7FFFFFFF) + b"\0" * 16
 NEVER_COMPLETED_50_MB = struct.pack(">i", 50_000_000) + b"\0" * 64
+# Under any response's cap: the connection waits for the rest, until request_timeout_ms.
+NEVER_COMPLETED_512_KIB = struct.pack(">i", 512 << 10) + b"\0" * 64
+# Under max_response_size (32 MiB) but over what a Produce response to one small batch may
+# take (1 MiB and a little).
+OVER_THE_PRODUCE_CAP = struct.pack(">i", 2 << 20) + b"\0" * 64
 
 HOSTILE = [
     pytest.param(Action(ActionKind.GARBAGE), e.CorruptResponseError, id="garbage-body"),
@@ -60,6 +67,11 @@ HOSTILE = [
         Action(ActionKind.RAW, payload=ANNOUNCED_2_GIB),
         e.CorruptResponseError,
         id="oversized-size-prefix",
+    ),
+    pytest.param(
+        Action(ActionKind.RAW, payload=OVER_THE_PRODUCE_CAP),
+        e.CorruptResponseError,
+        id="over-the-produce-cap",
     ),
     pytest.param(
         Action(ActionKind.RAW, payload=struct.pack(">i", -2) + b"\0" * 8),
@@ -72,7 +84,7 @@ HOSTILE = [
         id="unknown-correlation-id",
     ),
     pytest.param(
-        Action(ActionKind.RAW, payload=NEVER_COMPLETED_50_MB),
+        Action(ActionKind.RAW, payload=NEVER_COMPLETED_512_KIB),
         e.RequestTimedOutError,
         id="frame-never-completed",
     ),
@@ -304,3 +316,4 @@ async def test_garbage_metadata_answer_is_survived() -> None:
             assert garbage, "no Metadata request met the garbage"
         ledger.check({0: cluster.values(later, 0)})
         first.check(_log(cluster, topic))
+

@@ -31,13 +31,15 @@ from aioproducer.errors import (
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
 from aioproducer.net import connection as connection_module
-from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey, Request, Response
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
     InitProducerIdRequest,
     MetadataRequest,
     MetadataResponse,
+    ProducePartitionData,
     ProduceRequest,
+    ProduceTopicData,
 )
 
 if TYPE_CHECKING:
@@ -921,13 +923,13 @@ def test_bad_size_prefix_fails_fast(run: Runner[None], size: int) -> None:
 def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
     async def scenario() -> None:
         async with FakeBroker() as broker:
-            connection, _, _ = await connected(broker)  # max_response_size: 100 MB
-            future = connection.send(EchoRequest(b"a"))
+            connection, _, _ = await connected(broker)  # max_response_size: 32 MiB
+            future = connection.send(EchoRequest(b"a"))  # a Metadata request: no cap of its own
             request = await broker.next_request()
-            announced = 64 * 1024 * 1024
+            announced = 30 * 1024 * 1024
             tracemalloc.start()
             try:
-                # A frame that announces 64 MiB, a few bytes of it, then the broker hangs up:
+                # A frame that announces 30 MiB, a few bytes of it, then the broker hangs up:
                 # the bytes are read before the loss is seen.
                 request.writer.write(struct.pack(">ii", announced, request.correlation_id) + b"x")
                 request.writer.close()
@@ -937,6 +939,89 @@ def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
                 tracemalloc.stop()
             assert type(error) is KafkaConnectionError
             assert peak < announced // 16
+
+    run(scenario())
+
+
+# ---- response size caps -----------------------------------------------------------------
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Wait until ``predicate()`` holds (looking every millisecond; a bound against hangs)."""
+    deadline = time.monotonic() + PATIENCE
+    while not predicate():
+        assert time.monotonic() < deadline, "gave up waiting"
+        await asyncio.sleep(0.001)
+
+
+def test_a_response_over_its_request_cap_fails_fast(run: Runner[None]) -> None:
+    # An InitProducerId answer has a fixed shape: 1 MiB is its cap, far below
+    # max_response_size. The announced bytes are neither waited for nor buffered.
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            head = connection.send(InitProducerIdRequest(None, 60000), 1)
+            second = connection.send(EchoRequest(b"b"))
+            request = await broker.next_request()
+            announced = SMALL_RESPONSE_LIMIT + 1
+            request.writer.write(struct.pack(">ii", announced, request.correlation_id))
+            error = await failure(head)
+            assert type(error) is CorruptResponseError and error.retriable
+            assert (
+                f"response size prefix {announced} is outside [4, {SMALL_RESPONSE_LIMIT}] "
+                "(the most a response to InitProducerIdRequest v1 may take)"
+            ) in str(error)
+            other = await failure(second)
+            assert type(other) is KafkaConnectionError and other.retriable
+            assert connection.closed and len(on_close.calls) == 1
+            assert connection.receive_buffer_size() == 0
+
+    run(scenario())
+
+
+def test_a_metadata_response_may_take_up_to_max_response_size(run: Runner[None]) -> None:
+    # The same size as above, answering a request without a cap of its own (Metadata's key).
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            future = connection.send(EchoRequest(b"a"))
+            request = await broker.next_request()
+            payload = bytes(SMALL_RESPONSE_LIMIT - 3)  # a frame of SMALL_RESPONSE_LIMIT + 1
+            broker.reply(request, payload)
+            response = await asyncio.wait_for(future, PATIENCE)
+            assert response is not None and response.payload == payload
+            assert connection.is_ready and on_close.calls == []
+            assert connection.receive_buffer_size() == 0
+            connection.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("over", [0, 1], ids=["at the cap", "over the cap"])
+def test_a_produce_response_cap_grows_with_the_request(run: Runner[None], over: int) -> None:
+    async def scenario() -> None:
+        records = bytes(64 << 10)
+        produce = ProduceRequest(
+            None, -1, 30000, [ProduceTopicData("t", [ProducePartitionData(0, records)])]
+        )
+        limit = produce.response_size_limit()
+        assert limit is not None and limit > SMALL_RESPONSE_LIMIT + 64 * len(records)
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            future = connection.send(produce, 9)
+            request = await broker.next_request()
+            request.writer.write(struct.pack(">ii", limit + over, request.correlation_id))
+            if over:
+                error = await failure(future)
+                assert type(error) is CorruptResponseError
+                assert f"outside [4, {limit}]" in str(error) and "ProduceRequest v9" in str(error)
+                assert connection.closed and connection.receive_buffer_size() == 0
+            else:
+                # Accepted: the prefix and correlation id wait for the rest of the frame.
+                await _until(lambda: connection.receive_buffer_size() == 8 or connection.closed)
+                assert connection.is_ready and on_close.calls == []
+                assert not future.done()
+                connection.close()
 
     run(scenario())
 
