@@ -26,6 +26,10 @@ Failure policy, in one place:
   transactional ones), or a response carries a correlation id that no request explains: the
   connection is closed with :class:`~aioproducer.errors.CorruptResponseError` for the oldest
   in-flight request. Nothing is read, let alone allocated, past the size prefix.
+- Bytes arrive while no request awaits a response (nothing in flight): the connection is
+  closed with :class:`~aioproducer.errors.CorruptResponseError` as its cause and a warning.
+  After requests sent without expecting a response (Produce with ``acks=0``), which some
+  brokers answer anyway, the rest of such a frame must come within ``request_timeout_ms``.
 - The oldest in-flight request is older than ``request_timeout_ms``
   (:meth:`BrokerConnection.check_request_timeouts`): it fails with
   :class:`~aioproducer.errors.RequestTimedOutError` and the connection is closed, as the Java
@@ -190,6 +194,10 @@ class ConnectionState(enum.Enum):
     """Handshake done; the connection takes requests."""
     CLOSED = "closed"
     """Closed for good; every in-flight request has been failed."""
+
+
+def _byte_count(count: int) -> str:
+    return "1 byte" if count == 1 else f"{count} bytes"
 
 
 def _protocol_name(value: object) -> str:
@@ -410,6 +418,12 @@ class BrokerConnection(asyncio.Protocol):
         self._next_correlation_id = 0
         self._recv_buffer = bytearray()
         self._recv_offset = 0
+        # Bytes received in all, and where in that stream the incomplete frame buffered with
+        # nothing in flight starts and since when (clock seconds) it waits for its rest.
+        self._received_bytes = 0
+        self._partial_frame_start = -1
+        self._partial_frame_since: float | None = None
+        self._partial_frame_timer: asyncio.TimerHandle | None = None
         self._writable = True
         # Set once READY on a plaintext connection (socket_writer_thread): the thread that
         # writes our requests, and the eventfd it signals when its queue drains.
@@ -988,13 +1002,15 @@ class BrokerConnection(asyncio.Protocol):
         """Close the connection if the oldest in-flight request is older than the timeout.
 
         That request fails with :class:`~aioproducer.errors.RequestTimedOutError`, the others
-        with a retriable :class:`~aioproducer.errors.KafkaConnectionError`.
+        with a retriable :class:`~aioproducer.errors.KafkaConnectionError`. With nothing in
+        flight, the connection is closed if the start of a frame has waited for its rest for
+        ``request_timeout_ms`` (an answer to an ``acks=0`` request that stalled).
 
         Returns:
             True if the connection was closed.
         """
         if not self._in_flight:
-            return False
+            return self._check_partial_frame(now)
         correlation_id, request, version, _, sent_at = self._in_flight[0]
         if now - sent_at < self._request_timeout:
             return False
@@ -1040,6 +1056,7 @@ class BrokerConnection(asyncio.Protocol):
         in_flight, self._in_flight = self._in_flight, deque()
         self._recv_buffer = bytearray()
         self._recv_offset = 0
+        self._forget_partial_frame()
         reason = f"closed ({type(cause).__name__}: {cause})" if cause is not None else "closed"
         for index, (correlation_id, request, version, future, _) in enumerate(in_flight):
             if future.done():
@@ -1133,12 +1150,18 @@ class BrokerConnection(asyncio.Protocol):
         if self._state is ConnectionState.CLOSED:
             return
         was_full = len(self._in_flight) >= self._max_in_flight
+        self._received_bytes += len(data)
         buffer = self._recv_buffer
         if len(buffer) > self._recv_offset:
             buffer += data
             self._read_buffered_frames()
         else:
             self._read_frames_from(data)
+        if len(self._recv_buffer) > self._recv_offset:
+            if not self.closed:  # (a frame just read may have closed the connection)
+                self._partial_frame_left()
+        elif self._partial_frame_since is not None:
+            self._forget_partial_frame()
         if (
             was_full
             and self._on_capacity is not None
@@ -1199,6 +1222,65 @@ class BrokerConnection(asyncio.Protocol):
             self._recv_offset = 0
         else:
             self._recv_offset = position
+
+    def _partial_frame_left(self) -> None:
+        """The start of a frame is buffered after a read: bound the wait for its rest."""
+        if self._in_flight:
+            # An answer to the oldest request: its request_timeout_ms bounds the wait.
+            if self._partial_frame_since is not None:
+                self._forget_partial_frame()
+            return
+        unread = len(self._recv_buffer) - self._recv_offset
+        if not self._unanswered_ids:
+            # No request awaits an answer: these bytes can never be one.
+            self._close_unsolicited(
+                f"{_byte_count(unread)} arrived while no request awaited a response"
+            )
+            return
+        # Perhaps an answer to a request sent without expecting one (acks=0), which some
+        # brokers send: its rest must come within request_timeout_ms.
+        start = self._received_bytes - unread
+        if start != self._partial_frame_start or self._partial_frame_since is None:
+            self._partial_frame_start = start
+            self._partial_frame_since = self._clock()
+            if self._partial_frame_timer is None and self._lost is not None:
+                self._partial_frame_timer = self._lost.get_loop().call_later(
+                    self._request_timeout, self._on_partial_frame_timer
+                )
+
+    def _on_partial_frame_timer(self) -> None:
+        self._partial_frame_timer = None
+        since = self._partial_frame_since
+        if since is None or self._state is ConnectionState.CLOSED or self._in_flight:
+            return
+        if not self._check_partial_frame(self._clock()) and self._lost is not None:
+            # The loop's timer may fire a little before the clock says the time is up.
+            remaining = max(0.001, since + self._request_timeout - self._clock())
+            self._partial_frame_timer = self._lost.get_loop().call_later(
+                remaining, self._on_partial_frame_timer
+            )
+
+    def _check_partial_frame(self, now: float) -> bool:
+        since = self._partial_frame_since
+        if since is None or now - since < self._request_timeout:
+            return False
+        unread = len(self._recv_buffer) - self._recv_offset
+        self._close_unsolicited(
+            f"{_byte_count(unread)} of a frame arrived while no request awaited a response, "
+            f"and not the rest within {self._config.request_timeout_ms} ms (request_timeout_ms)"
+        )
+        return True
+
+    def _forget_partial_frame(self) -> None:
+        self._partial_frame_since = None
+        timer, self._partial_frame_timer = self._partial_frame_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _close_unsolicited(self, what: str) -> None:
+        # Nothing is in flight to carry the error: say it in the log.
+        log.warning("corrupt response from %s: %s; closing the connection", self.description, what)
+        self._corrupt(what)
 
     def _check_frame_size(self, size: int) -> bool:
         if MIN_FRAME_SIZE <= size <= self._always_accepted_size:
@@ -1286,10 +1368,13 @@ class BrokerConnection(asyncio.Protocol):
                 correlation_id,
             )
             return
-        expected = self._in_flight[0][0] if self._in_flight else None
+        if not self._in_flight:
+            self._close_unsolicited(
+                f"got correlation id {correlation_id}, expected none (nothing in flight)"
+            )
+            return
         self._corrupt(
-            f"got correlation id {correlation_id}, expected "
-            + (f"{expected}" if expected is not None else "none (nothing in flight)")
+            f"got correlation id {correlation_id}, expected {self._in_flight[0][0]}"
         )
 
     def _notify_capacity(self) -> None:

@@ -8,6 +8,7 @@ against. Every test runs on the default asyncio loop and on uvloop (the ``run`` 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import socket
@@ -943,7 +944,7 @@ def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
     run(scenario())
 
 
-# ---- response size caps -----------------------------------------------------------------
+# ---- response size caps, and bytes nobody asked for -------------------------------------
 
 
 async def _until(predicate: Callable[[], bool]) -> None:
@@ -1022,6 +1023,104 @@ def test_a_produce_response_cap_grows_with_the_request(run: Runner[None], over: 
                 assert connection.is_ready and on_close.calls == []
                 assert not future.done()
                 connection.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "unsolicited",
+    [b"\x00\x00", struct.pack(">ii", 100, 7) + b"abc", struct.pack(">ii", 4, 7)],
+    ids=["part of a size", "part of a frame", "a whole frame"],
+)
+def test_bytes_nobody_asked_for_close_the_connection(
+    run: Runner[None], caplog: pytest.LogCaptureFixture, unsolicited: bytes
+) -> None:
+    # Nothing is in flight, and no request was sent without expecting an answer (acks=0):
+    # no answer can be coming, so the bytes are not kept waiting for a rest that may never
+    # come. The connection closes at once, with a warning (no request carries the error).
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            assert connection.in_flight_count() == 0
+            broker.writers[0].write(unsolicited)
+            await on_close.wait_until(lambda: connection.closed)
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError)
+            assert "no request awaited a response" in str(cause) or "nothing in flight" in str(
+                cause
+            )
+            assert connection.receive_buffer_size() == 0
+
+    caplog.set_level(logging.WARNING, logger="aioproducer.net")
+    run(scenario())
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "closing the connection" in warnings[0].getMessage()
+
+
+def test_a_stalled_answer_to_an_acks_0_request_closes_at_the_request_timeout(
+    run: Runner[None],
+) -> None:
+    # Some brokers (Tansu, librdkafka's mock) answer acks=0 requests, so bytes may come with
+    # nothing in flight; the rest of their frame must come within request_timeout_ms.
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, clock=clock, request_timeout_ms=1000)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            start = struct.pack(">ii", 100, request.correlation_id) + b"abc"
+            request.writer.write(start)
+            await _until(lambda: connection.receive_buffer_size() == len(start))
+            assert connection.check_request_timeouts(clock.now + 0.999) is False
+            assert connection.is_ready
+            assert connection.check_request_timeouts(clock.now + 1.0) is True
+            assert connection.closed and len(on_close.calls) == 1
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError)
+            assert "11 bytes of a frame" in str(cause) and "request_timeout_ms" in str(cause)
+            assert connection.receive_buffer_size() == 0
+
+    run(scenario())
+
+
+def test_an_answer_to_an_acks_0_request_may_come_in_pieces(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, clock=clock, request_timeout_ms=1000)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            answer = frame(request.correlation_id, b"unexpected")
+            request.writer.write(answer[:6])
+            await _until(lambda: connection.receive_buffer_size() == 6)
+            clock.now += 0.9
+            request.writer.write(answer[6:])
+            await _until(lambda: connection.receive_buffer_size() == 0)
+            # The frame came whole within the timeout: nothing is left to time out.
+            assert connection.check_request_timeouts(clock.now + 100) is False
+            future = connection.send(EchoRequest(b"normal"))
+            broker.reply(await broker.next_request(), b"expected")
+            response = await asyncio.wait_for(future, PATIENCE)
+            assert response is not None and response.payload == b"expected"
+            assert connection.is_ready and on_close.calls == []
+            connection.close()
+
+    run(scenario())
+
+
+def test_a_stalled_answer_closes_without_a_caller(run: Runner[None]) -> None:
+    # Nobody calls check_request_timeouts (no batch is in flight with acks=0): the
+    # connection's own timer closes it.
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, request_timeout_ms=50)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            request.writer.write(struct.pack(">ii", 100, request.correlation_id))
+            await on_close.wait_until(lambda: connection.closed)
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError) and "request_timeout_ms" in str(cause)
 
     run(scenario())
 
