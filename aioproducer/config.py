@@ -790,11 +790,11 @@ class ProducerConfig:
         metadata=_meta(
             java=None,
             aliases=("socket.writer.thread",),
-            doc="Write requests to plaintext broker connections on a native thread, off the "
-            "event loop (Linux, compiled install). The event loop only copies each request's "
-            "bytes; the system call, which on loopback also runs the broker's side of TCP, "
-            "runs on another core. False, TLS connections and other platforms write through "
-            "the event loop's transport.",
+            doc="Write requests to unencrypted broker connections (PLAINTEXT, SASL_PLAINTEXT) "
+            "on a native thread, off the event loop (Linux, compiled install). The event loop "
+            "only copies each request's bytes; the system call, which on loopback also runs "
+            "the broker's side of TCP, runs on another core. False, TLS connections (SSL, "
+            "SASL_SSL) and other platforms write through the event loop's transport.",
             check=_boolean,
         ),
     )
