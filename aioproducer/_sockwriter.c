@@ -396,7 +396,6 @@ SocketWriter_write(SocketWriter *self, PyObject *parts)
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     Py_buffer views[16];
     Py_buffer *bufs = n <= 16 ? views : PyMem_Malloc(sizeof(Py_buffer) * (size_t)n);
     if (bufs == NULL) {
@@ -407,7 +406,19 @@ SocketWriter_write(SocketWriter *self, PyObject *parts)
     Py_ssize_t got = 0;
     PyObject *result = NULL;
     for (; got < n; got++) {
-        if (PyObject_GetBuffer(items[got], &bufs[got], PyBUF_SIMPLE) < 0) {
+        /* For a list, PySequence_Fast returns the list itself, and exporting an item's
+         * buffer may run Python code (a __buffer__ method) that changes the list: read the
+         * list again at each step, and hold a reference to the item while it exports (the
+         * exported view then holds its own). */
+        if (got >= PySequence_Fast_GET_SIZE(seq)) {
+            PyErr_SetString(PyExc_RuntimeError, "write(): the sequence changed size");
+            goto done;
+        }
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
+        Py_INCREF(item);
+        int exported = PyObject_GetBuffer(item, &bufs[got], PyBUF_SIMPLE);
+        Py_DECREF(item);
+        if (exported < 0) {
             goto done;
         }
         total += (size_t)bufs[got].len;

@@ -1046,11 +1046,11 @@ class ProducerConfig:
         metadata=_meta(
             java=None,
             aliases=("socket.writer.thread",),
-            doc="Write requests to plaintext broker connections on a native thread, off the "
-            "event loop (Linux, compiled install). The event loop only copies each request's "
-            "bytes; the system call, which on loopback also runs the broker's side of TCP, "
-            "runs on another core. False, TLS connections and other platforms write through "
-            "the event loop's transport.",
+            doc="Write requests to unencrypted broker connections (PLAINTEXT, SASL_PLAINTEXT) "
+            "on a native thread, off the event loop (Linux, compiled install). The event loop "
+            "only copies each request's bytes; the system call, which on loopback also runs "
+            "the broker's side of TCP, runs on another core. False, TLS connections (SSL, "
+            "SASL_SSL) and other platforms write through the event loop's transport.",
             check=_boolean,
         ),
     )
@@ -1071,11 +1071,14 @@ class ProducerConfig:
         ),
     )
     max_response_size: int = field(
-        default=104857600,
+        default=33554432,
         metadata=_meta(
             java=None,
-            doc="Largest response accepted from a broker; a bigger size prefix closes the "
-            "connection as corrupt.",
+            doc="Largest response accepted from a broker (32 MiB: Metadata for a very large "
+            "cluster is far smaller); a bigger size prefix closes the connection as corrupt "
+            "before anything is read. Responses of a fixed shape (ApiVersions, "
+            "InitProducerId, SASL, FindCoordinator, EndTxn) are capped at 1 MiB, Produce "
+            "and transactional ones in proportion to their request.",
             check=_int_between(1),
         ),
     )

@@ -19,9 +19,17 @@ Failure policy, in one place:
   :class:`~aioproducer.errors.CorruptResponseError`. The byte stream can no longer be trusted
   (a decoder that stopped early or read too far means the framing or the version is wrong), so
   the connection is closed and the other in-flight requests fail as retriable connection errors.
-- A frame's size prefix is below 4 or above ``max_response_size``, or a response carries a
-  correlation id that no request explains: the connection is closed with
-  :class:`~aioproducer.errors.CorruptResponseError` for the oldest in-flight request.
+- A frame's size prefix is below 4, above ``max_response_size`` or above what a response to
+  the oldest in-flight request can take
+  (:meth:`~aioproducer.protocol.api.Request.response_size_limit`: 1 MiB for the APIs whose
+  answers have a fixed shape, in proportion to the request for Produce and the
+  transactional ones), or a response carries a correlation id that no request explains: the
+  connection is closed with :class:`~aioproducer.errors.CorruptResponseError` for the oldest
+  in-flight request. Nothing is read, let alone allocated, past the size prefix.
+- Bytes arrive while no request awaits a response (nothing in flight): the connection is
+  closed with :class:`~aioproducer.errors.CorruptResponseError` as its cause and a warning.
+  After requests sent without expecting a response (Produce with ``acks=0``), which some
+  brokers answer anyway, the rest of such a frame must come within ``request_timeout_ms``.
 - The oldest in-flight request is older than ``request_timeout_ms``
   (:meth:`BrokerConnection.check_request_timeouts`): it fails with
   :class:`~aioproducer.errors.RequestTimedOutError` and the connection is closed, as the Java
@@ -61,7 +69,13 @@ from aioproducer.errors import (
 )
 from aioproducer.net.sasl import create_mechanism
 from aioproducer.net.tls import ssl_context_for
-from aioproducer.protocol.api import ApiKey, Request, Response, response_header_flexible
+from aioproducer.protocol.api import (
+    SMALL_RESPONSE_LIMIT,
+    ApiKey,
+    Request,
+    Response,
+    response_header_flexible,
+)
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -121,6 +135,12 @@ _ILLEGAL_SASL_STATE: Final = 34
 _API_VERSIONS_FIRST_VERSION: Final = 3
 
 _SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+# The protocols whose transport writes the bytes it is given unchanged, so that a native
+# writer may write them to the socket itself: Kafka's SASL never wraps the stream after
+# authentication (no SASL security layer). Any other protocol (SSL, SASL_SSL) encrypts in
+# the transport, and its bytes must never reach the raw socket, whatever the transport says
+# about itself.
+_RAW_SOCKET_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 _SSL_NETWORK_ERRORS: Final = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 
 # (correlation id, request, version, future, sent at)
@@ -172,6 +192,10 @@ class ConnectionState(enum.Enum):
     """Handshake done; the connection takes requests."""
     CLOSED = "closed"
     """Closed for good; every in-flight request has been failed."""
+
+
+def _byte_count(count: int) -> str:
+    return "1 byte" if count == 1 else f"{count} bytes"
 
 
 def _protocol_name(value: object) -> str:
@@ -285,6 +309,9 @@ class BrokerConnection(asyncio.Protocol):
         self._client_id: str | None = config.client_id
         self._max_in_flight: int = config.max_in_flight_requests_per_connection
         self._max_response_size: int = config.max_response_size
+        # A size prefix up to this is accepted whatever the request (the size cap of every
+        # API is at least SMALL_RESPONSE_LIMIT): the per-request cap is looked up only above.
+        self._always_accepted_size: int = min(SMALL_RESPONSE_LIMIT, config.max_response_size)
         self._request_timeout: float = config.request_timeout_ms / 1000.0
         self._state = ConnectionState.CREATED
         self._transport: asyncio.Transport | None = None
@@ -293,6 +320,12 @@ class BrokerConnection(asyncio.Protocol):
         self._next_correlation_id = 0
         self._recv_buffer = bytearray()
         self._recv_offset = 0
+        # Bytes received in all, and where in that stream the incomplete frame buffered with
+        # nothing in flight starts and since when (clock seconds) it waits for its rest.
+        self._received_bytes = 0
+        self._partial_frame_start = -1
+        self._partial_frame_since: float | None = None
+        self._partial_frame_timer: asyncio.TimerHandle | None = None
         self._writable = True
         # Set once READY on a plaintext connection (socket_writer_thread): the thread that
         # writes our requests, and the eventfd it signals when its queue drains.
@@ -362,6 +395,11 @@ class BrokerConnection(asyncio.Protocol):
     def oldest_request_sent_at(self) -> float | None:
         """When the oldest in-flight request was sent (clock seconds), or None."""
         return self._in_flight[0][4] if self._in_flight else None
+
+    def receive_buffer_size(self) -> int:
+        """The bytes the connection holds of what it received: the start of a frame whose
+        rest has not come yet, and handled bytes not yet compacted away (0 once closed)."""
+        return len(self._recv_buffer)
 
     # ---- connecting --------------------------------------------------------------------------
 
@@ -538,11 +576,16 @@ class BrokerConnection(asyncio.Protocol):
         :class:`aioproducer._sockwriter.SocketWriter` copies each request and writes it on
         another core. Only on plaintext connections (TLS encrypts in the transport), and
         only when nothing is queued in the transport, so bytes stay in order.
+
+        Plaintext means both: a ``security_protocol`` without TLS (PLAINTEXT or
+        SASL_PLAINTEXT), and a transport that reports no ``ssl_object``. Either alone is not
+        trusted: an event loop's TLS transport might not report its ``ssl_object``.
         """
         transport = self._transport
         if (
             not _SOCKET_WRITER_BUILT
             or not self._config.socket_writer_thread
+            or _protocol_name(self._config.security_protocol) not in _RAW_SOCKET_PROTOCOLS
             or transport is None
             or transport.get_extra_info("ssl_object") is not None
             or transport.get_write_buffer_size() != 0
@@ -935,13 +978,15 @@ class BrokerConnection(asyncio.Protocol):
         """Close the connection if the oldest in-flight request is older than the timeout.
 
         That request fails with :class:`~aioproducer.errors.RequestTimedOutError`, the others
-        with a retriable :class:`~aioproducer.errors.KafkaConnectionError`.
+        with a retriable :class:`~aioproducer.errors.KafkaConnectionError`. With nothing in
+        flight, the connection is closed if the start of a frame has waited for its rest for
+        ``request_timeout_ms`` (an answer to an ``acks=0`` request that stalled).
 
         Returns:
             True if the connection was closed.
         """
         if not self._in_flight:
-            return False
+            return self._check_partial_frame(now)
         correlation_id, request, version, _, sent_at = self._in_flight[0]
         if now - sent_at < self._request_timeout:
             return False
@@ -993,6 +1038,7 @@ class BrokerConnection(asyncio.Protocol):
         in_flight, self._in_flight = self._in_flight, deque()
         self._recv_buffer = bytearray()
         self._recv_offset = 0
+        self._forget_partial_frame()
         reason = f"closed ({type(cause).__name__}: {cause})" if cause is not None else "closed"
         for index, (correlation_id, request, version, future, _) in enumerate(in_flight):
             if future.done():
@@ -1086,12 +1132,18 @@ class BrokerConnection(asyncio.Protocol):
         if self._state is ConnectionState.CLOSED:
             return
         was_full = len(self._in_flight) >= self._max_in_flight
+        self._received_bytes += len(data)
         buffer = self._recv_buffer
         if len(buffer) > self._recv_offset:
             buffer += data
             self._read_buffered_frames()
         else:
             self._read_frames_from(data)
+        if len(self._recv_buffer) > self._recv_offset:
+            if not self.closed:  # (a frame just read may have closed the connection)
+                self._partial_frame_left()
+        elif self._partial_frame_since is not None:
+            self._forget_partial_frame()
         if (
             was_full
             and self._on_capacity is not None
@@ -1153,8 +1205,81 @@ class BrokerConnection(asyncio.Protocol):
         else:
             self._recv_offset = position
 
+    def _partial_frame_left(self) -> None:
+        """The start of a frame is buffered after a read: bound the wait for its rest."""
+        if self._in_flight:
+            # An answer to the oldest request: its request_timeout_ms bounds the wait.
+            if self._partial_frame_since is not None:
+                self._forget_partial_frame()
+            return
+        unread = len(self._recv_buffer) - self._recv_offset
+        if not self._unanswered_ids:
+            # No request awaits an answer: these bytes can never be one.
+            self._close_unsolicited(
+                f"{_byte_count(unread)} arrived while no request awaited a response"
+            )
+            return
+        # Perhaps an answer to a request sent without expecting one (acks=0), which some
+        # brokers send: its rest must come within request_timeout_ms.
+        start = self._received_bytes - unread
+        if start != self._partial_frame_start or self._partial_frame_since is None:
+            self._partial_frame_start = start
+            self._partial_frame_since = self._clock()
+            if self._partial_frame_timer is None and self._lost is not None:
+                self._partial_frame_timer = self._lost.get_loop().call_later(
+                    self._request_timeout, self._on_partial_frame_timer
+                )
+
+    def _on_partial_frame_timer(self) -> None:
+        self._partial_frame_timer = None
+        since = self._partial_frame_since
+        if since is None or self._state is ConnectionState.CLOSED or self._in_flight:
+            return
+        if not self._check_partial_frame(self._clock()) and self._lost is not None:
+            # The loop's timer may fire a little before the clock says the time is up.
+            remaining = max(0.001, since + self._request_timeout - self._clock())
+            self._partial_frame_timer = self._lost.get_loop().call_later(
+                remaining, self._on_partial_frame_timer
+            )
+
+    def _check_partial_frame(self, now: float) -> bool:
+        since = self._partial_frame_since
+        if since is None or now - since < self._request_timeout:
+            return False
+        unread = len(self._recv_buffer) - self._recv_offset
+        self._close_unsolicited(
+            f"{_byte_count(unread)} of a frame arrived while no request awaited a response, "
+            f"and not the rest within {self._config.request_timeout_ms} ms (request_timeout_ms)"
+        )
+        return True
+
+    def _forget_partial_frame(self) -> None:
+        self._partial_frame_since = None
+        timer, self._partial_frame_timer = self._partial_frame_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _close_unsolicited(self, what: str) -> None:
+        # Nothing is in flight to carry the error: say it in the log.
+        log.warning("corrupt response from %s: %s; closing the connection", self.description, what)
+        self._corrupt(what)
+
     def _check_frame_size(self, size: int) -> bool:
-        if MIN_FRAME_SIZE <= size <= self._max_response_size:
+        if MIN_FRAME_SIZE <= size <= self._always_accepted_size:
+            return True
+        limit = self._max_response_size
+        which = "max_response_size"
+        if self._in_flight:
+            _, request, version, _, _ = self._in_flight[0]
+            request_limit = request.response_size_limit()
+            if request_limit is not None and request_limit < limit:
+                limit = request_limit
+                which = f"the most a response to {type(request).__name__} v{version} may take"
+        elif limit > SMALL_RESPONSE_LIMIT:
+            # An answer to an acks=0 Produce request, or bytes nobody asked for.
+            limit = SMALL_RESPONSE_LIMIT
+            which = "the most a response may take with no request in flight"
+        if MIN_FRAME_SIZE <= size <= limit:
             return True
         if (size >> 24) & 0xFF in (0x15, 0x16) and (size >> 16) & 0xFF == 0x03:
             # A TLS record header (alert or handshake, version 3.x) where a Kafka size
@@ -1168,8 +1293,7 @@ class BrokerConnection(asyncio.Protocol):
             return False
         # Never wait for (or allocate) what an untrusted prefix announces.
         self._corrupt(
-            f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, "
-            f"{self._max_response_size}] (max_response_size)"
+            f"response size prefix {size} is outside [{MIN_FRAME_SIZE}, {limit}] ({which})"
         )
         return False
 
@@ -1226,10 +1350,13 @@ class BrokerConnection(asyncio.Protocol):
                 correlation_id,
             )
             return
-        expected = self._in_flight[0][0] if self._in_flight else None
+        if not self._in_flight:
+            self._close_unsolicited(
+                f"got correlation id {correlation_id}, expected none (nothing in flight)"
+            )
+            return
         self._corrupt(
-            f"got correlation id {correlation_id}, expected "
-            + (f"{expected}" if expected is not None else "none (nothing in flight)")
+            f"got correlation id {correlation_id}, expected {self._in_flight[0][0]}"
         )
 
     def _notify_capacity(self) -> None:

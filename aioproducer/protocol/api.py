@@ -17,6 +17,7 @@ from aioproducer.errors import UnsupportedVersionError
 __all__ = [
     "FIRST_FLEXIBLE_VERSION",
     "NEVER_FLEXIBLE",
+    "SMALL_RESPONSE_LIMIT",
     "ApiKey",
     "Request",
     "Response",
@@ -61,6 +62,12 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
 """The first version of each API that uses flexible encoding ("flexibleVersions" in the schemas)."""
 
 
+SMALL_RESPONSE_LIMIT = 1 << 20
+"""The size cap of a response whose size does not grow with the cluster or the request
+(ApiVersions, InitProducerId, SASL, FindCoordinator, EndTxn, ...): 1 MiB, thousands of times
+what a broker sends, and a floor for the caps that do grow with the request."""
+
+
 def response_header_flexible(api_key: int, version: int) -> bool:
     """True when the response to ``api_key`` at ``version`` has a v1 (flexible) header.
 
@@ -93,6 +100,9 @@ class Request(abc.ABC, Generic[ResponseT]):
         MAX_VERSION: the highest version this client negotiates.
         FLEXIBLE_FROM: the first flexible version (request header v2, compact encodings,
             tagged fields); :data:`NEVER_FLEXIBLE` when there is none.
+        RESPONSE_SIZE_LIMIT: what :meth:`response_size_limit` returns unless a request
+            overrides it: :data:`SMALL_RESPONSE_LIMIT` for APIs whose responses have a fixed
+            shape, None (no cap of its own) by default.
     """
 
     __slots__ = ()
@@ -101,6 +111,7 @@ class Request(abc.ABC, Generic[ResponseT]):
     MIN_VERSION: ClassVar[int]
     MAX_VERSION: ClassVar[int]
     FLEXIBLE_FROM: ClassVar[int]
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = None
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:
@@ -130,6 +141,17 @@ class Request(abc.ABC, Generic[ResponseT]):
     def expects_response(self) -> bool:
         """False when the broker sends no response (Produce with ``acks=0``)."""
         return True
+
+    def response_size_limit(self) -> int | None:
+        """The largest response frame (in bytes, after its size prefix) a broker can
+        legitimately send for this request, or None when only the connection's
+        ``max_response_size`` bounds it (Metadata: it grows with the cluster).
+
+        A connection refuses a larger size prefix before reading the frame: a hostile broker
+        cannot make it buffer, and then decode into objects, more than the request can
+        explain. :attr:`RESPONSE_SIZE_LIMIT` unless overridden.
+        """
+        return self.RESPONSE_SIZE_LIMIT
 
     @abc.abstractmethod
     def decode_response(self, data: memoryview, version: int) -> ResponseT:

@@ -21,7 +21,13 @@ from typing import ClassVar, TypeVar
 
 from aioproducer.errors import CorruptResponseError, UnsupportedVersionError
 from aioproducer.protocol import produce_codec
-from aioproducer.protocol.api import FIRST_FLEXIBLE_VERSION, ApiKey, Request, Response
+from aioproducer.protocol.api import (
+    FIRST_FLEXIBLE_VERSION,
+    SMALL_RESPONSE_LIMIT,
+    ApiKey,
+    Request,
+    Response,
+)
 from aioproducer.protocol.primitives import (
     INT8,
     INT16,
@@ -134,6 +140,30 @@ class _BodyReader(Reader):
     def skip_tags(self) -> None:
         if self.flexible:
             self.skip_tagged_fields()
+
+
+# ---- response size caps (Request.response_size_limit) -------------------------------------
+
+# Responses that answer for each topic and partition of their request grow with it; these are
+# the bytes one entry may take, with room to spare. A topic entry is its name (at most 249
+# characters, Kafka's limit, which the producer checks too), an array count and tagged
+# fields; a partition entry of AddPartitionsToTxn or TxnOffsetCommit an index, an error code
+# and tagged fields.
+_TOPIC_ALLOWANCE = 1024
+_PARTITION_ALLOWANCE = 64
+# A Produce partition entry adds offsets, an error message and (v10+) the new leader with
+# its endpoint, a host name.
+_PRODUCE_PARTITION_ALLOWANCE = 4096
+# A batch the broker rejects record by record (INVALID_RECORD, INVALID_TIMESTAMP) gets an
+# index and a message per bad record, of up to ~330 bytes when it names the topic partition,
+# and a record takes 7 bytes or more in an uncompressed batch: up to ~50 response bytes per
+# request byte.
+_PRODUCE_RECORD_ERROR_FACTOR = 64
+
+
+def _echo_limit(topics: int, partitions: int, per_partition: int = _PARTITION_ALLOWANCE) -> int:
+    """The size cap of a response with one entry per topic and partition of its request."""
+    return SMALL_RESPONSE_LIMIT + topics * _TOPIC_ALLOWANCE + partitions * per_partition
 
 
 def _tagged(
@@ -343,6 +373,7 @@ class ApiVersionsRequest(Request[ApiVersionsResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_FROM: ClassVar[int] = 3
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     client_software_name: str = "aioproducer"
     client_software_version: str = "0"
@@ -713,6 +744,21 @@ class ProduceRequest(Request[ProduceResponse]):
         cap = self.version_cap
         return self.MAX_VERSION if cap is None or cap > self.MAX_VERSION else cap
 
+    def response_size_limit(self) -> int | None:
+        """An entry per topic and partition sent, and room for a message per record in case
+        the broker rejects every record one by one (64 bytes per byte of records)."""
+        partitions = 0
+        record_bytes = 0
+        for topic in self.topics:
+            partitions += len(topic.partitions)
+            for partition in topic.partitions:
+                records = partition.records
+                record_bytes += records.nbytes if isinstance(records, memoryview) else len(records)
+        return (
+            _echo_limit(len(self.topics), partitions, _PRODUCE_PARTITION_ALLOWANCE)
+            + record_bytes * _PRODUCE_RECORD_ERROR_FACTOR
+        )
+
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``: framing bytes around uncopied record batches."""
         if not 3 <= version <= 12:
@@ -755,6 +801,7 @@ class InitProducerIdRequest(Request[InitProducerIdResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_FROM: ClassVar[int] = 2
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str | None
     transaction_timeout_ms: int
@@ -825,6 +872,10 @@ class FindCoordinatorRequest(Request[FindCoordinatorResponse]):
 
     coordinator_keys: list[str]
     key_type: int = 0
+
+    def response_size_limit(self) -> int | None:
+        """:data:`~aioproducer.protocol.api.SMALL_RESPONSE_LIMIT` per key asked for."""
+        return SMALL_RESPONSE_LIMIT * max(1, len(self.coordinator_keys))
 
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``."""
@@ -971,6 +1022,15 @@ class AddPartitionsToTxnRequest(Request[AddPartitionsToTxnResponse]):
         )
         return cls([transaction])
 
+    def response_size_limit(self) -> int | None:
+        """An entry per transaction, topic and partition sent."""
+        topics = 0
+        partitions = 0
+        for transaction in self.transactions:
+            topics += len(transaction.topics) + 1  # a transaction's entry is no larger
+            partitions += sum(len(topic.partitions) for topic in transaction.topics)
+        return _echo_limit(topics, partitions)
+
     @classmethod
     def check_version(cls, version: int) -> None:
         """Accept v0 to v5 (negotiation still stops at :attr:`MAX_VERSION`)."""
@@ -1046,6 +1106,7 @@ class AddOffsetsToTxnRequest(Request[AddOffsetsToTxnResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_FROM: ClassVar[int] = 3
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str
     producer_id: int
@@ -1097,6 +1158,7 @@ class EndTxnRequest(Request[EndTxnResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_FROM: ClassVar[int] = 3
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str
     producer_id: int
@@ -1207,6 +1269,11 @@ class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
         cap = self.version_cap
         return self.MAX_VERSION if cap is None or cap > self.MAX_VERSION else cap
 
+    def response_size_limit(self) -> int | None:
+        """An entry per topic and partition sent."""
+        partitions = sum(len(topic.partitions) for topic in self.topics)
+        return _echo_limit(len(self.topics), partitions)
+
     def encode(self, version: int) -> list[bytes | memoryview]:
         """The request body for ``version``."""
         w = _writer(self, version)
@@ -1283,6 +1350,7 @@ class SaslHandshakeRequest(Request[SaslHandshakeResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int] = FIRST_FLEXIBLE_VERSION[ApiKey.SASL_HANDSHAKE]
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     mechanism: str
 
@@ -1316,6 +1384,7 @@ class SaslAuthenticateRequest(Request[SaslAuthenticateResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int] = 2
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     auth_bytes: bytes
 
@@ -1375,6 +1444,7 @@ class DescribeClusterRequest(Request[DescribeClusterResponse]):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int] = 0
+    RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     include_cluster_authorized_operations: bool = False
     endpoint_type: int = 1

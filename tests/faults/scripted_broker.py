@@ -11,9 +11,10 @@ batch from a non-transactional idempotent producer).
 Then each Produce request (or any request, by API key) can be given an :class:`Action` from a
 per-broker script: answer with an error code, append and then drop the connection, append and
 answer late, stop answering, answer with garbage, a truncated body, a frame cut in the middle,
-or a size prefix that announces gigabytes. Requests are decoded, and responses encoded, with
-kafka-python's schema-driven codec, independent of the client under test; record batches are
-read with kafka-python's record reader.
+a size prefix that announces gigabytes, or an answer followed by bytes no request asked for.
+Requests are decoded, and responses encoded, with kafka-python's schema-driven codec,
+independent of the client under test; record batches are read with kafka-python's record
+reader.
 
 It is also a transaction coordinator and group coordinator (FindCoordinator names
 :attr:`ScriptedCluster.coordinator` for every key): InitProducerId for a transactional id
@@ -215,6 +216,9 @@ class ActionKind(enum.Enum):
     RAW = "raw"
     """Append nothing; write ``Action.payload`` as is (any size prefix included) and keep
     the connection open without answering anything else."""
+    TRAILING = "trailing"
+    """Append and answer as NORMAL, then write ``Action.payload`` right after the answer:
+    bytes no request asked for."""
 
 
 @dataclass(frozen=True)
@@ -504,6 +508,8 @@ def _answer_bytes(
         return data[: max(5, len(data) // 2)]
     if kind is ActionKind.RAW:
         return action.payload
+    if kind is ActionKind.TRAILING:
+        return data + action.payload
     return data
 
 
@@ -805,6 +811,7 @@ class ScriptedCluster:
             ActionKind.APPEND_THEN_DROP,
             ActionKind.APPEND_THEN_DELAY,
             ActionKind.APPEND_THEN_HOLD,
+            ActionKind.TRAILING,
         )
         topics = []
         for topic_data in request.topic_data:

@@ -8,8 +8,10 @@ answers append nothing, so the log is an exactly-once oracle.
 Scenarios and what each proves:
 
 - ``test_hostile_answer_fails_only_its_request``: with retries off, the one record whose
-  request got a garbage / truncated / cut / oversized / negative-size / unknown-correlation
-  / never-coming answer fails with a clear error class (CorruptResponseError,
+  request got a garbage / truncated / cut / oversized (past max_response_size, or past the
+  cap of a Produce response, which grows with its request) / negative-size /
+  unknown-correlation / never-completed / never-coming answer fails with a clear error
+  class (CorruptResponseError,
   KafkaConnectionError or RequestTimedOutError) naming the broker, within a bound; the
   record sent at the same time to the healthy broker is delivered; and the producer then
   delivers to the hostile broker's partition again.
@@ -21,6 +23,10 @@ Scenarios and what each proves:
   partition keeps flowing and the hostile one recovers once the broker behaves).
 - ``test_announced_sizes_are_not_allocated``: a size prefix announcing 2 GiB, or 50 MB that
   never arrive, costs no more than a few MiB of memory (traced with tracemalloc).
+- ``test_bytes_after_an_answer_close_the_connection_and_lose_nothing``: bytes that follow
+  an answer, when no request awaits another, close the connection with a warning (they are
+  not kept waiting for a rest); the answered record stands, nothing is lost or doubled, and
+  the producer reconnects for the next records.
 - ``test_answer_about_another_partition_is_retried``: a well-formed answer that does not
   mention the partition that was sent is a retriable error, not a success.
 - ``test_garbage_metadata_answer_is_survived``: a garbage answer to Metadata fails that
@@ -40,7 +46,7 @@ from kafka.protocol.producer import (  # type: ignore[import-untyped]
 
 from aioproducer import Producer
 from aioproducer import errors as e
-from tests.faults.checks import Ledger, bounded, fast_options, unique_topic
+from tests.faults.checks import Ledger, bounded, fast_options, unique_topic, wait_until
 from tests.faults.scripted_broker import (
     METADATA,
     PRODUCE,
@@ -51,6 +57,11 @@ from tests.faults.scripted_broker import (
 
 ANNOUNCED_2_GIB = struct.pack(">i", 0x7FFFFFFF) + b"\0" * 16
 NEVER_COMPLETED_50_MB = struct.pack(">i", 50_000_000) + b"\0" * 64
+# Under any response's cap: the connection waits for the rest, until request_timeout_ms.
+NEVER_COMPLETED_512_KIB = struct.pack(">i", 512 << 10) + b"\0" * 64
+# Under max_response_size (32 MiB) but over what a Produce response to one small batch may
+# take (1 MiB and a little).
+OVER_THE_PRODUCE_CAP = struct.pack(">i", 2 << 20) + b"\0" * 64
 
 HOSTILE = [
     pytest.param(Action(ActionKind.GARBAGE), e.CorruptResponseError, id="garbage-body"),
@@ -60,6 +71,11 @@ HOSTILE = [
         Action(ActionKind.RAW, payload=ANNOUNCED_2_GIB),
         e.CorruptResponseError,
         id="oversized-size-prefix",
+    ),
+    pytest.param(
+        Action(ActionKind.RAW, payload=OVER_THE_PRODUCE_CAP),
+        e.CorruptResponseError,
+        id="over-the-produce-cap",
     ),
     pytest.param(
         Action(ActionKind.RAW, payload=struct.pack(">i", -2) + b"\0" * 8),
@@ -72,7 +88,7 @@ HOSTILE = [
         id="unknown-correlation-id",
     ),
     pytest.param(
-        Action(ActionKind.RAW, payload=NEVER_COMPLETED_50_MB),
+        Action(ActionKind.RAW, payload=NEVER_COMPLETED_512_KIB),
         e.RequestTimedOutError,
         id="frame-never-completed",
     ),
@@ -304,3 +320,42 @@ async def test_garbage_metadata_answer_is_survived() -> None:
             assert garbage, "no Metadata request met the garbage"
         ledger.check({0: cluster.values(later, 0)})
         first.check(_log(cluster, topic))
+
+
+@pytest.mark.parametrize(
+    "trailing",
+    [
+        pytest.param(b"\0\0", id="part-of-a-size"),
+        pytest.param(struct.pack(">ii", 64, 0x7FFFFFF0) + b"\0" * 8, id="part-of-a-frame"),
+    ],
+)
+async def test_bytes_after_an_answer_close_the_connection_and_lose_nothing(
+    trailing: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = unique_topic("trailing")
+    async with _hostile_cluster(topic) as cluster:
+        ledger = Ledger(topic)
+        async with Producer(**fast_options(cluster.bootstrap_servers)) as producer:
+            await bounded(ledger.send_many(producer, [0, 1], 1))
+            await ledger.wait()
+            accepted = cluster.broker(1).connections_accepted
+            caplog.set_level(logging.WARNING, logger="aioproducer")
+            cluster.broker(1).push(PRODUCE, Action(ActionKind.TRAILING, payload=trailing))
+            answered = await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            assert answered.future.exception() is None
+            await wait_until(
+                lambda: any(
+                    "no request awaited a response" in r.getMessage() for r in caplog.records
+                )
+            )
+            warning = next(
+                r for r in caplog.records if "no request awaited a response" in r.getMessage()
+            )
+            assert warning.levelno == logging.WARNING and "node 1" in warning.getMessage()
+            # The producer connects again for what comes next.
+            await bounded(ledger.send_many(producer, [0, 1], 3))
+            await ledger.wait()
+            assert cluster.broker(1).connections_accepted > accepted
+        ledger.check(_log(cluster, topic))
+        assert not ledger.failed

@@ -61,7 +61,7 @@ def test_defaults_follow_the_java_client() -> None:
     assert config.partitioner is None
     assert config.interceptors == ()
     assert config.client_software_name == "aioproducer"
-    assert config.max_response_size == 100 * 1024 * 1024
+    assert config.max_response_size == 32 * 1024 * 1024
 
 
 def test_java_names_snake_names_and_keywords() -> None:

@@ -8,6 +8,8 @@ against. Every test runs on the default asyncio loop and on uvloop (the ``run`` 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import random
 import socket
 import struct
@@ -29,13 +31,16 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
-from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.net import connection as connection_module
+from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey, Request, Response
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
     InitProducerIdRequest,
     MetadataRequest,
     MetadataResponse,
+    ProducePartitionData,
     ProduceRequest,
+    ProduceTopicData,
 )
 
 if TYPE_CHECKING:
@@ -713,6 +718,90 @@ def test_plaintext_connections_write_on_the_native_thread_where_it_is_built(
     run(scenario())
 
 
+class _FakeSocket:
+    """A socket as a transport reports it: a real descriptor, options ignored."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def setsockopt(self, *args: Any) -> None:
+        pass
+
+
+class _TransportHidingTls(asyncio.Transport):
+    """A transport that reports no ``ssl_object``, as a third-party loop's TLS transport
+    might."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._extra = {"socket": _FakeSocket(sock), "ssl_object": None}
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class _RecordingWriter:
+    """Stands in for the native writer where it is not built."""
+
+    def __init__(self, fd: int, notify_fd: int = -1) -> None:
+        self.fd = fd
+
+    def abort(self) -> None:
+        pass
+
+    def close(self, shutdown_write: bool = False, timeout_ms: int = 30000) -> None:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="the native writer is for Linux")
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL", "PLAINTEXT", "SASL_PLAINTEXT"])
+def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
+    monkeypatch: pytest.MonkeyPatch, writes: str, protocol: str
+) -> None:
+    # The transport says nothing of TLS; security_protocol alone must keep TLS bytes (SSL,
+    # SASL_SSL) from reaching the raw socket. PLAINTEXT and SASL_PLAINTEXT write as given.
+    if writes != "writer-thread":
+        pytest.skip("about the writer thread")
+    monkeypatch.setattr(connection_module, "_SOCKET_WRITER_BUILT", True)
+    if not _socket_writer_built():
+        monkeypatch.setattr(connection_module, "SocketWriter", _RecordingWriter, raising=False)
+    sasl: dict[str, Any] = {}
+    if protocol.startswith("SASL"):
+        sasl = {"sasl_mechanism": "PLAIN", "sasl_plain_username": "u", "sasl_plain_password": "p"}
+    config = make_config(security_protocol=protocol, **sasl)
+    ours, peer = socket.socketpair()
+    try:
+        connection = BrokerConnection(1, HOST, 9092, config)
+        connection.connection_made(_TransportHidingTls(ours))
+        connection._start_writer()
+        try:
+            assert (connection._writer is not None) is (protocol in ("PLAINTEXT", "SASL_PLAINTEXT"))
+        finally:
+            connection.abort()
+        assert connection._writer is None
+    finally:
+        ours.close()
+        peer.close()
+
+
 def _socket_writer_built() -> bool:
     try:
         import aioproducer._sockwriter  # noqa: F401
@@ -835,13 +924,13 @@ def test_bad_size_prefix_fails_fast(run: Runner[None], size: int) -> None:
 def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
     async def scenario() -> None:
         async with FakeBroker() as broker:
-            connection, _, _ = await connected(broker)  # max_response_size: 100 MB
-            future = connection.send(EchoRequest(b"a"))
+            connection, _, _ = await connected(broker)  # max_response_size: 32 MiB
+            future = connection.send(EchoRequest(b"a"))  # a Metadata request: no cap of its own
             request = await broker.next_request()
-            announced = 64 * 1024 * 1024
+            announced = 30 * 1024 * 1024
             tracemalloc.start()
             try:
-                # A frame that announces 64 MiB, a few bytes of it, then the broker hangs up:
+                # A frame that announces 30 MiB, a few bytes of it, then the broker hangs up:
                 # the bytes are read before the loss is seen.
                 request.writer.write(struct.pack(">ii", announced, request.correlation_id) + b"x")
                 request.writer.close()
@@ -851,6 +940,187 @@ def test_announced_size_is_not_allocated_up_front(run: Runner[None]) -> None:
                 tracemalloc.stop()
             assert type(error) is KafkaConnectionError
             assert peak < announced // 16
+
+    run(scenario())
+
+
+# ---- response size caps, and bytes nobody asked for -------------------------------------
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Wait until ``predicate()`` holds (looking every millisecond; a bound against hangs)."""
+    deadline = time.monotonic() + PATIENCE
+    while not predicate():
+        assert time.monotonic() < deadline, "gave up waiting"
+        await asyncio.sleep(0.001)
+
+
+def test_a_response_over_its_request_cap_fails_fast(run: Runner[None]) -> None:
+    # An InitProducerId answer has a fixed shape: 1 MiB is its cap, far below
+    # max_response_size. The announced bytes are neither waited for nor buffered.
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            head = connection.send(InitProducerIdRequest(None, 60000), 1)
+            second = connection.send(EchoRequest(b"b"))
+            request = await broker.next_request()
+            announced = SMALL_RESPONSE_LIMIT + 1
+            request.writer.write(struct.pack(">ii", announced, request.correlation_id))
+            error = await failure(head)
+            assert type(error) is CorruptResponseError and error.retriable
+            assert (
+                f"response size prefix {announced} is outside [4, {SMALL_RESPONSE_LIMIT}] "
+                "(the most a response to InitProducerIdRequest v1 may take)"
+            ) in str(error)
+            other = await failure(second)
+            assert type(other) is KafkaConnectionError and other.retriable
+            assert connection.closed and len(on_close.calls) == 1
+            assert connection.receive_buffer_size() == 0
+
+    run(scenario())
+
+
+def test_a_metadata_response_may_take_up_to_max_response_size(run: Runner[None]) -> None:
+    # The same size as above, answering a request without a cap of its own (Metadata's key).
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            future = connection.send(EchoRequest(b"a"))
+            request = await broker.next_request()
+            payload = bytes(SMALL_RESPONSE_LIMIT - 3)  # a frame of SMALL_RESPONSE_LIMIT + 1
+            broker.reply(request, payload)
+            response = await asyncio.wait_for(future, PATIENCE)
+            assert response is not None and response.payload == payload
+            assert connection.is_ready and on_close.calls == []
+            assert connection.receive_buffer_size() == 0
+            connection.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("over", [0, 1], ids=["at the cap", "over the cap"])
+def test_a_produce_response_cap_grows_with_the_request(run: Runner[None], over: int) -> None:
+    async def scenario() -> None:
+        records = bytes(64 << 10)
+        produce = ProduceRequest(
+            None, -1, 30000, [ProduceTopicData("t", [ProducePartitionData(0, records)])]
+        )
+        limit = produce.response_size_limit()
+        assert limit is not None and limit > SMALL_RESPONSE_LIMIT + 64 * len(records)
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            future = connection.send(produce, 9)
+            request = await broker.next_request()
+            request.writer.write(struct.pack(">ii", limit + over, request.correlation_id))
+            if over:
+                error = await failure(future)
+                assert type(error) is CorruptResponseError
+                assert f"outside [4, {limit}]" in str(error) and "ProduceRequest v9" in str(error)
+                assert connection.closed and connection.receive_buffer_size() == 0
+            else:
+                # Accepted: the prefix and correlation id wait for the rest of the frame.
+                await _until(lambda: connection.receive_buffer_size() == 8 or connection.closed)
+                assert connection.is_ready and on_close.calls == []
+                assert not future.done()
+                connection.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "unsolicited",
+    [b"\x00\x00", struct.pack(">ii", 100, 7) + b"abc", struct.pack(">ii", 4, 7)],
+    ids=["part of a size", "part of a frame", "a whole frame"],
+)
+def test_bytes_nobody_asked_for_close_the_connection(
+    run: Runner[None], caplog: pytest.LogCaptureFixture, unsolicited: bytes
+) -> None:
+    # Nothing is in flight, and no request was sent without expecting an answer (acks=0):
+    # no answer can be coming, so the bytes are not kept waiting for a rest that may never
+    # come. The connection closes at once, with a warning (no request carries the error).
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker)
+            assert connection.in_flight_count() == 0
+            broker.writers[0].write(unsolicited)
+            await on_close.wait_until(lambda: connection.closed)
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError)
+            assert "no request awaited a response" in str(cause) or "nothing in flight" in str(
+                cause
+            )
+            assert connection.receive_buffer_size() == 0
+
+    caplog.set_level(logging.WARNING, logger="aioproducer.net")
+    run(scenario())
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "closing the connection" in warnings[0].getMessage()
+
+
+def test_a_stalled_answer_to_an_acks_0_request_closes_at_the_request_timeout(
+    run: Runner[None],
+) -> None:
+    # Some brokers (Tansu, librdkafka's mock) answer acks=0 requests, so bytes may come with
+    # nothing in flight; the rest of their frame must come within request_timeout_ms.
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, clock=clock, request_timeout_ms=1000)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            start = struct.pack(">ii", 100, request.correlation_id) + b"abc"
+            request.writer.write(start)
+            await _until(lambda: connection.receive_buffer_size() == len(start))
+            assert connection.check_request_timeouts(clock.now + 0.999) is False
+            assert connection.is_ready
+            assert connection.check_request_timeouts(clock.now + 1.0) is True
+            assert connection.closed and len(on_close.calls) == 1
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError)
+            assert "11 bytes of a frame" in str(cause) and "request_timeout_ms" in str(cause)
+            assert connection.receive_buffer_size() == 0
+
+    run(scenario())
+
+
+def test_an_answer_to_an_acks_0_request_may_come_in_pieces(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, clock=clock, request_timeout_ms=1000)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            answer = frame(request.correlation_id, b"unexpected")
+            request.writer.write(answer[:6])
+            await _until(lambda: connection.receive_buffer_size() == 6)
+            clock.now += 0.9
+            request.writer.write(answer[6:])
+            await _until(lambda: connection.receive_buffer_size() == 0)
+            # The frame came whole within the timeout: nothing is left to time out.
+            assert connection.check_request_timeouts(clock.now + 100) is False
+            future = connection.send(EchoRequest(b"normal"))
+            broker.reply(await broker.next_request(), b"expected")
+            response = await asyncio.wait_for(future, PATIENCE)
+            assert response is not None and response.payload == b"expected"
+            assert connection.is_ready and on_close.calls == []
+            connection.close()
+
+    run(scenario())
+
+
+def test_a_stalled_answer_closes_without_a_caller(run: Runner[None]) -> None:
+    # Nobody calls check_request_timeouts (no batch is in flight with acks=0): the
+    # connection's own timer closes it.
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, on_close, _ = await connected(broker, request_timeout_ms=50)
+            connection.send(EchoRequest(b"acks=0", respond=False))
+            request = await broker.next_request()
+            request.writer.write(struct.pack(">ii", 100, request.correlation_id))
+            await on_close.wait_until(lambda: connection.closed)
+            cause = on_close.calls[0][1]
+            assert isinstance(cause, CorruptResponseError) and "request_timeout_ms" in str(cause)
 
     run(scenario())
 

@@ -13,11 +13,18 @@ for "only CorruptResponseError". This file adds:
   overwritten by huge values must fail (or decode) allocating memory in proportion to the
   input, not to the counts it announces (measured with tracemalloc).
 - **Framing helpers on random bytes** raise only CorruptResponseError.
+- **Every response, hostile lengths, a fixed seed.** A deterministic pass over the real
+  bytes of every response type and version: lengths and counts overwritten with huge,
+  negative and null values, over-long varints, cuts, flips and insertions. Each decode
+  returns or raises CorruptResponseError with a message that says what is wrong and where,
+  and allocates in proportion to the input.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
+import re
 import tracemalloc
 import uuid
 from typing import Any
@@ -349,6 +356,76 @@ def test_hostile_counts_cost_memory_in_proportion_to_the_input(
     finally:
         tracemalloc.stop()
     assert peak - baseline <= PER_INPUT_BYTE * len(hostile) + FIXED
+
+
+# ---- every response, hostile lengths, a fixed seed -------------------------------------------
+
+EVERY_RESPONSE = [
+    pytest.param(
+        build(version)[0],
+        version,
+        bytes(response().encode(version=version)),
+        id=f"{cls.__name__}-v{version}",
+    )
+    for cls, build, response, _ in RESPONSE_CASES
+    for version in _versions(cls)
+]
+
+# Lengths and counts as the wire spells them: int32 (arrays, bytes), int16 (strings),
+# unsigned varints (compact forms, tagged fields): huge, negative, null, too long.
+HOSTILE_INT32 = [b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xff", b"\xff\xff\xff\xfe"]
+HOSTILE_INT16 = [b"\x7f\xff", b"\x80\x00", b"\xff\xff", b"\xff\xfe"]
+HOSTILE_VARINTS = [b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x01", b"\x00", b"\xfe\xff\x7f"]
+
+#: What a decoding error says: the field that is wrong and where it is.
+CLEAR_MESSAGE = re.compile(
+    r"truncated data: .+ needs \d+ bytes at offset \d+, \d+ left"
+    r"|invalid (.+ )?length -?\d+ at offset \d+"
+    r"|null compact array at offset \d+"
+    r"|.*varint at offset \d+ (overflows|is longer than \d+ bytes)"
+    r"|invalid UTF-8 at offset \d+"
+)
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    mutated = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        position = rng.randrange(max(1, len(mutated)))
+        kind = rng.randrange(6)
+        if kind == 0:
+            mutated[position : position + 4] = rng.choice(HOSTILE_INT32)
+        elif kind == 1:
+            mutated[position : position + 2] = rng.choice(HOSTILE_INT16)
+        elif kind == 2:
+            mutated[position : position + 1] = rng.choice(HOSTILE_VARINTS)
+        elif kind == 3:
+            del mutated[position:]
+        elif kind == 4 and mutated:
+            mutated[position] = rng.randrange(256)
+        else:
+            mutated[position:position] = rng.randbytes(rng.randint(1, 8))
+    return bytes(mutated)
+
+
+@pytest.mark.parametrize(("request_", "version", "data"), EVERY_RESPONSE)
+def test_hostile_lengths_in_every_response_fail_clearly_and_cheaply(
+    request_: Any, version: int, data: bytes
+) -> None:
+    rng = random.Random(f"{type(request_).__name__}-{version}")
+    tracemalloc.start()
+    try:
+        for _ in range(400):
+            hostile = _mutate(rng, data)
+            baseline, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            try:
+                request_.decode_response(memoryview(hostile), version)
+            except CorruptResponseError as exc:
+                assert CLEAR_MESSAGE.match(str(exc)), (hostile.hex(), str(exc))
+            _, peak = tracemalloc.get_traced_memory()
+            assert peak - baseline <= PER_INPUT_BYTE * len(hostile) + FIXED, hostile.hex()
+    finally:
+        tracemalloc.stop()
 
 
 # ---- framing -------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import select
 import socket
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -172,6 +174,40 @@ def test_bad_arguments_are_refused(pair: tuple[socket.socket, ...]) -> None:
     with pytest.raises(ValueError):
         writer.notify_below(-1)
     writer.abort()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ (PEP 688) is new in 3.12")
+def test_a_list_the_caller_changes_while_a_buffer_exports_is_read_safely(
+    pair: tuple[socket.socket, ...],
+) -> None:
+    # Exporting an item's buffer may run Python code, which may change the list write() is
+    # reading: an item replaced is read from the list as it is now (never from freed
+    # memory), a list that shrank is refused, and the writer stays usable.
+    ours, peer = pair
+    writer = SocketWriter(ours.fileno())
+    parts: list[Any] = []
+
+    class Replacing:
+        def __buffer__(self, flags: int) -> memoryview:
+            parts.extend([b"-appended"] * 1000)  # the list's array moves
+            parts[1] = b"-replaced"
+            return memoryview(b"first")
+
+    class Shrinking:
+        def __buffer__(self, flags: int) -> memoryview:
+            parts.clear()
+            return memoryview(b"lost")
+
+    parts[:] = [Replacing(), b"-original", b"-third"]
+    writer.write(parts)
+    parts[:] = [Shrinking(), b"-second"]
+    with pytest.raises(RuntimeError, match="changed size"):
+        writer.write(parts)
+    writer.write([b"-last"])
+    writer.close(shutdown_write=True)
+    expected = b"first-replaced-third-last"
+    assert _read_exactly(peer, len(expected)) == expected
+    assert peer.recv(1) == b""
 
 
 @pytest.mark.parametrize("closed_first", [False, True], ids=["dropped", "closed-then-dropped"])
