@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
 
 from aioproducer.appender import check_headers
-from aioproducer.config import ProducerConfig, _field_name, _names_a_secret, options_table
+from aioproducer.config import (
+    _JAVA_ONLY,
+    ProducerConfig,
+    _field_name,
+    _names_a_secret,
+    options_table,
+)
 from aioproducer.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -630,6 +636,8 @@ def _check_file_name(name: str, where: str) -> None:
     """Refuse a name from a properties file that is no producer config, naming ``where``
     (file and line). The name is shown only when it has the shape of a config name, or is
     one word close to one (``ack``): a line of another shape may be part of a secret."""
+    if name in _JAVA_ONLY:
+        return  # the config check drops it (a value that changes nothing) or refuses it
     try:
         _field_name(name)
     except ConfigurationError as exc:
