@@ -10,6 +10,7 @@ from aioproducer.delivery import DeliveredMessage
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
 from aioproducer.producer import Producer, ProducerState
+from aioproducer.properties import read_properties
 from aioproducer.records import (
     Header,
     ProducerRecord,
@@ -40,4 +41,5 @@ __all__ = [
     "TransactionState",
     "UnsecuredTokenProvider",
     "__version__",
+    "read_properties",
 ]

@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
@@ -51,6 +51,7 @@ from aioproducer.errors import (
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
 from aioproducer.producer import Producer
+from aioproducer.properties import parse_properties
 from aioproducer.records import check_partition
 
 __all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
@@ -440,11 +441,6 @@ def _check_topic(topic: str) -> str:
         raise UsageError(f"--topic: {exc}") from None
 
 
-_PROPERTY_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-#: Java's line terminators (``\n``, ``\r``, ``\r\n``); not str.splitlines()'s, which
-#: also breaks at form feeds and other characters a value may hold.
-_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
 
 #: A name from a file that may be echoed: the shape of a config name (``linger.ms``,
 #: ``batch_size``: lower case, in parts, short), not of a secret. A line of another shape
@@ -455,102 +451,6 @@ _CONFIG_NAME_SHAPE: Final = re.compile(r"(?=.{1,64}$)[a-z][a-z0-9]*(?:[._-][a-z0
 _WARNED_PERMISSIONS: set[str] = set()
 
 _logger = logging.getLogger("aioproducer.cli")
-
-
-def _parse_properties(text: str) -> list[tuple[str, str, int]]:
-    """The entries of a Java ``.properties`` file as ``(name, value, line)`` triples, in order.
-
-    Follows ``java.util.Properties.load``: lines end at ``\\n``, ``\\r`` or ``\\r\\n``;
-    ``#`` and ``!`` comment lines; ``name=value``, ``name: value`` or ``name value``;
-    whitespace around the separator dropped; a line ending in an odd number of
-    backslashes continues on the next one (whose leading whitespace is dropped); escapes
-    ``\\t \\n \\r \\f \\uXXXX``, and a backslash before any other character stands for
-    that character (``\\=``, ``\\:``, ``\\ ``, ``\\\\``). A name without a value has the
-    empty value. ``line`` is the number of the line the entry starts on.
-
-    Raises:
-        ValueError: a malformed ``\\uXXXX`` escape. The message names the line it is on
-            and nothing of its text, which may be a secret.
-    """
-    entries: list[tuple[str, str, int]] = []
-    lines = _LINE_BREAK.split(text)
-    index = 0
-    while index < len(lines):
-        number = index + 1
-        logical = lines[index].lstrip(" \t\f")
-        index += 1
-        if not logical or logical[0] in "#!":
-            continue
-        # Where each physical line starts in the logical one, to name the line of an error.
-        starts = [(0, number)]
-        while _continues(logical) and index < len(lines):
-            logical = logical[:-1]
-            starts.append((len(logical), index + 1))
-            logical += lines[index].lstrip(" \t\f")
-            index += 1
-        if _continues(logical):  # a backslash at the very end of the file
-            logical = logical[:-1]
-        try:
-            name, value = _split_entry(logical)
-        except _EscapeError as exc:
-            line = max(line for offset, line in starts if offset <= exc.offset)
-            raise ValueError(f"line {line}: malformed \\uXXXX escape") from None
-        entries.append((name, value, number))
-    return entries
-
-
-class _EscapeError(ValueError):
-    def __init__(self, offset: int) -> None:
-        super().__init__(f"malformed escape at offset {offset}")
-        self.offset = offset
-
-
-def _continues(line: str) -> bool:
-    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    position = 0
-    while position < len(line):
-        char = line[position]
-        if char == "\\":
-            position += 2
-            continue
-        if char in "=: \t\f":
-            break
-        position += 1
-    name = line[:position]
-    value_start = len(line) - len(line[position:].lstrip(" \t\f"))
-    if line[value_start : value_start + 1] in ("=", ":"):
-        value_start += 1
-        value_start = len(line) - len(line[value_start:].lstrip(" \t\f"))
-    return _unescape(name, 0), _unescape(line[value_start:], value_start)
-
-
-def _unescape(text: str, offset: int) -> str:
-    """``text`` with its escapes replaced; ``offset`` is where it starts in its line, for
-    the position an :class:`_EscapeError` reports."""
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    position = 0
-    while position < len(text):
-        char = text[position]
-        if char != "\\" or position + 1 >= len(text):
-            out.append(char)
-            position += 1
-            continue
-        escaped = text[position + 1]
-        if escaped == "u":
-            digits = text[position + 2 : position + 6]
-            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise _EscapeError(offset + position)
-            out.append(chr(int(digits, 16)))
-            position += 6
-            continue
-        out.append(_PROPERTY_ESCAPES.get(escaped, escaped))
-        position += 2
-    return "".join(out)
 
 
 def _warn_if_readable(path: str, option: str, names: Sequence[str]) -> None:
@@ -595,7 +495,7 @@ def _read_properties(path: str, option: str) -> list[tuple[str, str, int]]:
     except UnicodeDecodeError:
         text = data.decode("latin-1")
     try:
-        entries = _parse_properties(text)
+        entries = parse_properties(text)
     except ValueError as exc:
         raise UsageError(f"{option} {path} {exc}") from None
     _warn_if_readable(path, option, [name for name, _, _ in entries])
@@ -1485,14 +1385,15 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     props = _producer_props(args)
     _default_client_id(props, PERF_CLIENT_ID)
     transaction_duration = _transactions(args, props)
-    _check_config(props)
+    checked = _check_config(props)
     _check_partitions(props, args.partitions)
     plan = _perf_plan(args)
     plan.transaction_duration = transaction_duration
+    security = _reader_security(checked) if args.verify else {}
     with _cluster(props, plan.topic, args.partitions) as (bootstrap, embedded):
         start_offsets: dict[int, int] | None = None
         if args.verify and not embedded:
-            start_offsets = _end_offsets(bootstrap, plan.topic)
+            start_offsets = _end_offsets(bootstrap, plan.topic, security)
         producer = _make_producer(props, bootstrap)
         if plan.warmup > 0:
             print(
@@ -1503,7 +1404,9 @@ def _cmd_perf(args: argparse.Namespace) -> int:
         result = _run(lambda: _perf(producer, plan), not args.no_uvloop)
         verify_error: str | None = None
         if args.verify and result.stats is not None and not result.stopped:
-            verify_error = _verify(bootstrap, plan.topic, result.stats.count, start_offsets)
+            verify_error = _verify(
+                bootstrap, plan.topic, result.stats.count, start_offsets, security
+            )
     if transaction_duration is not None:
         _note(
             f"committed {_count(result.transactions, 'transaction')} "
@@ -1809,7 +1712,7 @@ def _print_metrics(metrics: dict[str, float], client_id: str | None) -> None:
 # ---- read-back verification ----------------------------------------------------------------
 
 
-def _consumer(bootstrap: str) -> Any:
+def _consumer(bootstrap: str, security: Mapping[str, str] | None = None) -> Any:
     import confluent_kafka
 
     return confluent_kafka.Consumer(
@@ -1820,8 +1723,55 @@ def _consumer(bootstrap: str) -> Any:
             "enable.auto.offset.store": False,
             "fetch.wait.max.ms": 100,
             "log_level": 3,
+            **(security or {}),
         }
     )
+
+
+def _reader_security(config: ProducerConfig) -> dict[str, str]:
+    """The producer's TLS and SASL settings in confluent-kafka's (librdkafka's) names, so
+    that the read-back check reaches the same listener the same way.
+
+    Raises:
+        UsageError: a setting the consumer cannot take (an OAUTHBEARER token provider, a
+            Python ``ssl_context``).
+    """
+    from aioproducer.net.tls import trusted_pem
+
+    protocol = str(getattr(config.security_protocol, "value", config.security_protocol))
+    security: dict[str, str] = {"security.protocol": protocol.lower()}
+    if protocol.startswith("SASL"):
+        mechanism = str(getattr(config.sasl_mechanism, "value", config.sasl_mechanism))
+        if mechanism == "OAUTHBEARER":
+            raise UsageError(
+                "--verify reads back with confluent-kafka, which cannot use aioproducer's "
+                "OAUTHBEARER token provider; run without --verify and check the topic with "
+                "a consumer of your own"
+            )
+        security["sasl.mechanism"] = mechanism
+        security["sasl.username"] = config.sasl_plain_username or ""
+        security["sasl.password"] = config.sasl_plain_password or ""
+    if protocol.endswith("SSL"):
+        if config.ssl_context is not None:
+            raise UsageError("--verify cannot hand a Python ssl_context to confluent-kafka")
+        try:
+            pem = trusted_pem(config)
+        except (ConfigurationError, OSError) as exc:
+            raise UsageError(f"--verify: {exc}") from None
+        if pem is not None:
+            security["ssl.ca.pem"] = pem
+        if config.ssl_keystore_location is not None:
+            security["ssl.keystore.location"] = config.ssl_keystore_location
+            security["ssl.keystore.password"] = config.ssl_keystore_password or ""
+        elif config.ssl_certfile is not None:
+            security["ssl.certificate.location"] = config.ssl_certfile
+            security["ssl.key.location"] = config.ssl_keyfile or config.ssl_certfile
+            if config.ssl_password is not None:
+                security["ssl.key.password"] = config.ssl_password
+        security["ssl.endpoint.identification.algorithm"] = (
+            "https" if config.ssl_check_hostname else "none"
+        )
+    return security
 
 
 def _partitions(consumer: Any, topic: str) -> list[int]:
@@ -1832,11 +1782,13 @@ def _partitions(consumer: Any, topic: str) -> list[int]:
     return sorted(entry.partitions)
 
 
-def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def _end_offsets(
+    bootstrap: str, topic: str, security: Mapping[str, str] | None = None
+) -> dict[int, int]:
     """Each partition's end offset before the run, so that only this run's records count."""
     import confluent_kafka
 
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     try:
         return {
             partition: int(
@@ -1860,16 +1812,18 @@ def count_records(
     *,
     idle_timeout: float = 10.0,
     settle: float = 0.5,
+    security: Mapping[str, str] | None = None,
 ) -> int:
     """Read ``topic`` with confluent-kafka and count its records.
 
     Reading starts at ``start_offsets`` (the beginning for partitions not in it) and stops
     ``settle`` seconds after ``expected`` records arrived (to catch extra ones), or after
-    ``idle_timeout`` seconds without a new record.
+    ``idle_timeout`` seconds without a new record. ``security``: confluent-kafka's TLS and
+    SASL settings (:func:`_reader_security`).
     """
     import confluent_kafka
 
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     count = 0
     try:
         partitions = _partitions(consumer, topic)
@@ -1902,9 +1856,13 @@ def count_records(
 
 
 def _verify(
-    bootstrap: str, topic: str, acknowledged: int, start_offsets: dict[int, int] | None
+    bootstrap: str,
+    topic: str,
+    acknowledged: int,
+    start_offsets: dict[int, int] | None,
+    security: Mapping[str, str],
 ) -> str | None:
-    stored = count_records(bootstrap, topic, acknowledged, start_offsets)
+    stored = count_records(bootstrap, topic, acknowledged, start_offsets, security=security)
     if stored != acknowledged:
         return (
             f"verify: the broker acknowledged {_count(acknowledged, 'record')} but a "

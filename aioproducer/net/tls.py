@@ -127,6 +127,25 @@ def ssl_context_for(config: ProducerConfig) -> ssl.SSLContext | None:
     )
 
 
+def trusted_pem(config: ProducerConfig) -> str | None:
+    """The CAs ``config`` trusts as PEM text, from ``ssl_cafile`` or the trust store options;
+    None when it trusts the system's CAs. For handing the same trust to another client
+    (the command line's read-back check)."""
+    if config.ssl_truststore_location is None and config.ssl_truststore_certificates is None:
+        if config.ssl_cafile is None:
+            return None
+        with open(config.ssl_cafile, encoding="ascii", errors="replace") as file:
+            return file.read()
+    return _trusted_pem(
+        _Sources(
+            truststore_location=config.ssl_truststore_location,
+            truststore_password=config.ssl_truststore_password,
+            truststore_type=config.ssl_truststore_type,
+            truststore_certificates=config.ssl_truststore_certificates,
+        )
+    )
+
+
 # The given contexts already warned about (weakly held: a context may go away).
 _UNVERIFIED_WARNED: weakref.WeakSet[ssl.SSLContext] = weakref.WeakSet()
 

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 import aioproducer.cli as cli
-from aioproducer.cli import PerfStats, _parse_properties, build_parser, main
+from aioproducer.cli import PerfStats, build_parser, main
 from aioproducer.config import _names_a_secret
+from aioproducer.properties import parse_properties as _parse_properties
 from tests.support.readback import high_watermarks, read_back
 
 ROOT = Path(__file__).resolve().parents[2]

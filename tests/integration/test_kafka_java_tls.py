@@ -189,3 +189,40 @@ def test_spark_data_source_with_the_java_truststore_options(
     records = read_back(kafka_secure.broker.bootstrap_servers, topic, expected=len(rows))
     got = sorted((r.key, r.value) for r in records)
     assert got == sorted((k.encode(), v.encode()) for k, v in rows)
+
+
+def test_perf_verify_reads_back_over_the_same_secured_listener(
+    kafka_secure: SecureKafka, truststore: Path, tmp_path: Path
+) -> None:
+    """`perf --verify` with a Java client.properties for SASL_SSL (a JAAS line, a PKCS12
+    trust store): the read-back check reaches the listener with the same settings and
+    counts every record; no secret shows in what the command prints."""
+    user = SecureKafka.SUPER_USER
+    password = kafka_secure.passwords[user]
+    topic = _topic(kafka_secure, "perf-verify-")
+    options = _java_options(
+        kafka_secure,
+        truststore,
+        **{
+            "bootstrap.servers": kafka_secure.address("SASL_SSL"),
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            f'required username="{user}" password="{password}";',
+        },
+    )
+    properties = tmp_path / "client.properties"
+    properties.write_text("".join(f"{k}={v}\n" for k, v in options.items()), encoding="utf-8")
+    properties.chmod(0o600)
+    result = subprocess.run(
+        [sys.executable, "-m", "aioproducer", "perf", "--topic", topic,
+         "--num-records", "50", "--record-size", "20", "--throughput", "-1",
+         "--producer.config", str(properties), "--verify"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(_ROOT)},
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Verified: a confluent-kafka consumer read back all 50 records" in result.stdout
+    for secret in (password, _STORE_PASSWORD):
+        assert secret not in output
