@@ -121,8 +121,11 @@ def _is_word_char(char: str) -> bool:
     return 32 < code <= 128 or code >= 160
 
 
-def _tokens(text: str) -> list[_Token]:
+def _tokens(text: str) -> tuple[list[_Token], int | None]:
+    """The tokens of ``text``, and the column of the first unquoted single ``/`` (a
+    comment to the end of its line, as in Java's parser: a likely mistake in a value)."""
     tokens: list[_Token] = []
+    slash: int | None = None
     position = 0
     length = len(text)
     while position < length:
@@ -138,6 +141,8 @@ def _tokens(text: str) -> list[_Token]:
                     raise _syntax(position, "a /* comment is not closed with */")
                 position = end + 2
             else:  # '//' or a lone '/': a comment to the end of the line
+                if following != "/" and slash is None:
+                    slash = position + 1
                 while position < length and text[position] not in "\r\n":
                     position += 1
         elif char in "\"'":
@@ -158,7 +163,7 @@ def _tokens(text: str) -> list[_Token]:
         else:
             tokens.append(_Token(_OTHER, char, position + 1))
             position += 1
-    return tokens
+    return tokens, slash
 
 
 def _quoted_length(text: str, start: int) -> int:
@@ -228,7 +233,7 @@ def parse_jaas_config(text: str) -> JaasEntry:
     """
     if not isinstance(text, str):
         raise ConfigurationError(f"{_LABEL} must be a string, got {type(text).__name__}")
-    tokens = _tokens(text)
+    tokens, slash = _tokens(text)
     if not tokens:
         raise ConfigurationError(f"{_LABEL} is empty: it needs a login module")
     entries: list[JaasEntry] = []
@@ -256,7 +261,13 @@ def parse_jaas_config(text: str) -> JaasEntry:
         while True:
             name = take()
             if name is None:
-                raise _at(None, "the login module's entry is not ended with ';'")
+                hint = ""
+                if slash is not None:
+                    hint = (
+                        f" (the '/' at column {slash} starts a comment to the end of its line, "
+                        "as in Java: put a value that holds '/' in double quotes)"
+                    )
+                raise _at(None, f"the login module's entry is not ended with ';'{hint}")
             if name.kind == _SEMICOLON:
                 break
             if name.kind not in (_WORD, _QUOTED):

@@ -181,7 +181,8 @@ class SyncProducer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "closing" if self._closing else "running"
         return (
-            f"<SyncProducer bootstrap_servers={self.config.bootstrap_servers!r} state={state}>"
+            f"<SyncProducer client_id={self.config.client_id!r} "
+            f"bootstrap_servers={self.config.bootstrap_servers!r} state={state}>"
         )
 
     # ---- the loop thread ------------------------------------------------------------------

@@ -96,6 +96,8 @@ def test_the_grammar_of_kafka_jaas_config(text: str, options: dict[str, str]) ->
         (f'{PLAIN} required password="{SECRET}"; {PLAIN} required;', "holds 2 login modules"),
         (f'{PLAIN} required password="{SECRET}" \x85 x=y;', "(a character): expected an "
          "option name"),
+        (f"{PLAIN} required username=alice password=p@ss/{SECRET};", "not ended with ';' "
+         "(the '/' at column 94 starts a comment to the end of its line"),
     ],
 )
 def test_a_malformed_line_says_where_and_never_what(text: str, where: str) -> None:
