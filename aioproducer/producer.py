@@ -18,11 +18,7 @@ from threading import get_ident
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.appender import (
-    CheckedHeaders,
-    RecordAppender,
-    record_size,
-)
+from aioproducer.appender import PendingRecord, RecordAppender, record_size
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
 from aioproducer.delivery import (
@@ -210,12 +206,13 @@ class Producer:
             accumulator=self._accumulator,
             pool=self._pool,
             partitioner=self._partitioner,
+            sender=self._sender,
+            transactions=self._transactions,
             key_serializer=self._key_serializer,
             value_serializer=self._value_serializer,
             intercept=self._intercept if self._interceptors else None,
             check_sendable=self._check_sendable,
             check_running=self._check_running,
-            after_new_batch=self._after_new_batch,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
         )
@@ -688,14 +685,14 @@ class Producer:
         # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
         if get_ident() != self._loop_thread or not self._loop_running():
             self._check_loop()
-        future = appender.append(topic, value, key, partition, timestamp_ms, headers)
-        if future is None:
-            if appender.pending_partition >= 0:
-                # Only memory is missing (buffer_memory is full): the compiled wait.
-                future = await appender.append_when_memory_frees(self._max_block)
-            else:
-                future = await self._append_wait(*appender.take_pending())
-        return future
+        result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+        if result:
+            return result
+        assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
+        if result.needs_memory:
+            # Only memory is missing (buffer_memory is full): the compiled wait.
+            return await appender.append_when_memory_frees(result, self._max_block)
+        return await self._append_wait(result)
 
     async def send_and_wait(
         self,
@@ -745,14 +742,16 @@ class Producer:
         total = len(sequence)
         try:
             while index < total:
-                index, run_end = appender.append_many(
+                index, run_end, pending = appender.append_many(
                     topic, partition, now_ms, sequence, index, run_end, results
                 )
-                if appender.has_pending():
-                    if appender.pending_partition >= 0:
-                        future = await appender.append_when_memory_frees(self._max_block)
+                if pending is not None:
+                    if pending.needs_memory:
+                        future = await appender.append_when_memory_frees(
+                            pending, self._max_block
+                        )
                     else:
-                        future = await self._append_wait(*appender.take_pending())
+                        future = await self._append_wait(pending)
                     results.add_future(future)
         except KafkaError as exc:
             # The items before the refused one are buffered: say which item it was, and
@@ -883,29 +882,12 @@ class Producer:
                 except Exception:
                     log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
-    def _after_new_batch(self, topic: str, partition: int) -> None:
-        self._metadata.touch(topic, time.monotonic())
-        if self._transactions is not None:
-            # A transaction's first batch for a partition: AddPartitionsToTxn goes out now,
-            # while the batch lingers.
-            self._transactions.maybe_add_partition((topic, partition))
-        sender = self._sender
-        assert sender is not None
-        sender.wakeup()
-
-    async def _append_wait(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: CheckedHeaders | None,
-    ) -> RecordFuture:
+    async def _append_wait(self, pending: PendingRecord) -> RecordFuture:
         appender = self._appender
         assert appender is not None
+        topic, partition, key = pending.topic, pending.partition, pending.key
         deadline = time.monotonic() + self._max_block
-        appender.check_record_size(record_size(key, value, headers))
+        appender.check_record_size(record_size(key, pending.value, pending.headers))
         # Only records that wait for metadata come here (one that waits for memory alone
         # takes appender.append_when_memory_frees): the topic's metadata is missing, or the
         # partition is out of range and the metadata must be refreshed to know.
@@ -921,10 +903,10 @@ class Producer:
             topic,
             partition,
             sticky,
-            timestamp,
+            pending.timestamp,
             key,
-            value,
-            headers,
+            pending.value,
+            pending.headers,
             max(0.0, deadline - time.monotonic()),
         )
 
