@@ -45,7 +45,7 @@ from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
 from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.api import ApiKey
-from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
 from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
 from aioproducer.sender import Sender, metadata_from_response
@@ -162,28 +162,30 @@ class Producer:
             retry_backoff=cfg.retry_backoff_ms / 1000.0,
             loop=loop,
         )
+        self._transactions = self._make_transaction_manager(loop)
+        self._idempotence = self._transactions or (
+            IdempotenceManager() if cfg.enable_idempotence else None
+        )
+        compression = CompressionType[cfg.compression_type.upper()]
         self._accumulator = RecordAccumulator(
             pool=self._pool,
             batch_size=cfg.batch_size,
             linger=cfg.linger_ms / 1000.0,
             delivery_timeout=cfg.delivery_timeout_ms / 1000.0,
             retry_backoff=cfg.retry_backoff_ms / 1000.0,
-            compression=CompressionType[cfg.compression_type.upper()],
+            compression=compression,
             compression_level=cfg.compression_level,
             loop=loop,
+            idempotence=self._idempotence,
+            offload_threshold=offload_threshold(compression, cfg.compression_offload_bytes),
             # on_acknowledgement reads every record of a finished batch.
             keep_record_futures=bool(self._interceptors),
         )
-        self._transactions = self._make_transaction_manager(loop)
-        self._idempotence = self._transactions or (
-            IdempotenceManager() if cfg.enable_idempotence else None
-        )
         self._closed_event = asyncio.Event()
-        sender_ref: list[Sender] = []
         metadata = self._metadata
         self._connections = ConnectionManager(
             cfg,
-            on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None,
+            on_state_change=self._wake_sender,
             # A broker that cannot be reached may have lost its leaderships: refresh.
             on_disconnect=lambda node_id: metadata.request_update(),
             # Refused credentials: sends waiting for metadata look at fatal_error() now.
@@ -199,8 +201,8 @@ class Producer:
             partitioner=self._partitioner,
             on_acknowledgement=self._on_batch_done if self._interceptors else None,
             on_abandoned=self._on_sender_abandoned,
+            on_fatal=self._close_appender,
         )
-        sender_ref.append(self._sender)
         self._appender = RecordAppender(
             metadata=self._metadata,
             accumulator=self._accumulator,
@@ -234,7 +236,6 @@ class Producer:
         self._state = ProducerState.RUNNING
         # Without a transaction to check, a running producer needs no state check per record.
         self._appender.open = self._transactions is None and self._sender.fatal_error is None
-        self._sender.on_fatal = self._close_appender
         if self._transactions is not None:
             await self._initialize_transactions()
 
@@ -322,6 +323,12 @@ class Producer:
             return
         dropped = sum(batch.record_count for batch in accumulator.pending_batches())
         self._report_dropped(dropped, "it was garbage-collected without being closed")
+
+    def _wake_sender(self) -> None:
+        # A connection changed state (connected, failed, freed a request slot). The
+        # connections are built before the sender, which takes them.
+        if self._sender is not None:
+            self._sender.wakeup()
 
     def _close_appender(self) -> None:
         if self._appender is not None:
