@@ -14,8 +14,8 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack as _gc_untrack
@@ -28,7 +28,7 @@ from aioproducer.records import SPLIT
 if TYPE_CHECKING:
     from aioproducer.metadata import Cluster
 
-__all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
+__all__ = ["DrainGate", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
 # The Java client's CompressionRatioEstimator: with a codec, ``batch_size`` bounds a batch's
 # *estimated compressed* size, the records' bytes times the topic's expected ratio times 1.05.
@@ -308,15 +308,36 @@ class ReadyResult:
     unknown_leader_topics: set[str]
 
 
-@dataclass(slots=True)
-class DrainResult:
-    """Batches taken for each broker."""
+class DrainGate(Protocol):
+    """What the accumulator needs of the idempotence (or transaction) manager."""
 
-    batches: dict[int, list[ProducerBatch]] = field(default_factory=dict)
+    def may_drain(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch``, the head of its partition, may be sent now without breaking
+        the partition's order (Java's ``shouldStopDrainBatchesForPartition``)."""
+        ...
 
 
 class RecordAccumulator:
-    """Per-partition deques of batches; see the module docstring."""
+    """Per-partition deques of batches; see the module docstring.
+
+    Args:
+        pool: the buffer pool batches take their buffers from and return them to.
+        batch_size: the ``batch_size`` option.
+        linger: ``linger_ms`` in seconds.
+        delivery_timeout: ``delivery_timeout_ms`` in seconds.
+        retry_backoff: ``retry_backoff_ms`` in seconds.
+        compression: the codec of every batch.
+        compression_level: the codec's level, or None for its default.
+        loop: the event loop the batches' futures belong to.
+        idempotence: with idempotence (or transactions), its manager, which says whether
+            the head batch of a partition may be drained; None without.
+        offload_threshold: the record bytes from which a batch is compressed off the event
+            loop (by the ``offload`` that :meth:`drain` is given) before it is drained; None
+            to compress every batch on the loop.
+        keep_record_futures: batches keep each ``send()`` record's future in ``records``
+            (for the interceptors' ``on_acknowledgement``, which reads every record of a
+            finished batch).
+    """
 
     def __init__(
         self,
@@ -329,7 +350,8 @@ class RecordAccumulator:
         compression: CompressionType,
         compression_level: int | None,
         loop: asyncio.AbstractEventLoop,
-        on_batch_created: Callable[[str, int, int], None] | None = None,
+        idempotence: DrainGate | None = None,
+        offload_threshold: int | None = None,
         keep_record_futures: bool = False,
     ) -> None:
         self._pool = pool
@@ -350,7 +372,7 @@ class RecordAccumulator:
         # (only with a codec; see compression_ratio()).
         self._compression_ratios: dict[str, float] = {}
         self._loop = loop
-        self._on_batch_created = on_batch_created
+        self._idempotence = idempotence
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         # The deque the last append went to: sticky partitioning appends to one partition
         # for a batch's worth of records, and this saves building a (topic, partition) key
@@ -363,14 +385,8 @@ class RecordAccumulator:
         self._flushes_in_progress = 0
         self._closed = False
         self._muted: set[TopicPartition] = set()
-        # Set by the transaction manager: whether the head batch of a partition may be drained.
-        self.drain_filter: Callable[[ProducerBatch], bool] | None = None
-        # Closes a drained batch for sending; False when it could not, and failed it.
-        self.prepare_batch: Callable[[ProducerBatch], bool] | None = None
-        # Set by the sender: batches whose records reach offload_threshold bytes are handed
-        # to offload() to be compressed off the event loop before they are drained.
-        self.offload: Callable[[ProducerBatch], None] | None = None
-        self.offload_threshold: int | None = None
+        #: Batches whose records reach this many bytes are compressed off the event loop.
+        self.offload_threshold = offload_threshold
 
     # ---- appending ------------------------------------------------------------------------
 
@@ -532,8 +548,6 @@ class RecordAccumulator:
             _gc_track(future)  # the batch refers to it: a cycle the GC must see
         batches.append(batch)
         self._incomplete.add(batch)
-        if self._on_batch_created is not None:
-            self._on_batch_created(topic, partition, len(batches))
         return future
 
     def buffer_size_for(self, record_size: int, topic: str, partition: int) -> int:
@@ -625,7 +639,7 @@ class RecordAccumulator:
         exhausted = self._pool.queued() > 0
         force = exhausted or self._closed or self._flushes_in_progress > 0
         linger_ms = self._linger_ms
-        drain_filter = self.drain_filter
+        idempotence = self._idempotence
         for tp, batches in self._batches.items():
             if not batches:
                 continue
@@ -636,7 +650,7 @@ class RecordAccumulator:
             if leader in ready_nodes or tp in self._muted:
                 continue
             batch = batches[0]
-            if drain_filter is not None and not drain_filter(batch):
+            if idempotence is not None and not idempotence.may_drain(batch):
                 continue
             if batch.in_retry:
                 backoff_left = batch.last_attempt + batch.retry_backoff - now
@@ -660,18 +674,37 @@ class RecordAccumulator:
         return ReadyResult(ready_nodes, next_delay, unknown)
 
     def drain(
-        self, cluster: Cluster, nodes: Iterable[int], max_request_size: int, now: float
+        self,
+        cluster: Cluster,
+        nodes: Iterable[int],
+        max_request_size: int,
+        now: float,
+        prepare: Callable[[ProducerBatch], bool] | None = None,
+        offload: Callable[[ProducerBatch], None] | None = None,
     ) -> dict[int, list[ProducerBatch]]:
-        """Take at most one batch per partition for each broker, up to ``max_request_size``."""
+        """Take at most one batch per partition for each broker, up to ``max_request_size``.
+
+        ``prepare`` closes each batch taken for sending; one it returns False for could not
+        be built (it failed the batch) and is left out. ``offload`` starts compressing a big
+        batch off the event loop (see ``offload_threshold``); the batch stays in its deque
+        until :meth:`offload_done`. Without ``offload``, every batch is compressed on the
+        loop when it is closed.
+        """
         drained: dict[int, list[ProducerBatch]] = {}
         for node in nodes:
-            batches = self._drain_node(cluster, node, max_request_size, now)
+            batches = self._drain_node(cluster, node, max_request_size, now, prepare, offload)
             if batches:
                 drained[node] = batches
         return drained
 
     def _drain_node(
-        self, cluster: Cluster, node: int, max_request_size: int, now: float
+        self,
+        cluster: Cluster,
+        node: int,
+        max_request_size: int,
+        now: float,
+        prepare: Callable[[ProducerBatch], bool] | None,
+        offload: Callable[[ProducerBatch], None] | None,
     ) -> list[ProducerBatch]:
         partitions = cluster.partitions_for_node(node)
         count = len(partitions)
@@ -681,9 +714,8 @@ class RecordAccumulator:
         size = 0
         ready: list[ProducerBatch] = []
         get = self._batches.get
-        drain_filter = self.drain_filter
-        prepare = self.prepare_batch
-        offload_threshold = self.offload_threshold if self.offload is not None else None
+        idempotence = self._idempotence
+        offload_threshold = self.offload_threshold if offload is not None else None
         for i in range(count):
             tp = partitions[(start + i) % count]
             batches = get(tp)
@@ -694,9 +726,13 @@ class RecordAccumulator:
                 continue
             if first.in_retry and first.last_attempt + first.retry_backoff > now:
                 continue
-            if drain_filter is not None and not drain_filter(first):
+            if idempotence is not None and not idempotence.may_drain(first):
                 continue
-            if offload_threshold is not None and self._offload_head(batches, offload_threshold):
+            if (
+                offload is not None
+                and offload_threshold is not None
+                and self._offload_head(batches, offload_threshold, offload)
+            ):
                 continue
             # As Java's: a compressed batch counts what it is expected to take compressed.
             batch_size = self.estimated_size(first) if self.compressed else first.size_in_bytes
@@ -714,15 +750,18 @@ class RecordAccumulator:
         self._drain_index[node] = (start + 1) % count
         return ready
 
-    def _offload_head(self, batches: deque[ProducerBatch], threshold: int) -> bool:
+    def _offload_head(
+        self,
+        batches: deque[ProducerBatch],
+        threshold: int,
+        offload: Callable[[ProducerBatch], None],
+    ) -> bool:
         """Start compressing big batches of a partition off the loop; True if the head waits.
 
         The head batch stops taking records and goes to ``offload``; so do the full batches
         behind it, so that a backlog compresses while the head is in flight. A batch that
         is compressing stays in its deque, so the partition's order cannot change.
         """
-        offload = self.offload
-        assert offload is not None
         head_waits = False
         for index, batch in enumerate(batches):
             builder = batch.builder

@@ -2,12 +2,14 @@
 
 ``Producer.send`` is a thin coroutine over :meth:`RecordAppender.append`, which does every
 step that needs no waiting and runs compiled with the rest of the hot path (see
-:mod:`aioproducer.compiled`). When a record must wait (for the topic's metadata, or for
-buffer memory), ``append`` keeps the prepared record and the producer's slow path takes it
-with :meth:`RecordAppender.take_pending`, so serializers and interceptors run once per
-record whatever happens. A record that waits only for memory (its topic and partition
-known) takes the compiled :meth:`RecordAppender.append_when_memory_frees` instead: with
-``buffer_memory`` full, that is once per batch.
+:mod:`aioproducer.compiled`). ``append`` returns what happened, as the Java client's
+``RecordAppendResult`` does: the record's future when it was appended, or a
+:class:`PendingRecord` when it must wait (for the topic's metadata, or for buffer memory).
+The pending record is prepared already, so serializers and interceptors run once per
+record whatever happens, and it says what it waits for; the caller decides. A record that
+waits only for memory (its topic and partition known) takes the compiled
+:meth:`RecordAppender.append_when_memory_frees`: with ``buffer_memory`` full, that is once
+per batch.
 
 That coroutine is the only await here, and no ``try`` surrounds it: mypyc-compiled
 coroutines mishandle an exception being handled across an await (see
@@ -18,14 +20,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from aioproducer.accumulator import MAX_COMPRESSED_BATCH_FACTOR, ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
-from aioproducer.partitioner import DefaultPartitioner
+from aioproducer.partitioner import DefaultPartitioner, Partitioner
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
 from aioproducer.records import (
     MAX_TIMESTAMP_MS,
@@ -34,10 +36,16 @@ from aioproducer.records import (
     check_timestamp,
 )
 
+if TYPE_CHECKING:
+    from aioproducer.metadata import Cluster
+
 __all__ = [
     "CheckedHeaders",
-    "PreparedRecord",
+    "MetadataView",
+    "PartitionRegistry",
+    "PendingRecord",
     "RecordAppender",
+    "Waker",
     "check_headers",
     "check_record_size",
     "partitioner_error",
@@ -48,9 +56,86 @@ __all__ = [
 CheckedHeaders = list[tuple[str, bytes | None]]
 """Headers after :func:`check_headers`: a list of ``(str, bytes or None)`` pairs."""
 
-PreparedRecord = tuple[str, int | None, int, bytes | None, bytes | None, CheckedHeaders | None]
-"""A record ready to append: topic, partition (None: the partitioner picks), timestamp,
-key bytes, value bytes, headers."""
+
+
+class MetadataView(Protocol):
+    """What the appender needs of the producer's :class:`~aioproducer.metadata.Metadata`."""
+
+    @property
+    def cluster(self) -> Cluster:
+        """The current cluster snapshot (replaced, never changed, on every update)."""
+        ...
+
+    def touch(self, topic: str, now: float) -> None:
+        """``topic`` was used at ``now`` (it stays in the metadata while it is used)."""
+        ...
+
+
+class PartitionRegistry(Protocol):
+    """What the appender needs of a :class:`~aioproducer.transactions.TransactionManager`."""
+
+    def maybe_add_partition(self, tp: tuple[str, int]) -> None:
+        """A batch for ``tp`` was started: add the partition to the open transaction."""
+        ...
+
+
+class Waker(Protocol):
+    """What the appender needs of the :class:`~aioproducer.sender.Sender`."""
+
+    def wakeup(self) -> None:
+        """Look at the accumulator again now: a batch was started."""
+        ...
+
+
+class PendingRecord:
+    """A prepared record that :meth:`RecordAppender.append` could not append without
+    waiting, and what it waits for.
+
+    Attributes:
+        topic: the record's topic, checked.
+        partition: the partition asked for; None when the partitioner picks.
+        timestamp: the record's timestamp (ms).
+        key: the key bytes.
+        value: the value bytes.
+        headers: the checked headers.
+        target: the partition the record goes to once the buffer pool has memory for a new
+            batch, when that is all it waits for; -1 when the topic's metadata must be
+            waited for first (the topic is unknown, or ``partition`` out of range).
+        sticky: the sticky partitioner chose ``target``, and is told of the record once it
+            is appended.
+
+    A pending record is false, and a record future true, so ``if not result:`` tells what
+    :meth:`RecordAppender.append` returned apart: a test as cheap as ``is None`` for the
+    interpreted ``Producer.send``, where an ``isinstance`` costs the hot path.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        target: int,
+        sticky: bool,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.target = target
+        self.sticky = sticky
+
+    def __bool__(self) -> Literal[False]:
+        return False
+
+    @property
+    def needs_memory(self) -> bool:
+        """True when the record waits only for buffer memory (:attr:`target` is known)."""
+        return self.target >= 0
 
 
 def to_bytes(obj: Any, role: str) -> bytes | None:
@@ -194,10 +279,14 @@ class RecordAppender:
     """Appends records to the accumulator without waiting, for one producer.
 
     Args:
-        metadata: the producer's :class:`~aioproducer.metadata.Metadata`.
+        metadata: the producer's :class:`~aioproducer.metadata.Metadata`: the topics'
+            partitions, and told of each topic a batch is started for.
         accumulator: where records go.
         pool: the buffer pool new batches take their buffer from.
         partitioner: picks the partition of records sent without one.
+        sender: woken when a batch is started.
+        transactions: the transaction manager, told of each partition a batch is started
+            for; None without a ``transactional_id``.
         key_serializer: turns keys into bytes, or None for bytes-like keys only.
         value_serializer: turns values into bytes, or None for bytes-like values only.
         intercept: runs the interceptors' ``on_send`` on a record, or None without
@@ -206,7 +295,6 @@ class RecordAppender:
             :attr:`open` is False.
         check_running: raises when the producer stopped running (closed, or failed); called
             after a wait for memory.
-        after_new_batch: called with the topic and partition of each batch started here.
         max_request_size: the ``max_request_size`` option.
         buffer_memory: the ``buffer_memory`` option.
 
@@ -219,16 +307,17 @@ class RecordAppender:
     def __init__(
         self,
         *,
-        metadata: Any,
+        metadata: MetadataView,
         accumulator: RecordAccumulator,
         pool: BufferPool,
-        partitioner: Any,
+        partitioner: Partitioner,
+        sender: Waker,
+        transactions: PartitionRegistry | None,
         key_serializer: Any,
         value_serializer: Any,
         intercept: Callable[[ProducerRecord], ProducerRecord] | None,
         check_sendable: Callable[[], None],
         check_running: Callable[[], None],
-        after_new_batch: Callable[[str, int], None],
         max_request_size: int,
         buffer_memory: int,
     ) -> None:
@@ -237,6 +326,9 @@ class RecordAppender:
         self._accumulator = accumulator
         self._pool = pool
         self._partitioner = partitioner
+        self._sender = sender
+        self._transactions = transactions
+        # An optional hook of the partitioner (KIP-794's sticky partitioners have it).
         self._record_appended: Any = getattr(partitioner, "record_appended", None)
         # The built-in partitioners, called natively when compiled: a call through ``Any``
         # parses its arguments (and keywords) anew for every record.
@@ -248,7 +340,6 @@ class RecordAppender:
         self._intercept = intercept
         self._check_sendable = check_sendable
         self._check_running = check_running
-        self._after_new_batch = after_new_batch
         self._max_request_size = max_request_size
         # A record that joins an open batch is checked against max_request_size only where
         # a batch can hold more than that (max_request_size below batch_size): elsewhere
@@ -259,11 +350,6 @@ class RecordAppender:
         self._check_each_record = max_request_size < largest_batch
         self._buffer_memory = buffer_memory
         self._valid_topics: set[str] = set()
-        self._pending: PreparedRecord | None = None
-        # The partition the pending record is bound for when only memory was missing (-1
-        # otherwise), and whether the sticky partitioner chose it.
-        self.pending_partition = -1
-        self._pending_sticky = False
         # Partition count and available partitions per topic, for the cluster snapshot
         # ``_cluster`` (metadata replaces the snapshot on every update).
         self._cluster: Any = None
@@ -291,7 +377,7 @@ class RecordAppender:
     def topic_layout(self, topic: str) -> tuple[int, Any] | None:
         """The partition count and available partitions of ``topic`` in the current
         metadata; None when the metadata does not know the topic."""
-        cluster = self._metadata.cluster
+        cluster: Any = self._metadata.cluster
         cache = self._topic_cache
         if cluster is not self._cluster:
             self._cluster = cluster
@@ -363,11 +449,11 @@ class RecordAppender:
         partition: Any,
         timestamp_ms: Any,
         headers: Any,
-    ) -> RecordFuture | None:
+    ) -> RecordFuture | PendingRecord:
         """Prepare a record and append it if that needs no waiting.
 
-        Returns its future, or None when it must wait for metadata or memory: the prepared
-        record is then kept for :meth:`take_pending`.
+        Returns its future, or a :class:`PendingRecord` when it must wait for metadata or
+        memory: :meth:`append_when_memory_frees` takes one that waits only for memory.
 
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
@@ -395,25 +481,16 @@ class RecordAppender:
         key_bytes = self.serialize(self._key_serializer, key, "key", name)
         value_bytes = self.serialize(self._value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
-        future = self.append_prepared(
+        return self.append_prepared(
             name, partition, timestamp, key_bytes, value_bytes, checked_headers
         )
-        if future is None:
-            self._pending = (name, partition, timestamp, key_bytes, value_bytes, checked_headers)
-        return future
 
-    def take_pending(self) -> PreparedRecord:
-        """The record the last :meth:`append` returned None for (once)."""
-        pending = self._pending
-        assert pending is not None, "take_pending() without a pending record"
-        self._pending = None
-        self.pending_partition = -1
-        return pending
-
-    async def append_when_memory_frees(self, max_block: float) -> RecordFuture:
-        """Append the pending record once the pool has memory for it, waiting up to
-        ``max_block`` seconds: the slow path when :attr:`pending_partition` is set, that is
-        when the record's topic and partition are known and only memory is missing.
+    async def append_when_memory_frees(
+        self, pending: PendingRecord, max_block: float
+    ) -> RecordFuture:
+        """Append ``pending`` once the pool has memory for it, waiting up to ``max_block``
+        seconds: the slow path of a record that waits only for memory
+        (:attr:`PendingRecord.needs_memory`: its topic and partition are known).
 
         The partition chosen before the wait is kept, so the partitioner is asked once per
         record (a round-robin partitioner asked twice would skip a partition).
@@ -422,15 +499,17 @@ class RecordAppender:
             BufferExhaustedError: no memory within ``max_block``.
             ProducerClosedError: the producer closed while the record waited.
         """
-        pending = self._pending
-        partition = self.pending_partition
-        if pending is None or partition < 0:
-            raise AssertionError("append_when_memory_frees() without a record waiting for memory")
-        self._pending = None
-        self.pending_partition = -1
-        topic, _, timestamp, key, value, headers = pending
+        if pending.target < 0:
+            raise AssertionError("append_when_memory_frees() for a record waiting for metadata")
         return await self.append_waiting_for_memory(
-            topic, partition, self._pending_sticky, timestamp, key, value, headers, max_block
+            pending.topic,
+            pending.target,
+            pending.sticky,
+            pending.timestamp,
+            pending.key,
+            pending.value,
+            pending.headers,
+            max_block,
         )
 
     async def append_waiting_for_memory(
@@ -470,7 +549,7 @@ class RecordAppender:
                 future = accumulator.append_to_new_batch(
                     topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
                 )
-                self._after_new_batch(topic, partition)
+                self._batch_started(topic, partition)
             else:
                 # Another coroutine opened a batch with room while this one waited: use it.
                 pool.deallocate(buffer, buffer_size)
@@ -486,21 +565,22 @@ class RecordAppender:
         key: bytes | None,
         value: bytes | None,
         headers: CheckedHeaders | None,
-    ) -> RecordFuture | None:
-        """Append a prepared record without waiting; None when metadata or memory must be
-        waited for (for memory alone, :attr:`pending_partition` says where it goes)."""
-        self.pending_partition = -1
+    ) -> RecordFuture | PendingRecord:
+        """Append a prepared record without waiting: its future, or a
+        :class:`PendingRecord` when metadata or memory must be waited for."""
         if self._check_each_record:
             self.check_record_size(record_size(key, value, headers))
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
-            return None
+            return PendingRecord(topic, partition, timestamp, key, value, headers, -1, False)
         sticky = partition is None and key is None
         future = self._accumulator.try_append(topic, chosen, timestamp, key, value, headers)
         if future is None:
-            future = self._start_batch(topic, chosen, timestamp, key, value, headers, sticky)
+            future = self._start_batch(topic, chosen, timestamp, key, value, headers)
             if future is None:
-                return None
+                return PendingRecord(
+                    topic, partition, timestamp, key, value, headers, chosen, sticky
+                )
         if sticky:
             self.note_sticky_append(topic, chosen, value, future._batch)
         return future
@@ -514,29 +594,30 @@ class RecordAppender:
         value: bytes | None,
         headers: CheckedHeaders | None,
         results: BatchResults,
-    ) -> bool:
+    ) -> PendingRecord | None:
         """:meth:`append_prepared` for ``send_many``: the record joins ``results``, without
-        a future of its own when it fits an open batch. False when metadata or memory must
-        be waited for (as :meth:`append_prepared` returning None)."""
-        self.pending_partition = -1
+        a future of its own when it fits an open batch. None once appended; a
+        :class:`PendingRecord` when metadata or memory must be waited for."""
         if self._check_each_record:
             self.check_record_size(record_size(key, value, headers))
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
-            return False
+            return PendingRecord(topic, partition, timestamp, key, value, headers, -1, False)
         sticky = partition is None and key is None
         batch = self._accumulator.append_lazy(
             topic, chosen, timestamp, key, value, headers, results
         )
         if batch is None:
-            future = self._start_batch(topic, chosen, timestamp, key, value, headers, sticky)
+            future = self._start_batch(topic, chosen, timestamp, key, value, headers)
             if future is None:
-                return False
+                return PendingRecord(
+                    topic, partition, timestamp, key, value, headers, chosen, sticky
+                )
             results.add_future(future)
             batch = future._batch
         if sticky:
             self.note_sticky_append(topic, chosen, value, batch)
-        return True
+        return None
 
     def _target_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
         """Where a prepared record goes: ``partition``, or the partitioner's pick when None.
@@ -558,29 +639,31 @@ class RecordAppender:
         key: bytes | None,
         value: bytes | None,
         headers: CheckedHeaders | None,
-        sticky: bool,
     ) -> RecordFuture | None:
-        """Start a batch with the record if the pool has memory now. None when it has not:
-        :attr:`pending_partition` then says where the record goes once it has."""
+        """Start a batch with the record if the pool has memory now; None when it has not."""
         accumulator = self._accumulator
         size = record_size(key, value, headers)
         self.check_record_size(size)
         buffer = self._pool.allocate_nowait(accumulator.buffer_size_for(size, topic, partition))
         if buffer is None:
-            self.pending_partition = partition
-            self._pending_sticky = sticky
             return None
         future = accumulator.append_to_new_batch(
             topic, partition, timestamp, key, value, headers, buffer, time.monotonic()
         )
-        self._after_new_batch(topic, partition)
+        self._batch_started(topic, partition)
         return future
 
-    # ---- send_many -----------------------------------------------------------------------------
+    def _batch_started(self, topic: str, partition: int) -> None:
+        """Tell the collaborators of a batch started for ``topic``'s ``partition``."""
+        self._metadata.touch(topic, time.monotonic())
+        transactions = self._transactions
+        if transactions is not None:
+            # A transaction's first batch for a partition: AddPartitionsToTxn goes out now,
+            # while the batch lingers.
+            transactions.maybe_add_partition((topic, partition))
+        self._sender.wakeup()
 
-    def has_pending(self) -> bool:
-        """True when a prepared record waits for :meth:`take_pending`."""
-        return self._pending is not None
+    # ---- send_many -----------------------------------------------------------------------------
 
     def append_many(
         self,
@@ -591,15 +674,15 @@ class RecordAppender:
         start: int,
         run_end: int,
         results: BatchResults,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, PendingRecord | None]:
         """Append ``items[start:]`` for ``send_many`` until one must wait; return the index
-        of the next item to take, and where the run of plain values found so far ends
-        (pass it back in as ``run_end``, starting from 0, so no run is scanned twice).
+        of the next item to take, where the run of plain values found so far ends (pass it
+        back in as ``run_end``, starting from 0, so no run is scanned twice), and the item
+        that must wait, prepared, if one does (its future belongs next in ``results``; the
+        index returned is the one after it).
 
         ``items`` holds values, ``(key, value)`` tuples or :class:`ProducerRecord` objects;
-        ``topic`` is checked already. Each appended record joins ``results``. An item that
-        must wait is prepared and kept for :meth:`take_pending` (its future belongs next in
-        ``results``), and the index after it is returned.
+        ``topic`` is checked already. Each appended record joins ``results``.
         """
         self.check_sendable()
         intercept = self._intercept
@@ -625,14 +708,15 @@ class RecordAppender:
                     run_end = index + 1
                     while run_end < total and type(items[run_end]) is bytes:
                         run_end += 1
-                reached = self.append_values(
+                reached, pending = self.append_values(
                     topic, partition, now_ms, items, index, run_end, results
                 )
                 if reached > index:
                     index = reached
                     continue
-                self._pending = (topic, partition, now_ms, None, item, None)
-                return index + 1, run_end
+                if pending is None:
+                    pending = PendingRecord(topic, partition, now_ms, None, item, None, -1, False)
+                return index + 1, run_end, pending
             index += 1
             record_topic: Any = topic
             record_partition: Any = partition
@@ -667,12 +751,12 @@ class RecordAppender:
             name = self.validate_topic(record_topic)
             key_bytes = self.serialize(self._key_serializer, key, "key", name)
             value_bytes = self.serialize(self._value_serializer, value, "value", name)
-            if not self.append_prepared_lazy(
+            pending = self.append_prepared_lazy(
                 name, record_partition, timestamp, key_bytes, value_bytes, headers, results
-            ):
-                self._pending = (name, record_partition, timestamp, key_bytes, value_bytes, headers)
-                return index, run_end
-        return index, run_end
+            )
+            if pending is not None:
+                return index, run_end, pending
+        return index, run_end, None
 
     def append_pairs(
         self,
@@ -731,12 +815,13 @@ class RecordAppender:
         start: int,
         stop: int,
         results: BatchResults,
-    ) -> int:
+    ) -> tuple[int, PendingRecord | None]:
         """Append ``values[start:stop]`` (plain bytes, no key) without waiting; return the
-        index reached, which is ``start`` when metadata or memory must be waited for."""
+        index reached, and the record there prepared when it must wait for memory (None
+        when it must wait for metadata, or no record waits)."""
         layout = self.topic_layout(topic)
         if layout is None:
-            return start
+            return start, None
         count, available = layout
         accumulator = self._accumulator
         record_appended = self._record_appended
@@ -747,19 +832,21 @@ class RecordAppender:
             elif 0 <= partition < count:
                 chosen = partition
             else:
-                return index
+                return index, None
             reached = accumulator.append_values(
                 topic, chosen, timestamp, values, index, stop, results
             )
             if reached == index:
                 # No open batch with room: start one with the next value.
                 value = values[index]
-                future = self.append_prepared(topic, chosen, timestamp, None, value, None)
-                if future is None:
-                    if partition is None:
-                        # The partitioner chose: it is told of the record once appended.
-                        self._pending_sticky = True
-                    return index
+                appended = self.append_prepared(topic, chosen, timestamp, None, value, None)
+                if isinstance(appended, PendingRecord):
+                    # The partition asked for, and whether the partitioner chose (then it is
+                    # told of the record once appended).
+                    appended.partition = partition
+                    appended.sticky = partition is None
+                    return index, appended
+                future = appended
                 results.add_future(future)
                 if partition is None:
                     # As send() does for a key-less record: the sticky partitioner counts
@@ -775,4 +862,4 @@ class RecordAppender:
                 assert last is not None
                 self._tell_record_appended(topic, chosen, size, last.full, last)
             index = reached
-        return index
+        return index, None

@@ -12,8 +12,8 @@ partition. The builtin partitioners, picked by name with the ``partitioner`` opt
 ``"murmur3"``: :class:`Murmur3Partitioner`, keyed records by unsigned 32-bit MurmurHash3.
 ``"consistent"``: :class:`ConsistentPartitioner`, CRC-32 of the key, like librdkafka.
 
-Any other object with ``partition()`` and ``on_new_batch()`` methods can be given as the
-partitioner, or a plain callable ``(topic, key_bytes, partition_count) -> int``.
+Any other object with a ``partition()`` method can be given as the partitioner, or a plain
+callable ``(topic, key_bytes, partition_count) -> int``.
 
 Sticky partitioning (KIP-794)
 -----------------------------
@@ -195,10 +195,6 @@ class Partitioner(Protocol):
         """
         ...
 
-    def on_new_batch(self, topic: str, partition_count: int, prev_partition: int) -> None:
-        """A record for ``prev_partition`` needed a new batch (Java's ``onNewBatch``)."""
-        ...
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # users subclass it; the module is compiled
 class BasePartitioner(abc.ABC):
@@ -221,11 +217,6 @@ class BasePartitioner(abc.ABC):
         available: Sequence[int],
     ) -> int:
         """Pick the partition for one record; see :meth:`Partitioner.partition`."""
-
-    def on_new_batch(  # noqa: B027 - an optional hook: doing nothing is the default
-        self, topic: str, partition_count: int, prev_partition: int
-    ) -> None:
-        """A record for ``prev_partition`` needed a new batch; ignored by default."""
 
     def record_appended(  # noqa: B027 - an optional hook: doing nothing is the default
         self, topic: str, partition: int, size_bytes: int, *, switch_allowed: bool = True

@@ -18,11 +18,7 @@ from threading import get_ident
 from typing import Any
 
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.appender import (
-    CheckedHeaders,
-    RecordAppender,
-    record_size,
-)
+from aioproducer.appender import PendingRecord, RecordAppender, record_size
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
 from aioproducer.delivery import (
@@ -49,7 +45,7 @@ from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
 from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.api import ApiKey
-from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
 from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
 from aioproducer.sender import Sender, metadata_from_response
@@ -166,28 +162,30 @@ class Producer:
             retry_backoff=cfg.retry_backoff_ms / 1000.0,
             loop=loop,
         )
+        self._transactions = self._make_transaction_manager(loop)
+        self._idempotence = self._transactions or (
+            IdempotenceManager() if cfg.enable_idempotence else None
+        )
+        compression = CompressionType[cfg.compression_type.upper()]
         self._accumulator = RecordAccumulator(
             pool=self._pool,
             batch_size=cfg.batch_size,
             linger=cfg.linger_ms / 1000.0,
             delivery_timeout=cfg.delivery_timeout_ms / 1000.0,
             retry_backoff=cfg.retry_backoff_ms / 1000.0,
-            compression=CompressionType[cfg.compression_type.upper()],
+            compression=compression,
             compression_level=cfg.compression_level,
             loop=loop,
+            idempotence=self._idempotence,
+            offload_threshold=offload_threshold(compression, cfg.compression_offload_bytes),
             # on_acknowledgement reads every record of a finished batch.
             keep_record_futures=bool(self._interceptors),
         )
-        self._transactions = self._make_transaction_manager(loop)
-        self._idempotence = self._transactions or (
-            IdempotenceManager() if cfg.enable_idempotence else None
-        )
         self._closed_event = asyncio.Event()
-        sender_ref: list[Sender] = []
         metadata = self._metadata
         self._connections = ConnectionManager(
             cfg,
-            on_state_change=lambda: sender_ref[0].wakeup() if sender_ref else None,
+            on_state_change=self._wake_sender,
             # A broker that cannot be reached may have lost its leaderships: refresh.
             on_disconnect=lambda node_id: metadata.request_update(),
             # Refused credentials: sends waiting for metadata look at fatal_error() now.
@@ -203,19 +201,20 @@ class Producer:
             partitioner=self._partitioner,
             on_acknowledgement=self._on_batch_done if self._interceptors else None,
             on_abandoned=self._on_sender_abandoned,
+            on_fatal=self._close_appender,
         )
-        sender_ref.append(self._sender)
         self._appender = RecordAppender(
             metadata=self._metadata,
             accumulator=self._accumulator,
             pool=self._pool,
             partitioner=self._partitioner,
+            sender=self._sender,
+            transactions=self._transactions,
             key_serializer=self._key_serializer,
             value_serializer=self._value_serializer,
             intercept=self._intercept if self._interceptors else None,
             check_sendable=self._check_sendable,
             check_running=self._check_running,
-            after_new_batch=self._after_new_batch,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
         )
@@ -237,7 +236,6 @@ class Producer:
         self._state = ProducerState.RUNNING
         # Without a transaction to check, a running producer needs no state check per record.
         self._appender.open = self._transactions is None and self._sender.fatal_error is None
-        self._sender.on_fatal = self._close_appender
         if self._transactions is not None:
             await self._initialize_transactions()
 
@@ -325,6 +323,12 @@ class Producer:
             return
         dropped = sum(batch.record_count for batch in accumulator.pending_batches())
         self._report_dropped(dropped, "it was garbage-collected without being closed")
+
+    def _wake_sender(self) -> None:
+        # A connection changed state (connected, failed, freed a request slot). The
+        # connections are built before the sender, which takes them.
+        if self._sender is not None:
+            self._sender.wakeup()
 
     def _close_appender(self) -> None:
         if self._appender is not None:
@@ -688,14 +692,14 @@ class Producer:
         # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
         if get_ident() != self._loop_thread or not self._loop_running():
             self._check_loop()
-        future = appender.append(topic, value, key, partition, timestamp_ms, headers)
-        if future is None:
-            if appender.pending_partition >= 0:
-                # Only memory is missing (buffer_memory is full): the compiled wait.
-                future = await appender.append_when_memory_frees(self._max_block)
-            else:
-                future = await self._append_wait(*appender.take_pending())
-        return future
+        result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+        if result:
+            return result
+        assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
+        if result.needs_memory:
+            # Only memory is missing (buffer_memory is full): the compiled wait.
+            return await appender.append_when_memory_frees(result, self._max_block)
+        return await self._append_wait(result)
 
     async def send_and_wait(
         self,
@@ -745,14 +749,16 @@ class Producer:
         total = len(sequence)
         try:
             while index < total:
-                index, run_end = appender.append_many(
+                index, run_end, pending = appender.append_many(
                     topic, partition, now_ms, sequence, index, run_end, results
                 )
-                if appender.has_pending():
-                    if appender.pending_partition >= 0:
-                        future = await appender.append_when_memory_frees(self._max_block)
+                if pending is not None:
+                    if pending.needs_memory:
+                        future = await appender.append_when_memory_frees(
+                            pending, self._max_block
+                        )
                     else:
-                        future = await self._append_wait(*appender.take_pending())
+                        future = await self._append_wait(pending)
                     results.add_future(future)
         except KafkaError as exc:
             # The items before the refused one are buffered: say which item it was, and
@@ -883,29 +889,12 @@ class Producer:
                 except Exception:
                     log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
-    def _after_new_batch(self, topic: str, partition: int) -> None:
-        self._metadata.touch(topic, time.monotonic())
-        if self._transactions is not None:
-            # A transaction's first batch for a partition: AddPartitionsToTxn goes out now,
-            # while the batch lingers.
-            self._transactions.maybe_add_partition((topic, partition))
-        sender = self._sender
-        assert sender is not None
-        sender.wakeup()
-
-    async def _append_wait(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: CheckedHeaders | None,
-    ) -> RecordFuture:
+    async def _append_wait(self, pending: PendingRecord) -> RecordFuture:
         appender = self._appender
         assert appender is not None
+        topic, partition, key = pending.topic, pending.partition, pending.key
         deadline = time.monotonic() + self._max_block
-        appender.check_record_size(record_size(key, value, headers))
+        appender.check_record_size(record_size(key, pending.value, pending.headers))
         # Only records that wait for metadata come here (one that waits for memory alone
         # takes appender.append_when_memory_frees): the topic's metadata is missing, or the
         # partition is out of range and the metadata must be refreshed to know.
@@ -921,10 +910,10 @@ class Producer:
             topic,
             partition,
             sticky,
-            timestamp,
+            pending.timestamp,
             key,
-            value,
-            headers,
+            pending.value,
+            pending.headers,
             max(0.0, deadline - time.monotonic()),
         )
 

@@ -34,9 +34,8 @@ from aioproducer.errors import (
 from aioproducer.futures import error_copy
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
-from aioproducer.partitioner import BrokerAvailability
+from aioproducer.partitioner import BrokerAvailability, Partitioner
 from aioproducer.protocol.api import Request, Response
-from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -167,6 +166,25 @@ class Sender:
 
     The only threads are the workers that compress big batches (``compression_offload_bytes``);
     they read a batch's buffer and hand back bytes, and touch no other state.
+
+    Args:
+        config: the producer's options.
+        accumulator: where batches wait; built with the same ``idempotence`` manager.
+        metadata: the cluster view; refreshed from here.
+        connections: the broker connections.
+        idempotence: the idempotence (or transaction) manager; None without idempotence.
+        metrics: updated per request and batch.
+        partitioner: told of each partition's queue (adaptive partitioning) when its
+            ``wants_partition_load`` is True.
+        on_acknowledgement: called with each finished batch and its error (None when
+            stored).
+        on_abandoned: told how many records were dropped when the task is cancelled or
+            destroyed unfinished.
+        on_fatal: called once :attr:`fatal_error` is set (the producer stops taking records).
+        offload: compresses a big batch off the event loop and hands it back with
+            ``accumulator.offload_done``; None for a pool of worker threads. Used only for
+            the batches the accumulator's ``offload_threshold`` picks.
+        clock: the monotonic clock, in seconds.
     """
 
     def __init__(
@@ -178,9 +196,11 @@ class Sender:
         connections: _Connections,
         idempotence: IdempotenceManager | None,
         metrics: ProducerMetrics,
-        partitioner: Any = None,
+        partitioner: Partitioner | None = None,
         on_acknowledgement: Callable[[ProducerBatch, BaseException | None], None] | None = None,
         on_abandoned: Callable[[int], None] | None = None,
+        on_fatal: Callable[[], None] | None = None,
+        offload: Callable[[ProducerBatch], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
@@ -207,6 +227,7 @@ class Sender:
         self._in_flight_batches = 0
         self._running = True
         self._force_close = False
+        self._force_close_error: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._init_backoff_until = 0.0
@@ -214,22 +235,15 @@ class Sender:
         self._transaction_flush = False
         self.crashed: BaseException | None = None
         self.fatal_error: KafkaError | None = None
-        # Called once fatal_error is set (the producer stops taking records).
-        self.on_fatal: Callable[[], None] | None = None
+        self._on_fatal = on_fatal
         self._prepare: Callable[[ProducerBatch], None] = (
             idempotence.prepare if idempotence is not None else self._close_batch
         )
-        if idempotence is not None:
-            accumulator.drain_filter = idempotence.may_drain
-        accumulator.prepare_batch = self._prepare_batch
         self._offload_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        threshold = offload_threshold(
-            CompressionType[config.compression_type.upper()], config.compression_offload_bytes
+        self._offload_batch: Callable[[ProducerBatch], None] = (
+            offload if offload is not None else self._offload
         )
-        if threshold is not None:
-            accumulator.offload = self._offload
-            accumulator.offload_threshold = threshold
-        self._partitioner = (
+        self._partitioner: Any = (
             partitioner if getattr(partitioner, "wants_partition_load", False) else None
         )
         self._availability = BrokerAvailability(config.partitioner_availability_timeout_ms)
@@ -326,7 +340,7 @@ class Sender:
                 finally:
                     self._wake = None
             if self._force_close:
-                exc = getattr(self, "_force_close_error", None) or ProducerClosedError(
+                exc = self._force_close_error or ProducerClosedError(
                     "the producer was closed before the record was delivered"
                 )
                 self._abort_all(exc)
@@ -466,7 +480,14 @@ class Sender:
             self._next_load_update = now + _LOAD_UPDATE_INTERVAL
         sent_any = False
         if sendable:
-            drained = accumulator.drain(cluster, sendable, self._max_request_size, now)
+            drained = accumulator.drain(
+                cluster,
+                sendable,
+                self._max_request_size,
+                now,
+                self._prepare_batch,
+                self._offload_batch,
+            )
             sent_any = bool(drained)
             for node, batches in drained.items():
                 connection = self._connections.ready(node)
@@ -674,8 +695,8 @@ class Sender:
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc
-            if self.on_fatal is not None:
-                self.on_fatal()
+            if self._on_fatal is not None:
+                self._on_fatal()
             self._abort_all(exc)
         else:
             log.warning("InitProducerId failed, retrying: %s", exc)

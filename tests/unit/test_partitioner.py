@@ -187,13 +187,6 @@ def test_ignore_keys_makes_keyed_records_sticky() -> None:
     assert len(chosen) == 1
 
 
-def test_on_new_batch_does_not_move_the_sticky_partition() -> None:
-    partitioner = DefaultPartitioner(rng=random.Random(3))
-    sticky = partitioner.partition("t", None, 10, range(10))
-    partitioner.on_new_batch("t", 10, sticky)
-    assert partitioner.partition("t", None, 10, range(10)) == sticky
-
-
 class TestAdaptive:
     def switch_counts(
         self, partitioner: DefaultPartitioner, switches: int, count: int = 4
@@ -342,9 +335,6 @@ def test_a_user_class_following_the_protocol_is_used_as_is() -> None:
             self, topic: str, key: bytes | None, partition_count: int, available: Sequence[int]
         ) -> int:
             return 1
-
-        def on_new_batch(self, topic: str, partition_count: int, prev_partition: int) -> None:
-            pass
 
     fixed: Partitioner = Fixed()
     config = ProducerConfig.from_options(partitioner=fixed)

@@ -44,7 +44,7 @@ from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import ConnectionManager
 from aioproducer.protocol.api import Request
-from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
     AddPartitionsToTxnPartitionResult,
     AddPartitionsToTxnResponse,
@@ -278,6 +278,7 @@ class Harness:
         leaders: Mapping[int, int] | None = None,
         idempotent: bool = False,
         transactions: TransactionManager | None = None,
+        offload: Callable[[ProducerBatch], None] | None = None,
         **options: Any,
     ) -> None:
         self.now = T0
@@ -293,20 +294,23 @@ class Harness:
             retry_backoff=config.retry_backoff_ms / 1000.0,
             loop=loop,
         )
+        self.idempotence: IdempotenceManager | None = transactions or (
+            IdempotenceManager() if idempotent else None
+        )
+        compression = CompressionType[config.compression_type.upper()]
         self.accumulator = RecordAccumulator(
             pool=self.pool,
             batch_size=config.batch_size,
             linger=config.linger_ms / 1000.0,
             delivery_timeout=config.delivery_timeout_ms / 1000.0,
             retry_backoff=config.retry_backoff_ms / 1000.0,
-            compression=CompressionType[config.compression_type.upper()],
+            compression=compression,
             compression_level=config.compression_level,
             loop=loop,
+            idempotence=self.idempotence,
+            offload_threshold=offload_threshold(compression, config.compression_offload_bytes),
         )
         self.connections = FakeConnections(config.max_in_flight_requests_per_connection, self.clock)
-        self.idempotence: IdempotenceManager | None = transactions or (
-            IdempotenceManager() if idempotent else None
-        )
         self.acknowledged: list[tuple[ProducerBatch, BaseException | None]] = []
         self.sender = Sender(
             config=config,
@@ -316,6 +320,7 @@ class Harness:
             idempotence=self.idempotence,
             metrics=self.metrics,
             on_acknowledgement=lambda batch, exc: self.acknowledged.append((batch, exc)),
+            offload=offload,
             clock=self.clock,
         )
         self.set_leaders(leaders if leaders is not None else {0: 1, 1: 1, 2: 2})
@@ -1631,13 +1636,12 @@ async def test_a_fault_while_handling_a_response_fails_only_that_request() -> No
 class HeldOffload:
     """Stands in for the worker thread: keeps each batch until the test finishes it."""
 
-    def __init__(self, accumulator: RecordAccumulator) -> None:
-        self.accumulator = accumulator
+    def __init__(self, **options: Any) -> None:
         self.batches: list[ProducerBatch] = []
-        accumulator.offload = self.batches.append
+        self.harness = Harness(offload=self.batches.append, **options)
 
     def finish(self, batch: ProducerBatch) -> None:
-        self.accumulator.offload_done(batch, batch.builder.compress_records())
+        self.harness.accumulator.offload_done(batch, batch.builder.compress_records())
 
 
 def _big_values(count: int, size: int = 300) -> list[bytes]:
@@ -1645,8 +1649,8 @@ def _big_values(count: int, size: int = 300) -> list[bytes]:
 
 
 async def test_a_big_compressed_batch_is_drained_only_after_the_thread_compressed_it() -> None:
-    h = Harness(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
-    held = HeldOffload(h.accumulator)
+    held = HeldOffload(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
+    h = held.harness
     values = _big_values(10)
     futures = [h.append(0, v) for v in values]
     h.step()
@@ -1670,8 +1674,8 @@ async def test_a_big_compressed_batch_is_drained_only_after_the_thread_compresse
 
 async def test_small_batches_are_compressed_on_the_loop() -> None:
     # zstd's measured threshold is 64 KiB: a 16 KiB batch never goes to the thread.
-    h = Harness(compression_type="zstd", linger_ms=0)
-    held = HeldOffload(h.accumulator)
+    held = HeldOffload(compression_type="zstd", linger_ms=0)
+    h = held.harness
     h.append(0, b"x" * 2000)
     h.step()
     assert held.batches == []
@@ -1680,22 +1684,22 @@ async def test_small_batches_are_compressed_on_the_loop() -> None:
 
 async def test_offloading_can_be_turned_off() -> None:
     h = Harness(compression_type="gzip", compression_offload_bytes=-1, linger_ms=0)
-    assert h.accumulator.offload is None
+    assert h.accumulator.offload_threshold is None
     h.append(0, b"y" * 12_000)
     h.step()
     assert h.last_produce(1).values(0) == [b"y" * 12_000]
 
 
 async def test_offloaded_batches_keep_their_order_whichever_thread_finishes_first() -> None:
-    h = Harness(
+    held = HeldOffload(
         idempotent=True,
         compression_type="lz4",
         compression_offload_bytes=1024,
         batch_size=4096,
         linger_ms=60_000,
     )
+    h = held.harness
     await h.init_producer_id(7)
-    held = HeldOffload(h.accumulator)
     values = _big_values(50)
     futures = [h.append(0, v) for v in values]
     assert len(h.accumulator.deque_for((TOPIC, 0))) >= 3
@@ -1725,8 +1729,8 @@ async def test_offloaded_batches_keep_their_order_whichever_thread_finishes_firs
 async def test_a_batch_failed_while_compressing_returns_its_buffer_once_the_thread_is_done() -> (
     None
 ):
-    h = Harness(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
-    held = HeldOffload(h.accumulator)
+    held = HeldOffload(compression_type="zstd", compression_offload_bytes=1024, linger_ms=0)
+    h = held.harness
     future = h.append(0, _big_values(1, 4000)[0])
     h.step()
     (batch,) = held.batches
