@@ -31,7 +31,7 @@ else:
 from aioproducer.net.handshake import security_protocol_name
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from aioproducer.config import ProducerConfig
 
@@ -58,6 +58,12 @@ WRITE_BUFFER_LOW_WATER: Final = 256 << 10
 # the transport, and its bytes must never reach the raw socket, whatever the transport says
 # about itself.
 _RAW_SOCKET_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
+
+
+def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    # Typed as returning bool, but uvloop's returns None: compiled code would refuse that.
+    remove: Callable[[int], object] = loop.remove_reader
+    remove(fd)
 
 
 class LoopWriter:
@@ -165,7 +171,7 @@ class NativeWriter(LoopWriter):
     def _on_drained(self) -> None:
         drain_fd = self._drain_fd
         if self._loop is not None:
-            self._loop.remove_reader(drain_fd)
+            _remove_reader(self._loop, drain_fd)
         self._paused = False
         with contextlib.suppress(OSError):  # a spurious wakeup: the counter was read
             os.eventfd_read(drain_fd)
@@ -186,7 +192,7 @@ class NativeWriter(LoopWriter):
         if self._paused:
             self._paused = False
             if self._loop is not None:
-                self._loop.remove_reader(drain_fd)
+                _remove_reader(self._loop, drain_fd)
         os.close(drain_fd)
 
     def close(self) -> None:
