@@ -803,13 +803,9 @@ class BrokerConnection(asyncio.Protocol):
         session = self._session
         was_full = session.in_flight_count() >= self._max_in_flight
         outcomes, failure = session.receive_data(data)
-        for future, outcome in outcomes:
-            if future.done():
-                continue  # the caller cancelled it
-            if isinstance(outcome, KafkaError):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+        for future, response in outcomes:
+            if not future.done():  # else the caller cancelled it
+                future.set_result(response)
         if failure is not None:
             self._shutdown(failure.head_error, failure.cause)
             return

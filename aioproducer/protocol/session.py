@@ -18,9 +18,9 @@ What the session decides (the rest of the failure policy is the connection's):
   :class:`~aioproducer.errors.CorruptResponseError` for the oldest in-flight request. Nothing
   is read, let alone allocated, past the size prefix. A size prefix that is a TLS record
   header is a :class:`~aioproducer.errors.ConfigurationError`.
-- A response cannot be decoded: that request's outcome is a
-  :class:`~aioproducer.errors.CorruptResponseError`, and a :class:`Failure` follows, because
-  the byte stream can no longer be trusted.
+- A response cannot be decoded: a :class:`Failure` with a
+  :class:`~aioproducer.errors.CorruptResponseError` for that request, because the byte stream
+  can no longer be trusted.
 - Bytes arrive while no request awaits a response: a :class:`Failure` (and a warning). After
   requests sent without expecting a response, which some brokers answer anyway, the rest of
   such a frame must come within the request timeout (:meth:`Session.timed_out`).
@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeVar, Union
+from typing import Any, Final, Generic, TypeVar
 
 from aioproducer.errors import (
     ConfigurationError,
@@ -82,9 +82,6 @@ W = TypeVar("W")
 
 # (correlation id, request, version, waiter, sent at)
 _InFlight = tuple[int, Request[Any], int, W, float]
-
-#: What a request ends with: its decoded response, or the error it fails with.
-Outcome = Union[Response, KafkaError]  # noqa: UP007
 
 
 def _byte_count(count: int) -> str:
@@ -306,16 +303,17 @@ class Session(Generic[W]):
 
     # ---- receiving ---------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> tuple[list[tuple[W, Outcome]], Failure | None]:
+    def receive_data(self, data: bytes) -> tuple[list[tuple[W, Response]], Failure | None]:
         """Split ``data`` (and what came before it) into frames and match them to requests.
 
         Returns:
-            The outcome of each request answered, in send order (a response, or the
-            :class:`~aioproducer.errors.CorruptResponseError` its bytes decode to), and the
+            The waiter and response of each request answered, in send order, and the
             :class:`Failure` that must close the connection, if any (then nothing more is
-            read). Nothing is returned once the session has failed or closed.
+            read; a response that cannot be decoded is one, with a
+            :class:`~aioproducer.errors.CorruptResponseError` for its request). Nothing is
+            returned once the session has failed or closed.
         """
-        outcomes: list[tuple[W, Outcome]] = []
+        outcomes: list[tuple[W, Response]] = []
         if self._closed:
             return outcomes, None
         self._received_bytes += len(data)
@@ -334,7 +332,7 @@ class Session(Generic[W]):
             self._closed = True
         return outcomes, failure
 
-    def _read_frames_from(self, data: bytes, outcomes: list[tuple[W, Outcome]]) -> Failure | None:
+    def _read_frames_from(self, data: bytes, outcomes: list[tuple[W, Response]]) -> Failure | None:
         # Fast path with nothing buffered: frames are slices of the immutable chunk, no copy.
         end = len(data)
         view = memoryview(data)
@@ -356,7 +354,7 @@ class Session(Generic[W]):
             self._recv_offset = 0
         return None
 
-    def _read_buffered_frames(self, outcomes: list[tuple[W, Outcome]]) -> Failure | None:
+    def _read_buffered_frames(self, outcomes: list[tuple[W, Response]]) -> Failure | None:
         buffer = self._recv_buffer
         position = self._recv_offset
         end = len(buffer)
@@ -450,12 +448,15 @@ class Session(Generic[W]):
         log.warning("corrupt response from %s: %s; closing the connection", self.description, what)
         return self._corrupt(what)
 
-    def _handle_frame(self, frame: memoryview, outcomes: list[tuple[W, Outcome]]) -> Failure | None:
+    def _handle_frame(
+        self, frame: memoryview, outcomes: list[tuple[W, Response]]
+    ) -> Failure | None:
         correlation_id = read_correlation_id(frame)
         in_flight = self._in_flight
         if not in_flight or in_flight[0][0] != correlation_id:
             return self._handle_unexpected(correlation_id)
-        _, request, version, waiter, _ = in_flight.popleft()
+        entry = in_flight.popleft()
+        _, request, version, waiter, _ = entry
         api_key = request.API_KEY
         try:
             _, body = split_response_header(frame, response_header_flexible(api_key, version))
@@ -476,8 +477,8 @@ class Session(Generic[W]):
                 f"(correlation id {correlation_id}) from {self.description}: {exc}"
             )
             error.__cause__ = exc
-            outcomes.append((waiter, error))
-            return Failure(None, error)
+            in_flight.appendleft(entry)  # the request fails with the error, the others after it
+            return Failure(error, error)
         outcomes.append((waiter, response))
         return None
 

@@ -210,16 +210,18 @@ def test_an_undecodable_response_fails_its_request_then_the_session() -> None:
     session.send(EchoRequest(b"a"), 4, 0.0, "a")
     session.send(EchoRequest(b"b"), 4, 0.0, "b")
     outcomes, failure = session.receive_data(frame(0, b"garbage") + frame(1, b"fine"))
-    assert len(outcomes) == 1
-    waiter, error = outcomes[0]
-    assert waiter == "a" and isinstance(error, CorruptResponseError)
+    assert outcomes == []
+    assert failure is not None
+    error = failure.head_error
+    assert isinstance(error, CorruptResponseError) and failure.cause is error
     assert str(error) == (
         "could not decode the response to EchoRequest v4 (correlation id 0) from "
         f"{DESCRIPTION}: not an echo"
     )
-    assert failure is not None and failure.head_error is None and failure.cause is error
-    [(waiter, later)] = session.close(failure.head_error, failure.cause)
-    assert waiter == "b" and type(later) is KafkaConnectionError
+    assert isinstance(error.__cause__, CorruptResponseError)
+    [(waiter, head), (later_waiter, later)] = session.close(failure.head_error, failure.cause)
+    assert (waiter, head) == ("a", error)
+    assert later_waiter == "b" and type(later) is KafkaConnectionError and later.__cause__ is error
 
 
 def test_answers_to_requests_sent_without_expecting_one_are_ignored(
