@@ -12,7 +12,8 @@ The handshake (ApiVersions, SASL) runs as coroutines of :mod:`aioproducer.net.ha
 It is an :class:`asyncio.Protocol` (not a stream) because the protocol API costs about half
 as much per read as streams, and it runs unchanged on uvloop.
 
-Failure policy, in one place:
+Failure policy, in one place (the session finds the corrupt and late responses; the
+connection closes):
 
 - The connection dies (reset, EOF, write error, :meth:`BrokerConnection.close`): every
   in-flight request fails once with a retriable :class:`~aioproducer.errors.KafkaConnectionError`
