@@ -19,16 +19,20 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer.futures",
     "aioproducer.metrics",
     "aioproducer.net.connection",
+    "aioproducer.net.manager",
+    "aioproducer.net.writers",
     "aioproducer.partitioner",
     "aioproducer.protocol.framing",
     "aioproducer.protocol.produce_codec",
     "aioproducer.protocol.record_batch",
+    "aioproducer.protocol.session",
     "aioproducer.sender",
 )
 """The modules ``setup.py`` compiles: every step a record passes through on its way into a
 batch (the appender, the accumulator, the record futures, the buffer pool, the partitioners
 and the record batch encoder), and the per-request work after it (the sender task, the
-metrics it updates, the broker connections, the request framing and the Produce codec).
+metrics it updates, the broker connections with their sessions, writers and manager, the
+request framing and the Produce codec).
 The classes users build or configure (``Producer``, ``SyncProducer``, ...) stay
 interpreted on purpose: mypyc keeps no docstrings, which ``help()``,
 ``inspect.signature`` and ``unittest.mock.create_autospec`` need.

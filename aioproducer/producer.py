@@ -42,7 +42,7 @@ from aioproducer.errors import (
 from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer.metrics import ProducerMetrics
-from aioproducer.net.connection import ConnectionManager
+from aioproducer.net.manager import ConnectionManager
 from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType, offload_threshold

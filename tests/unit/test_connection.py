@@ -31,7 +31,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
-from aioproducer.net import connection as connection_module
+from aioproducer.net import writers as writers_module
 from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey, Request, Response
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -704,7 +704,8 @@ def test_plaintext_connections_write_on_the_native_thread_where_it_is_built(
             connection, _, _ = await connected(broker)
             try:
                 expected = writes == "writer-thread" and _socket_writer_built()
-                assert (connection._writer is not None) is expected
+                assert connection._writer is not None
+                assert connection._writer.threaded is expected
                 future = connection.send(EchoRequest(b"ping"))
                 request = await asyncio.wait_for(broker.requests.get(), PATIENCE)
                 assert request.body.endswith(b"ping")
@@ -712,7 +713,7 @@ def test_plaintext_connections_write_on_the_native_thread_where_it_is_built(
                 assert (await asyncio.wait_for(future, PATIENCE)).payload.endswith(b"pong")
             finally:
                 connection.close()
-            assert connection._writer is None
+            assert connection._writer is not None and not connection._writer.threaded
             await asyncio.wait_for(connection.wait_closed(), PATIENCE)
 
     run(scenario())
@@ -780,9 +781,9 @@ def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
     # SASL_SSL) from reaching the raw socket. PLAINTEXT and SASL_PLAINTEXT write as given.
     if writes != "writer-thread":
         pytest.skip("about the writer thread")
-    monkeypatch.setattr(connection_module, "_SOCKET_WRITER_BUILT", True)
+    monkeypatch.setattr(writers_module, "_SOCKET_WRITER_BUILT", True)
     if not _socket_writer_built():
-        monkeypatch.setattr(connection_module, "SocketWriter", _RecordingWriter, raising=False)
+        monkeypatch.setattr(writers_module, "SocketWriter", _RecordingWriter, raising=False)
     sasl: dict[str, Any] = {}
     if protocol.startswith("SASL"):
         sasl = {"sasl_mechanism": "PLAIN", "sasl_plain_username": "u", "sasl_plain_password": "p"}
@@ -793,10 +794,11 @@ def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
         connection.connection_made(_TransportHidingTls(ours))
         connection._start_writer()
         try:
-            assert (connection._writer is not None) is (protocol in ("PLAINTEXT", "SASL_PLAINTEXT"))
+            assert connection._writer is not None
+            assert connection._writer.threaded is (protocol in ("PLAINTEXT", "SASL_PLAINTEXT"))
         finally:
             connection.abort()
-        assert connection._writer is None
+        assert not connection._writer.threaded
     finally:
         ours.close()
         peer.close()

@@ -16,6 +16,7 @@ def test_no_protocol_module_imports_asyncio() -> None:
         f"aioproducer.protocol.{info.name}" for info in pkgutil.iter_modules([str(package_dir)])
     ]
     assert "aioproducer.protocol.messages" in modules
+    assert "aioproducer.protocol.session" in modules  # the connection's state, without its I/O
     # The parent package is stubbed so that only the protocol modules (and what they import)
     # are loaded, whatever aioproducer/__init__.py pulls in.
     script = (

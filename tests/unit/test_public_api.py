@@ -285,7 +285,7 @@ def test_metrics_page_lists_exactly_the_metrics() -> None:
 def test_the_connection_manager_reports_the_connection_metrics() -> None:
     from aioproducer.config import ProducerConfig
     from aioproducer.metrics import CONNECTION_METRICS
-    from aioproducer.net.connection import ConnectionManager
+    from aioproducer.net.manager import ConnectionManager
 
     manager = ConnectionManager(ProducerConfig(bootstrap_servers="localhost:9092"), lambda: None)
     assert tuple(manager.statistics()) == CONNECTION_METRICS

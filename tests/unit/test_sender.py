@@ -42,7 +42,7 @@ from aioproducer.errors import (
 from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
-from aioproducer.net.connection import ConnectionManager
+from aioproducer.net.manager import ConnectionManager
 from aioproducer.protocol.api import Request
 from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.protocol.messages import (
