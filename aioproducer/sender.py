@@ -37,6 +37,16 @@ from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability
 from aioproducer.protocol.api import Request, Response
 from aioproducer.protocol.compression import CompressionType, offload_threshold
+from aioproducer.protocol.error_codes import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_RECORD,
+    INVALID_TIMESTAMP,
+    MESSAGE_TOO_LARGE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    PRODUCER_FENCED,
+    UNKNOWN_PRODUCER_ID,
+)
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -103,14 +113,10 @@ class _Connections(Protocol):
 
 log = logging.getLogger("aioproducer.sender")
 
-_MESSAGE_TOO_LARGE: Final = 10
-_DUPLICATE_SEQUENCE_NUMBER: Final = 46
-_OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-_UNKNOWN_PRODUCER_ID: Final = 59
 # What a broker that takes no locally bumped epoch answers it with (Tansu: PRODUCER_FENCED).
-_FENCED_EPOCH: Final = frozenset({47, 90})
+_FENCED_EPOCH: Final = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 # The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
-_RECORD_ERROR_CODES: Final = frozenset({32, 87})
+_RECORD_ERROR_CODES: Final = frozenset({INVALID_TIMESTAMP, INVALID_RECORD})
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL: Final = 1.0
 # Steps of the sender that fail one after another (each after a backoff) before the task
@@ -1054,7 +1060,7 @@ class Sender:
                 )
                 continue
             code = partition_response.error_code
-            if code == 0 or code == _DUPLICATE_SEQUENCE_NUMBER:
+            if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 # DUPLICATE_SEQUENCE_NUMBER: the broker has this batch already (a retry of a
                 # write that succeeded), so it counts as delivered.
                 self._complete_batch(
@@ -1157,9 +1163,9 @@ class Sender:
         leader_moved: bool = False,
     ) -> None:
         code = getattr(exc, "error_code", None)
-        if code == _MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
+        if code == MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
             return
-        if code == _MESSAGE_TOO_LARGE:
+        if code == MESSAGE_TOO_LARGE:
             exc = RecordTooLargeError(
                 f"the broker rejected a batch of {batch.record_count} record(s) "
                 f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large: "
@@ -1177,8 +1183,8 @@ class Sender:
             )
             self._metrics.records_retried(batch.record_count)
             if batch.last_error is None or code not in (
-                _OUT_OF_ORDER_SEQUENCE_NUMBER,
-                _UNKNOWN_PRODUCER_ID,
+                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                UNKNOWN_PRODUCER_ID,
             ):
                 # A sequence error the producer settles itself (the gap an expired batch
                 # before this one left) says less about why the batch is late than the
@@ -1209,8 +1215,8 @@ class Sender:
         code = exc.error_code
         idempotence = self._idempotence
         if idempotence is not None and code in (
-            _OUT_OF_ORDER_SEQUENCE_NUMBER,
-            _UNKNOWN_PRODUCER_ID,
+            OUT_OF_ORDER_SEQUENCE_NUMBER,
+            UNKNOWN_PRODUCER_ID,
         ):
             return idempotence.can_retry(batch, code, log_start_offset)
         if (

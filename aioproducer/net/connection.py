@@ -76,6 +76,11 @@ from aioproducer.protocol.api import (
     Response,
     response_header_flexible,
 )
+from aioproducer.protocol.error_codes import (
+    ILLEGAL_SASL_STATE,
+    UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
+)
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -127,9 +132,6 @@ _COMPACT_THRESHOLD: Final = 64 << 10
 _UNANSWERED_MEMORY: Final = 1024
 
 _CORRELATION_ID_MASK: Final = 0x7FFFFFFF
-_UNSUPPORTED_VERSION: Final = 35
-_UNSUPPORTED_SASL_MECHANISM: Final = 33
-_ILLEGAL_SASL_STATE: Final = 34
 
 #: The first ApiVersions version tried; v3 carries the client's software name and version.
 _API_VERSIONS_FIRST_VERSION: Final = 3
@@ -249,7 +251,7 @@ def _decode_unsupported_api_versions(
         except CorruptResponseError:
             continue
         return response
-    return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
+    return ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[])
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -684,7 +686,7 @@ class BrokerConnection(asyncio.Protocol):
             SaslHandshakeRequest(mechanism=mechanism_name), handshake_version
         )
         assert handshake is not None
-        if handshake.error_code == _UNSUPPORTED_SASL_MECHANISM:
+        if handshake.error_code == UNSUPPORTED_SASL_MECHANISM:
             offered = ", ".join(handshake.mechanisms) or "none"
             if mechanism_name in handshake.mechanisms:
                 # Seen from brokers whose listener has SASL turned off (Tansu without
@@ -698,10 +700,10 @@ class BrokerConnection(asyncio.Protocol):
                     f"{self.description} does not enable SASL mechanism {mechanism_name} "
                     f"(sasl_mechanism); it offers: {offered}"
                 )
-            raise error_for_code(_UNSUPPORTED_SASL_MECHANISM, problem)
+            raise error_for_code(UNSUPPORTED_SASL_MECHANISM, problem)
         if handshake.error_code != 0:
             hint = ""
-            if handshake.error_code == _ILLEGAL_SASL_STATE:
+            if handshake.error_code == ILLEGAL_SASL_STATE:
                 # Kafka's answer to SaslHandshake on a listener that is not a SASL one.
                 hint = (
                     ": is this a SASL listener? A PLAINTEXT or SSL listener answers this way; "
@@ -777,7 +779,7 @@ class BrokerConnection(asyncio.Protocol):
             )
             response = await self._handshake_request(request, version)
             assert isinstance(response, ApiVersionsResponse)
-            if response.error_code == _UNSUPPORTED_VERSION and version > 0:
+            if response.error_code == UNSUPPORTED_VERSION and version > 0:
                 # The broker answered in v0 and listed the ApiVersions range it does speak.
                 broker_max = next(
                     (k.max_version for k in response.api_keys if k.api_key == ApiKey.API_VERSIONS),
@@ -1317,7 +1319,7 @@ class BrokerConnection(asyncio.Protocol):
                 api_key == ApiKey.API_VERSIONS
                 and version > 0
                 and body.nbytes >= 2
-                and int.from_bytes(body[:2], "big") == _UNSUPPORTED_VERSION
+                and int.from_bytes(body[:2], "big") == UNSUPPORTED_VERSION
             ):
                 response = _decode_unsupported_api_versions(request, body, version)
             else:

@@ -28,6 +28,7 @@ from aioproducer.protocol.api import (
     Request,
     Response,
 )
+from aioproducer.protocol.error_codes import UNSUPPORTED_VERSION
 from aioproducer.protocol.primitives import (
     INT8,
     INT16,
@@ -98,7 +99,6 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-_UNSUPPORTED_VERSION = 35
 _NO_AUTHORIZED_OPERATIONS = -(1 << 31)
 
 
@@ -352,14 +352,14 @@ def decode_api_versions_response(data: memoryview, version: int) -> ApiVersionsR
         if version == 0:
             raise
         error = Reader(data).int16() if len(data) >= 2 else None
-        if error != _UNSUPPORTED_VERSION:
+        if error != UNSUPPORTED_VERSION:
             raise
         try:
             return _decode_api_versions(data, 0)
         except CorruptResponseError:
             # Some brokers (librdkafka's mock) list their versions in a layout that is
             # neither; the error code alone is enough for the caller to fall back to v0.
-            return ApiVersionsResponse(_UNSUPPORTED_VERSION, [])
+            return ApiVersionsResponse(UNSUPPORTED_VERSION, [])
 
 
 @dataclass(slots=True)
