@@ -13,13 +13,13 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
 from aioproducer._timer import WakeTimer
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
@@ -204,11 +204,11 @@ class Sender:
         self._request_timeout_ms = config.request_timeout_ms
         self._max_request_size = config.max_request_size
         self._retries = config.retries
-        self._backoff_base = config.retry_backoff_ms / 1000.0
         # As Java: a retry_backoff_ms above retry_backoff_max_ms makes the backoff fixed.
-        self._backoff_max = max(self._backoff_base, config.retry_backoff_max_ms / 1000.0)
-        if config.retry_backoff_ms > config.retry_backoff_max_ms:
-            self._backoff_base = self._backoff_max = config.retry_backoff_max_ms / 1000.0
+        retry_backoff_ms = min(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._backoff_base = retry_backoff_ms / 1000.0
+        # Retries of a batch wait longer each time (KIP-580), plus or minus 20%.
+        self._retry_backoff = ExponentialBackoff(retry_backoff_ms, config.retry_backoff_max_ms)
         self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
         self._in_flight_batches = 0
         self._running = True
@@ -1148,9 +1148,7 @@ class Sender:
             self._on_acknowledgement(batch, exc)
 
     def _backoff(self, attempts: int) -> float:
-        # Java's ExponentialBackoff: base * 2^attempts, capped, with +-20% jitter.
-        backoff = self._backoff_base * (2 ** min(attempts, 30)) * random.uniform(0.8, 1.2)
-        return float(min(self._backoff_max, backoff))
+        return self._retry_backoff.backoff_ms(attempts) / 1000.0
 
     def _retry_or_fail(
         self,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from aioproducer.accumulator import SEQUENCE_MODULO, ProducerBatch
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
@@ -818,8 +819,10 @@ class TransactionManager(IdempotenceManager):
         super().__init__(transactional_id)
         self.transactional_id: str = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._retry_backoff = retry_backoff
-        self._retry_backoff_max = max(retry_backoff, retry_backoff_max)
+        # Coordinator requests retry after a doubling backoff, without jitter.
+        self._retry_backoff = ExponentialBackoff(
+            retry_backoff * 1000.0, retry_backoff_max * 1000.0, jitter=0.0
+        )
         self._request_timeout = request_timeout
         self._create_future = create_future
         self._txn_state = TransactionState.UNINITIALIZED
@@ -1500,7 +1503,7 @@ class TransactionManager(IdempotenceManager):
             self._pending.remove(item)
 
     def _backoff(self, attempts: int) -> float:
-        return float(min(self._retry_backoff_max, self._retry_backoff * 2 ** min(attempts, 20)))
+        return self._retry_backoff.backoff_ms(attempts) / 1000.0
 
     def _retry(
         self, item: TransactionalRequest, now: float, backoff: float | None = None

@@ -55,6 +55,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
 
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -1369,55 +1370,6 @@ class BrokerConnection(asyncio.Protocol):
             callback(self)
         except Exception:
             log.exception("on_capacity callback of %s failed", self.description)
-
-
-# ---- reconnect backoff ----------------------------------------------------------------------
-
-
-class ExponentialBackoff:
-    """Exponential backoff with jitter, as the Java client's reconnect backoff.
-
-    The delay after ``attempts`` failures is ``initial * multiplier ** attempts``, scaled by a
-    random factor in ``[1 - jitter, 1 + jitter)``, then capped at ``maximum``. Randomness keeps
-    many clients that lost the same broker from reconnecting in lockstep.
-
-    Args:
-        initial_ms: the first delay.
-        maximum_ms: the cap (raised to ``initial_ms`` if smaller).
-        multiplier: the growth factor per attempt.
-        jitter: the relative spread of the random factor (0.2 is plus or minus 20%).
-        rng: the random source (seed one for reproducible tests).
-    """
-
-    def __init__(
-        self,
-        initial_ms: float,
-        maximum_ms: float,
-        *,
-        multiplier: float = 2.0,
-        jitter: float = 0.2,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial_ms = float(initial_ms)
-        self.maximum_ms = float(max(maximum_ms, initial_ms))
-        self.multiplier = multiplier
-        self.jitter = jitter
-        self._rng = rng or random.Random()
-        if self.initial_ms > 0 and self.maximum_ms > self.initial_ms and multiplier > 1:
-            # Past this many attempts the delay is at the cap anyway; stops the power overflowing.
-            self._max_exponent = math.log(self.maximum_ms / self.initial_ms, multiplier)
-        else:
-            self._max_exponent = 0.0
-
-    def backoff_ms(self, attempts: int) -> float:
-        """The delay in milliseconds after ``attempts`` consecutive failures (0 for the first)."""
-        if self._max_exponent == 0.0:
-            return self.initial_ms
-        exponent = min(float(attempts), self._max_exponent)
-        delay = self.initial_ms * float(self.multiplier**exponent)
-        if self.jitter > 0:
-            delay *= self._rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return min(delay, self.maximum_ms)
 
 
 # ---- the connection manager -------------------------------------------------------------------

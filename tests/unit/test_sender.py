@@ -651,7 +651,7 @@ async def test_retry_backoff_never_exceeds_retry_backoff_max_ms(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The largest jitter the sender can draw, every time.
-    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(random.Random, "uniform", lambda self, low, high: high)
     h = Harness(retry_backoff_ms=100, retry_backoff_max_ms=400)
     h.append(0, b"a")
     h.step(T0 + 0.010)
