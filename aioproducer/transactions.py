@@ -75,7 +75,6 @@ __all__ = [
     "TransactionalRequest",
     "TransactionalRequestKind",
     "consumer_group_metadata",
-    "copy_error",
     "normalize_offsets",
     "transaction_v2_usable",
 ]
@@ -760,23 +759,6 @@ def _succeed(future: asyncio.Future[None] | None) -> None:
         future.set_result(None)
 
 
-def copy_error(exc: KafkaError, prefix: str | None = None) -> KafkaError:
-    """A fresh copy of ``exc`` to raise again (so tracebacks do not pile up on one object).
-
-    With ``prefix`` the copy's message becomes ``"{prefix}: {message}"``. The copy keeps the
-    original's cause and has the original as its context.
-    """
-    clone = error_copy(exc)  # the type, message, attributes and cause
-    if clone is exc or not isinstance(clone, KafkaError):  # pragma: no cover - not copyable
-        return exc
-    if prefix:
-        clone.args = (f"{prefix}: {exc.message}",)
-    clone.__context__ = exc
-    clone.__suppress_context__ = False
-    clone.__traceback__ = None
-    return clone
-
-
 class TransactionManager(IdempotenceManager):
     """The transaction state machine of a producer with a ``transactional_id``.
 
@@ -961,10 +943,12 @@ class TransactionManager(IdempotenceManager):
                 return TransactionAbortedError(
                     "the transaction was aborted before the record was sent"
                 )
-            return copy_error(error, "the transaction was aborted before the record was sent")
+            return error_copy(
+                error, "the transaction was aborted before the record was sent", fresh=True
+            )
         if state is _State.ABORTABLE_ERROR or state is _State.FATAL_ERROR:
             assert self._last_error is not None
-            return copy_error(self._last_error, "the record was not sent")
+            return error_copy(self._last_error, "the record was not sent", fresh=True)
         return None
 
     def _transition(self, target: TransactionState) -> None:
@@ -985,15 +969,16 @@ class TransactionManager(IdempotenceManager):
         error = self._last_error
         if self._txn_state is _State.FATAL_ERROR:
             assert error is not None
-            raise copy_error(
-                error, f"cannot {operation}: the producer hit a fatal error; close it"
+            raise error_copy(
+                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
             )
         if self._txn_state is _State.ABORTABLE_ERROR:
             assert error is not None
-            raise copy_error(
+            raise error_copy(
                 error,
                 f"cannot {operation}: the transaction failed and must be aborted "
                 "(abort_transaction())",
+                fresh=True,
             )
 
     # ---- user operations ------------------------------------------------------------------------
@@ -1324,10 +1309,10 @@ class TransactionManager(IdempotenceManager):
             if item.kind is _Kind.INIT_PRODUCER_ID:
                 keep.append(item)
             else:
-                _fail(item.result, copy_error(exc))
+                _fail(item.result, error_copy(exc, fresh=True))
         self._pending = keep
         if self._completion_result is not None:
-            _fail(self._completion_result, copy_error(exc))
+            _fail(self._completion_result, error_copy(exc, fresh=True))
 
     def transition_to_fatal(self, exc: KafkaError) -> None:
         """Move to ``FATAL_ERROR``: every later operation raises ``exc``; close() still works."""
@@ -1341,7 +1326,7 @@ class TransactionManager(IdempotenceManager):
         self._txn_state = _State.FATAL_ERROR
         self._last_error = exc
         self._new_partitions.clear()
-        self.fail_all(copy_error(exc))
+        self.fail_all(error_copy(exc, fresh=True))
 
     # ---- the next request -----------------------------------------------------------------------
 
@@ -1402,7 +1387,7 @@ class TransactionManager(IdempotenceManager):
             for item in [i for i in self._pending if i.kind is not _Kind.INIT_PRODUCER_ID]:
                 self._pending.remove(item)
                 assert self._last_error is not None
-                _fail(item.result, copy_error(self._last_error))
+                _fail(item.result, error_copy(self._last_error, fresh=True))
         head = self._pending[0] if self._pending else None
         if head is not None and head.kind is _Kind.INIT_PRODUCER_ID:
             return head
@@ -1558,7 +1543,7 @@ class TransactionManager(IdempotenceManager):
         log.warning(
             "transactional id %r: %s failed: %s", self.transactional_id, item.describe(), exc
         )
-        _fail(item.result, copy_error(exc))
+        _fail(item.result, error_copy(exc, fresh=True))
         if fatal or self._txn_state in (_State.INITIALIZING, _State.READY, _State.UNINITIALIZED):
             self.transition_to_fatal(exc)
         else:
@@ -1711,7 +1696,7 @@ class TransactionManager(IdempotenceManager):
             self._last_error = error
             self._bump_after_abort = True
             self._transition(_State.ABORTABLE_ERROR)
-            _fail(item.result, copy_error(error))
+            _fail(item.result, error_copy(error, fresh=True))
             return
         if code == ErrorCode.UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
             log.warning(
@@ -1894,7 +1879,7 @@ class TransactionManager(IdempotenceManager):
                 self._request_failed(item, error, fatal=False)
                 return
             # An abort that cannot complete: fail it, stay aborting; the user may retry.
-            _fail(item.result, copy_error(error))
+            _fail(item.result, error_copy(error, fresh=True))
             return
         self._request_failed(item, error, fatal=True)
 

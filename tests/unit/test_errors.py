@@ -234,3 +234,34 @@ def test_names_and_classification_agree_with_kafka_python() -> None:
         if code not in java_differs:
             assert ours.retriable == other.retriable, code
             assert ours.invalid_metadata == bool(getattr(other, "invalid_metadata", False)), code
+
+
+def _raised(error: BaseException) -> BaseException:
+    try:
+        raise error
+    except BaseException as exc:
+        return exc
+
+
+def test_error_copy_for_a_record_future_keeps_the_traceback_and_context() -> None:
+    from aioproducer.futures import error_copy
+
+    original = _raised(errors.NotEnoughReplicasError("too few in sync"))
+    original.__cause__ = ValueError("cause")
+    clone = error_copy(original)
+    assert clone is not original and type(clone) is type(original)
+    assert str(clone) == "too few in sync" and clone.retriable
+    assert clone.__traceback__ is original.__traceback__
+    assert clone.__cause__ is original.__cause__
+
+
+def test_error_copy_fresh_starts_a_traceback_with_the_original_as_context() -> None:
+    from aioproducer.futures import error_copy
+
+    original = _raised(errors.SenderCrashedError("the sender task crashed"))
+    clone = error_copy(original, "the record was not sent", fresh=True)
+    assert type(clone) is errors.SenderCrashedError
+    assert clone.message == "the record was not sent: the sender task crashed"
+    assert clone.__traceback__ is None
+    assert clone.__context__ is original and not clone.__suppress_context__
+    assert error_copy(original, fresh=True).message == "the sender task crashed"
