@@ -119,9 +119,22 @@ def _header_bytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
-def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> int:
-    """An upper bound of the bytes one record takes in a batch (Kafka's estimate)."""
-    return _MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
+def estimate_record_size(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> int:
+    """An upper bound of the bytes one record takes in a batch (Kafka's estimate).
+
+    The one estimate of a record's size: it checks a record against ``max_request_size``
+    and ``buffer_memory``, sizes the buffer of a batch that starts with the record, and
+    sizes the parts of a split batch.
+    """
+    size = _MAX_RECORD_OVERHEAD + 5
+    size += -1 if key is None else len(key)
+    size += -1 if value is None else len(value)
+    if headers:
+        for name, data in headers:
+            size += len(name.encode()) + (0 if data is None else len(data)) + 10
+    return size
 
 
 # What a detached builder points at instead of its buffer and parts (see detach()). Shared

@@ -345,7 +345,7 @@ class Harness:
         future = self.accumulator.try_append(TOPIC, partition, TIMESTAMP, key, value, None)
         if future is not None:
             return future
-        size = estimate_record_size(-1 if key is None else len(key), len(value), 0)
+        size = estimate_record_size(key, value, None)
         buffer = self.pool.allocate_nowait(self.accumulator.buffer_size_for(size, TOPIC, partition))
         assert buffer is not None
         return self.accumulator.append_to_new_batch(
@@ -1532,7 +1532,7 @@ async def test_a_step_that_fails_once_is_logged_and_the_sender_goes_on(
 def append_unbuildable(h: Harness, partition: int) -> RecordFuture:
     """A record whose batch cannot be built: a timestamp past the wire format's int64, as
     if a check in front of the accumulator had let it through (a fault of ours)."""
-    size = estimate_record_size(-1, 1, 0)
+    size = estimate_record_size(None, b"x", None)
     buffer = h.pool.allocate_nowait(h.accumulator.buffer_size_for(size, TOPIC, partition))
     assert buffer is not None
     return h.accumulator.append_to_new_batch(
