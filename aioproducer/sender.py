@@ -831,8 +831,7 @@ class Sender:
     # ---- produce ----------------------------------------------------------------------------
 
     def _close_batch(self, batch: ProducerBatch) -> None:
-        if not batch.builder.closed:
-            batch.builder.close()
+        batch.builder.seal()
 
     def _prepare_batch(self, batch: ProducerBatch) -> bool:
         """Close a drained batch for sending (with its producer id and sequence when
@@ -920,8 +919,7 @@ class Sender:
         accumulator = self._accumulator
         compressed = accumulator.compressed
         for batch in batches:
-            view = batch.builder.close() if not batch.builder.closed else batch.builder._closed_view
-            assert view is not None
+            view = batch.builder.seal()
             data: bytes | memoryview = bytes(view) if acks_zero else view
             partitions = by_topic.get(batch.topic)
             if partitions is None:
@@ -1227,7 +1225,7 @@ class Sender:
 
     def _records_of(self, batch: ProducerBatch) -> list[Any] | None:
         """The records of a sent batch, decoded from its bytes; None if they cannot be."""
-        view = batch.builder._closed_view
+        view = batch.builder.closed_view
         if view is None:
             return None
         try:

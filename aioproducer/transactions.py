@@ -324,14 +324,14 @@ class IdempotenceManager:
         if batch.has_sequence:
             state = self._state(batch.tp)
             state.retrying.discard(batch)
-            if not batch.builder.closed:
-                batch.builder.close(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
-                )
-            elif batch.sequence_reset:
-                batch.builder.rewrite_producer_state(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
-                )
+            # A retry keeps its bytes unless its sequence was reset.
+            batch.builder.seal(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                transactional,
+                restamp=batch.sequence_reset,
+            )
             return
         state = self._state(batch.tp)
         if self._is_stale(state) and not state.in_flight:
@@ -340,14 +340,9 @@ class IdempotenceManager:
         base_sequence = state.next_sequence
         # Built first: a batch that cannot be built (and fails) takes no sequence numbers,
         # so the partition's sequence has no gap.
-        if batch.builder.closed:
-            batch.builder.rewrite_producer_state(
-                state.producer_id, state.producer_epoch, base_sequence, transactional
-            )
-        else:
-            batch.builder.close(
-                state.producer_id, state.producer_epoch, base_sequence, transactional
-            )
+        batch.builder.seal(
+            state.producer_id, state.producer_epoch, base_sequence, transactional, restamp=True
+        )
         batch.base_sequence = base_sequence
         batch.producer_id = state.producer_id
         batch.producer_epoch = state.producer_epoch

@@ -503,6 +503,38 @@ class RecordBatchBuilder:
         self._closed_view = view
         return view
 
+    def seal(
+        self,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+        *,
+        restamp: bool = False,
+    ) -> memoryview:
+        """The batch to send: closed now with this producer state if still open.
+
+        The one way a drained batch is closed. A batch closed already (a retry) keeps its
+        bytes; with ``restamp`` it takes this producer state (and a new CRC) instead, for a
+        retry that goes out under a new producer id, epoch or sequence.
+
+        Raises:
+            RuntimeError: the builder was detached, or holds no record.
+        """
+        view = self._closed_view
+        if view is None:
+            return self.close(producer_id, producer_epoch, base_sequence, transactional)
+        if restamp:
+            return self.rewrite_producer_state(
+                producer_id, producer_epoch, base_sequence, transactional
+            )
+        return view
+
+    @property
+    def closed_view(self) -> memoryview | None:
+        """The closed batch, as :meth:`close` returned it; None while open or once detached."""
+        return self._closed_view
+
     @property
     def closed_size(self) -> int:
         """The batch's bytes once closed (compressed, with a codec); 0 before ``close()``."""

@@ -223,3 +223,19 @@ def test_the_record_size_estimate_bounds_a_record_that_starts_a_batch(
     assert builder.try_append(1_700_000_000_000, key, value, headers) == 0
     assert RECORD_BATCH_OVERHEAD < len(builder.close()) <= RECORD_BATCH_OVERHEAD + estimate
 
+
+def test_seal_closes_a_batch_once_and_restamps_a_retry() -> None:
+    builder = RecordBatchBuilder(bytearray(200))
+    builder.try_append(1000, b"k", b"v", None)
+    assert builder.closed_view is None
+    first = builder.seal(7, 1, 0)
+    assert builder.closed_view is first
+    again = bytes(builder.seal(8, 2, 5))  # a retry that keeps its bytes
+    assert again == bytes(first)
+    restamped = DefaultRecordBatch(bytearray(builder.seal(8, 2, 5, True, restamp=True)))
+    assert (restamped.producer_id, restamped.producer_epoch, restamped.base_sequence) == (8, 2, 5)
+    assert restamped.is_transactional and restamped.validate_crc()
+    builder.detach()
+    assert builder.closed_view is None
+    with pytest.raises(RuntimeError, match="detached"):
+        builder.seal()
