@@ -22,7 +22,11 @@ from aioproducer._gc import untrack as _gc_untrack
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.futures import BatchResults, RecordFuture, RecordRun
 from aioproducer.protocol.compression import CompressionType
-from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from aioproducer.protocol.record_batch import (
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchBuilder,
+    estimate_record_size,
+)
 from aioproducer.records import SPLIT
 
 if TYPE_CHECKING:
@@ -904,10 +908,7 @@ class RecordAccumulator:
         forward: list[tuple[ProducerBatch, int]] = []
         for index, record in enumerate(records):
             timestamp = batch.builder.base_timestamp + record.timestamp_delta
-            record_size = (
-                len(record.key or b"") + len(record.value or b"") + 64
-                + sum(len(k) + len(v or b"") + 10 for k, v in record.headers)
-            )
+            record_size = estimate_record_size(record.key, record.value, record.headers)
             error = None if refused is None else refused.get(index)
             if error is not None:
                 lone = self._split_part(batch, record_size + RECORD_BATCH_OVERHEAD)

@@ -28,7 +28,8 @@ from aioproducer.errors import PartitionerError, RecordTooLargeError, Serializat
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
 from aioproducer.partitioner import DefaultPartitioner, Partitioner
-from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, estimate_record_size
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
+from aioproducer.protocol.record_batch import estimate_record_size as record_size
 from aioproducer.records import (
     MAX_TIMESTAMP_MS,
     ProducerRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "check_headers",
     "check_record_size",
     "partitioner_error",
+    "record_size",
     "serialize",
     "to_bytes",
 ]
@@ -230,17 +232,6 @@ def _callable_name(obj: Any) -> str:
         name = type(obj).__qualname__
     module = getattr(obj, "__module__", None)
     return f"{module}.{name}" if isinstance(module, str) else name
-
-
-def record_size(key: bytes | None, value: bytes | None, headers: CheckedHeaders | None) -> int:
-    """The upper bound of the record's bytes in a batch (Kafka's estimate)."""
-    headers_size = 0
-    if headers:
-        for name, data in headers:
-            headers_size += len(name.encode()) + (0 if data is None else len(data)) + 10
-    return estimate_record_size(
-        -1 if key is None else len(key), -1 if value is None else len(value), headers_size
-    )
 
 
 def check_record_size(size: int, max_request_size: int, buffer_memory: int) -> None:

@@ -8,7 +8,9 @@ There is one class per Kafka error code, classified as the Java client classifie
 ``retriable`` is True where Java's exception extends ``RetriableException``, and
 ``invalid_metadata`` (with ``retriable``) where it extends ``InvalidMetadataException``,
 meaning "refresh metadata, then retry". :func:`error_for_code` turns a code from a response
-into an exception instance; :data:`ERROR_CODES` maps every known code to its class.
+into an exception instance; :data:`ERROR_CODES` maps every known code to its class. The
+numbers and protocol names come from one table,
+:class:`~aioproducer.protocol.error_codes.ErrorCode`.
 
 Catch families with the shared bases: :class:`InvalidMetadataError`,
 :class:`AuthorizationError`, :class:`AuthenticationError`, or :class:`KafkaError` for all.
@@ -20,6 +22,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import ClassVar
+
+from aioproducer.protocol.error_codes import ErrorCode
 
 if _TYPE_CHECKING:
     from aioproducer.futures import BatchResults
@@ -206,6 +210,13 @@ class KafkaError(Exception):
     items before it, which were buffered and are being sent (await it for their metadata).
     ``len(accepted)`` is the index of the refused item. None on every other error."""
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A class for a broker error names its code; the protocol name comes with it.
+        code = cls.__dict__.get("error_code")
+        if code is not None:
+            cls.error_name = ErrorCode(code).name
+
     def __init__(self, message: str = "", *, retriable: bool | None = None) -> None:
         super().__init__(message)
         if retriable is not None:
@@ -337,8 +348,7 @@ class RecordTooLargeError(KafkaError):
     batch of several records).
     """
 
-    error_code: ClassVar[int | None] = 10
-    error_name: ClassVar[str | None] = "MESSAGE_TOO_LARGE"
+    error_code: ClassVar[int | None] = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class UnsupportedVersionError(KafkaError):
@@ -347,8 +357,7 @@ class UnsupportedVersionError(KafkaError):
     Also Kafka error code 35 (``UNSUPPORTED_VERSION``); not retriable, fatal for the producer.
     """
 
-    error_code: ClassVar[int | None] = 35
-    error_name: ClassVar[str | None] = "UNSUPPORTED_VERSION"
+    error_code: ClassVar[int | None] = ErrorCode.UNSUPPORTED_VERSION
 
 
 class InvalidTopicError(KafkaError):
@@ -357,8 +366,7 @@ class InvalidTopicError(KafkaError):
     Also Kafka error code 17 (``INVALID_TOPIC_EXCEPTION``); not retriable.
     """
 
-    error_code: ClassVar[int | None] = 17
-    error_name: ClassVar[str | None] = "INVALID_TOPIC_EXCEPTION"
+    error_code: ClassVar[int | None] = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class UnknownTopicOrPartitionError(InvalidMetadataError):
@@ -369,8 +377,7 @@ class UnknownTopicOrPartitionError(InvalidMetadataError):
 
     retriable = True
     invalid_metadata: ClassVar[bool] = True
-    error_code: ClassVar[int | None] = 3
-    error_name: ClassVar[str | None] = "UNKNOWN_TOPIC_OR_PARTITION"
+    error_code: ClassVar[int | None] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class RequestTimedOutError(KafkaError):
@@ -381,8 +388,7 @@ class RequestTimedOutError(KafkaError):
     """
 
     retriable = True
-    error_code: ClassVar[int | None] = 7
-    error_name: ClassVar[str | None] = "REQUEST_TIMED_OUT"
+    error_code: ClassVar[int | None] = ErrorCode.REQUEST_TIMED_OUT
 
 
 class ProducerFencedError(KafkaError):
@@ -391,8 +397,7 @@ class ProducerFencedError(KafkaError):
     Also Kafka error code 90 (``PRODUCER_FENCED``); not retriable, fatal for the producer.
     """
 
-    error_code: ClassVar[int | None] = 90
-    error_name: ClassVar[str | None] = "PRODUCER_FENCED"
+    error_code: ClassVar[int | None] = ErrorCode.PRODUCER_FENCED
 
 
 # ---- errors sent by brokers, one class per code ----------------------------------------------
@@ -405,8 +410,7 @@ class UnknownServerError(KafkaError):
     unknown.
     """
 
-    error_code = -1
-    error_name = "UNKNOWN_SERVER_ERROR"
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
     def __init__(self, message: str = "", *, retriable: bool | None = None, code: int = -1) -> None:
         super().__init__(message, retriable=retriable)
@@ -420,8 +424,7 @@ class OffsetOutOfRangeError(KafkaError):
     Kafka error code 1 (``OFFSET_OUT_OF_RANGE``); not retriable.
     """
 
-    error_code = 1
-    error_name = "OFFSET_OUT_OF_RANGE"
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class CorruptMessageError(KafkaError):
@@ -431,8 +434,7 @@ class CorruptMessageError(KafkaError):
     """
 
     retriable = True
-    error_code = 2
-    error_name = "CORRUPT_MESSAGE"
+    error_code = ErrorCode.CORRUPT_MESSAGE
 
 
 class InvalidFetchSizeError(KafkaError):
@@ -441,8 +443,7 @@ class InvalidFetchSizeError(KafkaError):
     Kafka error code 4 (``INVALID_FETCH_SIZE``); not retriable.
     """
 
-    error_code = 4
-    error_name = "INVALID_FETCH_SIZE"
+    error_code = ErrorCode.INVALID_FETCH_SIZE
 
 
 class LeaderNotAvailableError(InvalidMetadataError):
@@ -451,8 +452,7 @@ class LeaderNotAvailableError(InvalidMetadataError):
     Kafka error code 5 (``LEADER_NOT_AVAILABLE``); retriable after a metadata refresh.
     """
 
-    error_code = 5
-    error_name = "LEADER_NOT_AVAILABLE"
+    error_code = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 class NotLeaderOrFollowerError(InvalidMetadataError):
@@ -461,8 +461,7 @@ class NotLeaderOrFollowerError(InvalidMetadataError):
     Kafka error code 6 (``NOT_LEADER_OR_FOLLOWER``); retriable after a metadata refresh.
     """
 
-    error_code = 6
-    error_name = "NOT_LEADER_OR_FOLLOWER"
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 class BrokerNotAvailableError(KafkaError):
@@ -471,8 +470,7 @@ class BrokerNotAvailableError(KafkaError):
     Kafka error code 8 (``BROKER_NOT_AVAILABLE``); not retriable.
     """
 
-    error_code = 8
-    error_name = "BROKER_NOT_AVAILABLE"
+    error_code = ErrorCode.BROKER_NOT_AVAILABLE
 
 
 class ReplicaNotAvailableError(InvalidMetadataError):
@@ -481,8 +479,7 @@ class ReplicaNotAvailableError(InvalidMetadataError):
     Kafka error code 9 (``REPLICA_NOT_AVAILABLE``); retriable after a metadata refresh.
     """
 
-    error_code = 9
-    error_name = "REPLICA_NOT_AVAILABLE"
+    error_code = ErrorCode.REPLICA_NOT_AVAILABLE
 
 
 class StaleControllerEpochError(KafkaError):
@@ -491,8 +488,7 @@ class StaleControllerEpochError(KafkaError):
     Kafka error code 11 (``STALE_CONTROLLER_EPOCH``); not retriable.
     """
 
-    error_code = 11
-    error_name = "STALE_CONTROLLER_EPOCH"
+    error_code = ErrorCode.STALE_CONTROLLER_EPOCH
 
 
 class OffsetMetadataTooLargeError(KafkaError):
@@ -501,8 +497,7 @@ class OffsetMetadataTooLargeError(KafkaError):
     Kafka error code 12 (``OFFSET_METADATA_TOO_LARGE``); not retriable.
     """
 
-    error_code = 12
-    error_name = "OFFSET_METADATA_TOO_LARGE"
+    error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
 
 
 class NetworkError(InvalidMetadataError):
@@ -511,8 +506,7 @@ class NetworkError(InvalidMetadataError):
     Kafka error code 13 (``NETWORK_EXCEPTION``); retriable after a metadata refresh.
     """
 
-    error_code = 13
-    error_name = "NETWORK_EXCEPTION"
+    error_code = ErrorCode.NETWORK_EXCEPTION
 
 
 class CoordinatorLoadInProgressError(KafkaError):
@@ -522,8 +516,7 @@ class CoordinatorLoadInProgressError(KafkaError):
     """
 
     retriable = True
-    error_code = 14
-    error_name = "COORDINATOR_LOAD_IN_PROGRESS"
+    error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
 class CoordinatorNotAvailableError(KafkaError):
@@ -533,8 +526,7 @@ class CoordinatorNotAvailableError(KafkaError):
     """
 
     retriable = True
-    error_code = 15
-    error_name = "COORDINATOR_NOT_AVAILABLE"
+    error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class NotCoordinatorError(KafkaError):
@@ -544,8 +536,7 @@ class NotCoordinatorError(KafkaError):
     """
 
     retriable = True
-    error_code = 16
-    error_name = "NOT_COORDINATOR"
+    error_code = ErrorCode.NOT_COORDINATOR
 
 
 class RecordListTooLargeError(KafkaError):
@@ -554,8 +545,7 @@ class RecordListTooLargeError(KafkaError):
     Kafka error code 18 (``RECORD_LIST_TOO_LARGE``); not retriable.
     """
 
-    error_code = 18
-    error_name = "RECORD_LIST_TOO_LARGE"
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
 class NotEnoughReplicasError(KafkaError):
@@ -565,8 +555,7 @@ class NotEnoughReplicasError(KafkaError):
     """
 
     retriable = True
-    error_code = 19
-    error_name = "NOT_ENOUGH_REPLICAS"
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS
 
 
 class NotEnoughReplicasAfterAppendError(KafkaError):
@@ -576,8 +565,7 @@ class NotEnoughReplicasAfterAppendError(KafkaError):
     """
 
     retriable = True
-    error_code = 20
-    error_name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 class InvalidRequiredAcksError(KafkaError):
@@ -586,8 +574,7 @@ class InvalidRequiredAcksError(KafkaError):
     Kafka error code 21 (``INVALID_REQUIRED_ACKS``); not retriable.
     """
 
-    error_code = 21
-    error_name = "INVALID_REQUIRED_ACKS"
+    error_code = ErrorCode.INVALID_REQUIRED_ACKS
 
 
 class IllegalGenerationError(KafkaError):
@@ -596,8 +583,7 @@ class IllegalGenerationError(KafkaError):
     Kafka error code 22 (``ILLEGAL_GENERATION``); not retriable.
     """
 
-    error_code = 22
-    error_name = "ILLEGAL_GENERATION"
+    error_code = ErrorCode.ILLEGAL_GENERATION
 
 
 class InconsistentGroupProtocolError(KafkaError):
@@ -606,8 +592,7 @@ class InconsistentGroupProtocolError(KafkaError):
     Kafka error code 23 (``INCONSISTENT_GROUP_PROTOCOL``); not retriable.
     """
 
-    error_code = 23
-    error_name = "INCONSISTENT_GROUP_PROTOCOL"
+    error_code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 class InvalidGroupIdError(KafkaError):
@@ -616,8 +601,7 @@ class InvalidGroupIdError(KafkaError):
     Kafka error code 24 (``INVALID_GROUP_ID``); not retriable.
     """
 
-    error_code = 24
-    error_name = "INVALID_GROUP_ID"
+    error_code = ErrorCode.INVALID_GROUP_ID
 
 
 class UnknownMemberIdError(KafkaError):
@@ -626,8 +610,7 @@ class UnknownMemberIdError(KafkaError):
     Kafka error code 25 (``UNKNOWN_MEMBER_ID``); not retriable.
     """
 
-    error_code = 25
-    error_name = "UNKNOWN_MEMBER_ID"
+    error_code = ErrorCode.UNKNOWN_MEMBER_ID
 
 
 class InvalidSessionTimeoutError(KafkaError):
@@ -636,8 +619,7 @@ class InvalidSessionTimeoutError(KafkaError):
     Kafka error code 26 (``INVALID_SESSION_TIMEOUT``); not retriable.
     """
 
-    error_code = 26
-    error_name = "INVALID_SESSION_TIMEOUT"
+    error_code = ErrorCode.INVALID_SESSION_TIMEOUT
 
 
 class RebalanceInProgressError(KafkaError):
@@ -646,8 +628,7 @@ class RebalanceInProgressError(KafkaError):
     Kafka error code 27 (``REBALANCE_IN_PROGRESS``); not retriable.
     """
 
-    error_code = 27
-    error_name = "REBALANCE_IN_PROGRESS"
+    error_code = ErrorCode.REBALANCE_IN_PROGRESS
 
 
 class InvalidCommitOffsetSizeError(KafkaError):
@@ -656,8 +637,7 @@ class InvalidCommitOffsetSizeError(KafkaError):
     Kafka error code 28 (``INVALID_COMMIT_OFFSET_SIZE``); not retriable.
     """
 
-    error_code = 28
-    error_name = "INVALID_COMMIT_OFFSET_SIZE"
+    error_code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
 
 
 class TopicAuthorizationFailedError(AuthorizationError):
@@ -666,8 +646,7 @@ class TopicAuthorizationFailedError(AuthorizationError):
     Kafka error code 29 (``TOPIC_AUTHORIZATION_FAILED``); not retriable.
     """
 
-    error_code = 29
-    error_name = "TOPIC_AUTHORIZATION_FAILED"
+    error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 class GroupAuthorizationFailedError(AuthorizationError):
@@ -676,8 +655,7 @@ class GroupAuthorizationFailedError(AuthorizationError):
     Kafka error code 30 (``GROUP_AUTHORIZATION_FAILED``); not retriable.
     """
 
-    error_code = 30
-    error_name = "GROUP_AUTHORIZATION_FAILED"
+    error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 class ClusterAuthorizationFailedError(AuthorizationError):
@@ -686,8 +664,7 @@ class ClusterAuthorizationFailedError(AuthorizationError):
     Kafka error code 31 (``CLUSTER_AUTHORIZATION_FAILED``); not retriable.
     """
 
-    error_code = 31
-    error_name = "CLUSTER_AUTHORIZATION_FAILED"
+    error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 class InvalidTimestampError(KafkaError):
@@ -696,8 +673,7 @@ class InvalidTimestampError(KafkaError):
     Kafka error code 32 (``INVALID_TIMESTAMP``); not retriable.
     """
 
-    error_code = 32
-    error_name = "INVALID_TIMESTAMP"
+    error_code = ErrorCode.INVALID_TIMESTAMP
 
 
 class UnsupportedSaslMechanismError(AuthenticationError):
@@ -706,8 +682,7 @@ class UnsupportedSaslMechanismError(AuthenticationError):
     Kafka error code 33 (``UNSUPPORTED_SASL_MECHANISM``); not retriable.
     """
 
-    error_code = 33
-    error_name = "UNSUPPORTED_SASL_MECHANISM"
+    error_code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
 
 
 class IllegalSaslStateError(AuthenticationError):
@@ -716,8 +691,7 @@ class IllegalSaslStateError(AuthenticationError):
     Kafka error code 34 (``ILLEGAL_SASL_STATE``); not retriable.
     """
 
-    error_code = 34
-    error_name = "ILLEGAL_SASL_STATE"
+    error_code = ErrorCode.ILLEGAL_SASL_STATE
 
 
 class TopicAlreadyExistsError(KafkaError):
@@ -726,8 +700,7 @@ class TopicAlreadyExistsError(KafkaError):
     Kafka error code 36 (``TOPIC_ALREADY_EXISTS``); not retriable.
     """
 
-    error_code = 36
-    error_name = "TOPIC_ALREADY_EXISTS"
+    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(KafkaError):
@@ -736,8 +709,7 @@ class InvalidPartitionsError(KafkaError):
     Kafka error code 37 (``INVALID_PARTITIONS``); not retriable.
     """
 
-    error_code = 37
-    error_name = "INVALID_PARTITIONS"
+    error_code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(KafkaError):
@@ -746,8 +718,7 @@ class InvalidReplicationFactorError(KafkaError):
     Kafka error code 38 (``INVALID_REPLICATION_FACTOR``); not retriable.
     """
 
-    error_code = 38
-    error_name = "INVALID_REPLICATION_FACTOR"
+    error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class InvalidReplicaAssignmentError(KafkaError):
@@ -756,8 +727,7 @@ class InvalidReplicaAssignmentError(KafkaError):
     Kafka error code 39 (``INVALID_REPLICA_ASSIGNMENT``); not retriable.
     """
 
-    error_code = 39
-    error_name = "INVALID_REPLICA_ASSIGNMENT"
+    error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
 class InvalidConfigError(KafkaError):
@@ -766,8 +736,7 @@ class InvalidConfigError(KafkaError):
     Kafka error code 40 (``INVALID_CONFIG``); not retriable.
     """
 
-    error_code = 40
-    error_name = "INVALID_CONFIG"
+    error_code = ErrorCode.INVALID_CONFIG
 
 
 class NotControllerError(KafkaError):
@@ -777,8 +746,7 @@ class NotControllerError(KafkaError):
     """
 
     retriable = True
-    error_code = 41
-    error_name = "NOT_CONTROLLER"
+    error_code = ErrorCode.NOT_CONTROLLER
 
 
 class InvalidRequestError(KafkaError):
@@ -787,8 +755,7 @@ class InvalidRequestError(KafkaError):
     Kafka error code 42 (``INVALID_REQUEST``); not retriable.
     """
 
-    error_code = 42
-    error_name = "INVALID_REQUEST"
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 class UnsupportedForMessageFormatError(KafkaError):
@@ -797,8 +764,7 @@ class UnsupportedForMessageFormatError(KafkaError):
     Kafka error code 43 (``UNSUPPORTED_FOR_MESSAGE_FORMAT``); not retriable.
     """
 
-    error_code = 43
-    error_name = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+    error_code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
 
 
 class PolicyViolationError(KafkaError):
@@ -807,8 +773,7 @@ class PolicyViolationError(KafkaError):
     Kafka error code 44 (``POLICY_VIOLATION``); not retriable.
     """
 
-    error_code = 44
-    error_name = "POLICY_VIOLATION"
+    error_code = ErrorCode.POLICY_VIOLATION
 
 
 class OutOfOrderSequenceNumberError(KafkaError):
@@ -818,8 +783,7 @@ class OutOfOrderSequenceNumberError(KafkaError):
     by bumping its epoch, otherwise not retriable.
     """
 
-    error_code = 45
-    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class DuplicateSequenceNumberError(KafkaError):
@@ -829,8 +793,7 @@ class DuplicateSequenceNumberError(KafkaError):
     delivered, without an offset.
     """
 
-    error_code = 46
-    error_name = "DUPLICATE_SEQUENCE_NUMBER"
+    error_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(KafkaError):
@@ -839,8 +802,7 @@ class InvalidProducerEpochError(KafkaError):
     Kafka error code 47 (``INVALID_PRODUCER_EPOCH``); not retriable.
     """
 
-    error_code = 47
-    error_name = "INVALID_PRODUCER_EPOCH"
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(KafkaError):
@@ -849,8 +811,7 @@ class InvalidTxnStateError(KafkaError):
     Kafka error code 48 (``INVALID_TXN_STATE``); not retriable.
     """
 
-    error_code = 48
-    error_name = "INVALID_TXN_STATE"
+    error_code = ErrorCode.INVALID_TXN_STATE
 
 
 class InvalidProducerIdMappingError(KafkaError):
@@ -859,8 +820,7 @@ class InvalidProducerIdMappingError(KafkaError):
     Kafka error code 49 (``INVALID_PRODUCER_ID_MAPPING``); not retriable.
     """
 
-    error_code = 49
-    error_name = "INVALID_PRODUCER_ID_MAPPING"
+    error_code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
 class InvalidTransactionTimeoutError(KafkaError):
@@ -869,8 +829,7 @@ class InvalidTransactionTimeoutError(KafkaError):
     Kafka error code 50 (``INVALID_TRANSACTION_TIMEOUT``); not retriable.
     """
 
-    error_code = 50
-    error_name = "INVALID_TRANSACTION_TIMEOUT"
+    error_code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
 
 
 class ConcurrentTransactionsError(KafkaError):
@@ -880,8 +839,7 @@ class ConcurrentTransactionsError(KafkaError):
     """
 
     retriable = True
-    error_code = 51
-    error_name = "CONCURRENT_TRANSACTIONS"
+    error_code = ErrorCode.CONCURRENT_TRANSACTIONS
 
 
 class TransactionCoordinatorFencedError(KafkaError):
@@ -890,8 +848,7 @@ class TransactionCoordinatorFencedError(KafkaError):
     Kafka error code 52 (``TRANSACTION_COORDINATOR_FENCED``); not retriable.
     """
 
-    error_code = 52
-    error_name = "TRANSACTION_COORDINATOR_FENCED"
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class TransactionalIdAuthorizationFailedError(AuthorizationError):
@@ -900,8 +857,7 @@ class TransactionalIdAuthorizationFailedError(AuthorizationError):
     Kafka error code 53 (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``); not retriable.
     """
 
-    error_code = 53
-    error_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 class SecurityDisabledError(KafkaError):
@@ -910,8 +866,7 @@ class SecurityDisabledError(KafkaError):
     Kafka error code 54 (``SECURITY_DISABLED``); not retriable.
     """
 
-    error_code = 54
-    error_name = "SECURITY_DISABLED"
+    error_code = ErrorCode.SECURITY_DISABLED
 
 
 class OperationNotAttemptedError(KafkaError):
@@ -920,8 +875,7 @@ class OperationNotAttemptedError(KafkaError):
     Kafka error code 55 (``OPERATION_NOT_ATTEMPTED``); not retriable.
     """
 
-    error_code = 55
-    error_name = "OPERATION_NOT_ATTEMPTED"
+    error_code = ErrorCode.OPERATION_NOT_ATTEMPTED
 
 
 class KafkaStorageError(InvalidMetadataError):
@@ -930,8 +884,7 @@ class KafkaStorageError(InvalidMetadataError):
     Kafka error code 56 (``KAFKA_STORAGE_ERROR``); retriable after a metadata refresh.
     """
 
-    error_code = 56
-    error_name = "KAFKA_STORAGE_ERROR"
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class LogDirNotFoundError(KafkaError):
@@ -940,8 +893,7 @@ class LogDirNotFoundError(KafkaError):
     Kafka error code 57 (``LOG_DIR_NOT_FOUND``); not retriable.
     """
 
-    error_code = 57
-    error_name = "LOG_DIR_NOT_FOUND"
+    error_code = ErrorCode.LOG_DIR_NOT_FOUND
 
 
 class SaslAuthenticationFailedError(AuthenticationError):
@@ -950,8 +902,7 @@ class SaslAuthenticationFailedError(AuthenticationError):
     Kafka error code 58 (``SASL_AUTHENTICATION_FAILED``); not retriable.
     """
 
-    error_code = 58
-    error_name = "SASL_AUTHENTICATION_FAILED"
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 class UnknownProducerIdError(OutOfOrderSequenceNumberError):
@@ -961,8 +912,7 @@ class UnknownProducerIdError(OutOfOrderSequenceNumberError):
     bumping its epoch, otherwise not retriable.
     """
 
-    error_code = 59
-    error_name = "UNKNOWN_PRODUCER_ID"
+    error_code = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
 class ReassignmentInProgressError(KafkaError):
@@ -971,8 +921,7 @@ class ReassignmentInProgressError(KafkaError):
     Kafka error code 60 (``REASSIGNMENT_IN_PROGRESS``); not retriable.
     """
 
-    error_code = 60
-    error_name = "REASSIGNMENT_IN_PROGRESS"
+    error_code = ErrorCode.REASSIGNMENT_IN_PROGRESS
 
 
 class DelegationTokenAuthDisabledError(KafkaError):
@@ -981,8 +930,7 @@ class DelegationTokenAuthDisabledError(KafkaError):
     Kafka error code 61 (``DELEGATION_TOKEN_AUTH_DISABLED``); not retriable.
     """
 
-    error_code = 61
-    error_name = "DELEGATION_TOKEN_AUTH_DISABLED"
+    error_code = ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
 
 
 class DelegationTokenNotFoundError(KafkaError):
@@ -991,8 +939,7 @@ class DelegationTokenNotFoundError(KafkaError):
     Kafka error code 62 (``DELEGATION_TOKEN_NOT_FOUND``); not retriable.
     """
 
-    error_code = 62
-    error_name = "DELEGATION_TOKEN_NOT_FOUND"
+    error_code = ErrorCode.DELEGATION_TOKEN_NOT_FOUND
 
 
 class DelegationTokenOwnerMismatchError(KafkaError):
@@ -1001,8 +948,7 @@ class DelegationTokenOwnerMismatchError(KafkaError):
     Kafka error code 63 (``DELEGATION_TOKEN_OWNER_MISMATCH``); not retriable.
     """
 
-    error_code = 63
-    error_name = "DELEGATION_TOKEN_OWNER_MISMATCH"
+    error_code = ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
 
 
 class DelegationTokenRequestNotAllowedError(KafkaError):
@@ -1011,8 +957,7 @@ class DelegationTokenRequestNotAllowedError(KafkaError):
     Kafka error code 64 (``DELEGATION_TOKEN_REQUEST_NOT_ALLOWED``); not retriable.
     """
 
-    error_code = 64
-    error_name = "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED"
+    error_code = ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
 
 
 class DelegationTokenAuthorizationFailedError(AuthorizationError):
@@ -1021,8 +966,7 @@ class DelegationTokenAuthorizationFailedError(AuthorizationError):
     Kafka error code 65 (``DELEGATION_TOKEN_AUTHORIZATION_FAILED``); not retriable.
     """
 
-    error_code = 65
-    error_name = "DELEGATION_TOKEN_AUTHORIZATION_FAILED"
+    error_code = ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED
 
 
 class DelegationTokenExpiredError(KafkaError):
@@ -1031,8 +975,7 @@ class DelegationTokenExpiredError(KafkaError):
     Kafka error code 66 (``DELEGATION_TOKEN_EXPIRED``); not retriable.
     """
 
-    error_code = 66
-    error_name = "DELEGATION_TOKEN_EXPIRED"
+    error_code = ErrorCode.DELEGATION_TOKEN_EXPIRED
 
 
 class InvalidPrincipalTypeError(KafkaError):
@@ -1041,8 +984,7 @@ class InvalidPrincipalTypeError(KafkaError):
     Kafka error code 67 (``INVALID_PRINCIPAL_TYPE``); not retriable.
     """
 
-    error_code = 67
-    error_name = "INVALID_PRINCIPAL_TYPE"
+    error_code = ErrorCode.INVALID_PRINCIPAL_TYPE
 
 
 class NonEmptyGroupError(KafkaError):
@@ -1051,8 +993,7 @@ class NonEmptyGroupError(KafkaError):
     Kafka error code 68 (``NON_EMPTY_GROUP``); not retriable.
     """
 
-    error_code = 68
-    error_name = "NON_EMPTY_GROUP"
+    error_code = ErrorCode.NON_EMPTY_GROUP
 
 
 class GroupIdNotFoundError(KafkaError):
@@ -1061,8 +1002,7 @@ class GroupIdNotFoundError(KafkaError):
     Kafka error code 69 (``GROUP_ID_NOT_FOUND``); not retriable.
     """
 
-    error_code = 69
-    error_name = "GROUP_ID_NOT_FOUND"
+    error_code = ErrorCode.GROUP_ID_NOT_FOUND
 
 
 class FetchSessionIdNotFoundError(KafkaError):
@@ -1072,8 +1012,7 @@ class FetchSessionIdNotFoundError(KafkaError):
     """
 
     retriable = True
-    error_code = 70
-    error_name = "FETCH_SESSION_ID_NOT_FOUND"
+    error_code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
 
 class InvalidFetchSessionEpochError(KafkaError):
@@ -1083,8 +1022,7 @@ class InvalidFetchSessionEpochError(KafkaError):
     """
 
     retriable = True
-    error_code = 71
-    error_name = "INVALID_FETCH_SESSION_EPOCH"
+    error_code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
 
 
 class ListenerNotFoundError(InvalidMetadataError):
@@ -1093,8 +1031,7 @@ class ListenerNotFoundError(InvalidMetadataError):
     Kafka error code 72 (``LISTENER_NOT_FOUND``); retriable after a metadata refresh.
     """
 
-    error_code = 72
-    error_name = "LISTENER_NOT_FOUND"
+    error_code = ErrorCode.LISTENER_NOT_FOUND
 
 
 class TopicDeletionDisabledError(KafkaError):
@@ -1103,8 +1040,7 @@ class TopicDeletionDisabledError(KafkaError):
     Kafka error code 73 (``TOPIC_DELETION_DISABLED``); not retriable.
     """
 
-    error_code = 73
-    error_name = "TOPIC_DELETION_DISABLED"
+    error_code = ErrorCode.TOPIC_DELETION_DISABLED
 
 
 class FencedLeaderEpochError(InvalidMetadataError):
@@ -1113,8 +1049,7 @@ class FencedLeaderEpochError(InvalidMetadataError):
     Kafka error code 74 (``FENCED_LEADER_EPOCH``); retriable after a metadata refresh.
     """
 
-    error_code = 74
-    error_name = "FENCED_LEADER_EPOCH"
+    error_code = ErrorCode.FENCED_LEADER_EPOCH
 
 
 class UnknownLeaderEpochError(KafkaError):
@@ -1124,8 +1059,7 @@ class UnknownLeaderEpochError(KafkaError):
     """
 
     retriable = True
-    error_code = 75
-    error_name = "UNKNOWN_LEADER_EPOCH"
+    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 class UnsupportedCompressionTypeError(KafkaError):
@@ -1134,8 +1068,7 @@ class UnsupportedCompressionTypeError(KafkaError):
     Kafka error code 76 (``UNSUPPORTED_COMPRESSION_TYPE``); not retriable.
     """
 
-    error_code = 76
-    error_name = "UNSUPPORTED_COMPRESSION_TYPE"
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 class StaleBrokerEpochError(KafkaError):
@@ -1144,8 +1077,7 @@ class StaleBrokerEpochError(KafkaError):
     Kafka error code 77 (``STALE_BROKER_EPOCH``); not retriable.
     """
 
-    error_code = 77
-    error_name = "STALE_BROKER_EPOCH"
+    error_code = ErrorCode.STALE_BROKER_EPOCH
 
 
 class OffsetNotAvailableError(KafkaError):
@@ -1155,8 +1087,7 @@ class OffsetNotAvailableError(KafkaError):
     """
 
     retriable = True
-    error_code = 78
-    error_name = "OFFSET_NOT_AVAILABLE"
+    error_code = ErrorCode.OFFSET_NOT_AVAILABLE
 
 
 class MemberIdRequiredError(KafkaError):
@@ -1165,8 +1096,7 @@ class MemberIdRequiredError(KafkaError):
     Kafka error code 79 (``MEMBER_ID_REQUIRED``); not retriable.
     """
 
-    error_code = 79
-    error_name = "MEMBER_ID_REQUIRED"
+    error_code = ErrorCode.MEMBER_ID_REQUIRED
 
 
 class PreferredLeaderNotAvailableError(InvalidMetadataError):
@@ -1176,8 +1106,7 @@ class PreferredLeaderNotAvailableError(InvalidMetadataError):
     refresh.
     """
 
-    error_code = 80
-    error_name = "PREFERRED_LEADER_NOT_AVAILABLE"
+    error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
 
 
 class GroupMaxSizeReachedError(KafkaError):
@@ -1186,8 +1115,7 @@ class GroupMaxSizeReachedError(KafkaError):
     Kafka error code 81 (``GROUP_MAX_SIZE_REACHED``); not retriable.
     """
 
-    error_code = 81
-    error_name = "GROUP_MAX_SIZE_REACHED"
+    error_code = ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
 class FencedInstanceIdError(KafkaError):
@@ -1196,8 +1124,7 @@ class FencedInstanceIdError(KafkaError):
     Kafka error code 82 (``FENCED_INSTANCE_ID``); not retriable.
     """
 
-    error_code = 82
-    error_name = "FENCED_INSTANCE_ID"
+    error_code = ErrorCode.FENCED_INSTANCE_ID
 
 
 class EligibleLeadersNotAvailableError(InvalidMetadataError):
@@ -1207,8 +1134,7 @@ class EligibleLeadersNotAvailableError(InvalidMetadataError):
     refresh.
     """
 
-    error_code = 83
-    error_name = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    error_code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
 
 
 class ElectionNotNeededError(InvalidMetadataError):
@@ -1217,8 +1143,7 @@ class ElectionNotNeededError(InvalidMetadataError):
     Kafka error code 84 (``ELECTION_NOT_NEEDED``); retriable after a metadata refresh.
     """
 
-    error_code = 84
-    error_name = "ELECTION_NOT_NEEDED"
+    error_code = ErrorCode.ELECTION_NOT_NEEDED
 
 
 class NoReassignmentInProgressError(KafkaError):
@@ -1227,8 +1152,7 @@ class NoReassignmentInProgressError(KafkaError):
     Kafka error code 85 (``NO_REASSIGNMENT_IN_PROGRESS``); not retriable.
     """
 
-    error_code = 85
-    error_name = "NO_REASSIGNMENT_IN_PROGRESS"
+    error_code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 class GroupSubscribedToTopicError(KafkaError):
@@ -1237,8 +1161,7 @@ class GroupSubscribedToTopicError(KafkaError):
     Kafka error code 86 (``GROUP_SUBSCRIBED_TO_TOPIC``); not retriable.
     """
 
-    error_code = 86
-    error_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+    error_code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
 
 
 class InvalidRecordError(KafkaError):
@@ -1247,8 +1170,7 @@ class InvalidRecordError(KafkaError):
     Kafka error code 87 (``INVALID_RECORD``); not retriable.
     """
 
-    error_code = 87
-    error_name = "INVALID_RECORD"
+    error_code = ErrorCode.INVALID_RECORD
 
 
 class UnstableOffsetCommitError(KafkaError):
@@ -1258,8 +1180,7 @@ class UnstableOffsetCommitError(KafkaError):
     """
 
     retriable = True
-    error_code = 88
-    error_name = "UNSTABLE_OFFSET_COMMIT"
+    error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT
 
 
 class ThrottlingQuotaExceededError(KafkaError):
@@ -1269,8 +1190,7 @@ class ThrottlingQuotaExceededError(KafkaError):
     """
 
     retriable = True
-    error_code = 89
-    error_name = "THROTTLING_QUOTA_EXCEEDED"
+    error_code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
 
 
 class ResourceNotFoundError(KafkaError):
@@ -1279,8 +1199,7 @@ class ResourceNotFoundError(KafkaError):
     Kafka error code 91 (``RESOURCE_NOT_FOUND``); not retriable.
     """
 
-    error_code = 91
-    error_name = "RESOURCE_NOT_FOUND"
+    error_code = ErrorCode.RESOURCE_NOT_FOUND
 
 
 class DuplicateResourceError(KafkaError):
@@ -1289,8 +1208,7 @@ class DuplicateResourceError(KafkaError):
     Kafka error code 92 (``DUPLICATE_RESOURCE``); not retriable.
     """
 
-    error_code = 92
-    error_name = "DUPLICATE_RESOURCE"
+    error_code = ErrorCode.DUPLICATE_RESOURCE
 
 
 class UnacceptableCredentialError(KafkaError):
@@ -1299,8 +1217,7 @@ class UnacceptableCredentialError(KafkaError):
     Kafka error code 93 (``UNACCEPTABLE_CREDENTIAL``); not retriable.
     """
 
-    error_code = 93
-    error_name = "UNACCEPTABLE_CREDENTIAL"
+    error_code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 class InconsistentVoterSetError(KafkaError):
@@ -1309,8 +1226,7 @@ class InconsistentVoterSetError(KafkaError):
     Kafka error code 94 (``INCONSISTENT_VOTER_SET``); not retriable.
     """
 
-    error_code = 94
-    error_name = "INCONSISTENT_VOTER_SET"
+    error_code = ErrorCode.INCONSISTENT_VOTER_SET
 
 
 class InvalidUpdateVersionError(KafkaError):
@@ -1319,8 +1235,7 @@ class InvalidUpdateVersionError(KafkaError):
     Kafka error code 95 (``INVALID_UPDATE_VERSION``); not retriable.
     """
 
-    error_code = 95
-    error_name = "INVALID_UPDATE_VERSION"
+    error_code = ErrorCode.INVALID_UPDATE_VERSION
 
 
 class FeatureUpdateFailedError(KafkaError):
@@ -1329,8 +1244,7 @@ class FeatureUpdateFailedError(KafkaError):
     Kafka error code 96 (``FEATURE_UPDATE_FAILED``); not retriable.
     """
 
-    error_code = 96
-    error_name = "FEATURE_UPDATE_FAILED"
+    error_code = ErrorCode.FEATURE_UPDATE_FAILED
 
 
 class PrincipalDeserializationFailureError(KafkaError):
@@ -1339,8 +1253,7 @@ class PrincipalDeserializationFailureError(KafkaError):
     Kafka error code 97 (``PRINCIPAL_DESERIALIZATION_FAILURE``); not retriable.
     """
 
-    error_code = 97
-    error_name = "PRINCIPAL_DESERIALIZATION_FAILURE"
+    error_code = ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE
 
 
 class SnapshotNotFoundError(KafkaError):
@@ -1349,8 +1262,7 @@ class SnapshotNotFoundError(KafkaError):
     Kafka error code 98 (``SNAPSHOT_NOT_FOUND``); not retriable.
     """
 
-    error_code = 98
-    error_name = "SNAPSHOT_NOT_FOUND"
+    error_code = ErrorCode.SNAPSHOT_NOT_FOUND
 
 
 class PositionOutOfRangeError(KafkaError):
@@ -1359,8 +1271,7 @@ class PositionOutOfRangeError(KafkaError):
     Kafka error code 99 (``POSITION_OUT_OF_RANGE``); not retriable.
     """
 
-    error_code = 99
-    error_name = "POSITION_OUT_OF_RANGE"
+    error_code = ErrorCode.POSITION_OUT_OF_RANGE
 
 
 class UnknownTopicIdError(InvalidMetadataError):
@@ -1369,8 +1280,7 @@ class UnknownTopicIdError(InvalidMetadataError):
     Kafka error code 100 (``UNKNOWN_TOPIC_ID``); retriable after a metadata refresh.
     """
 
-    error_code = 100
-    error_name = "UNKNOWN_TOPIC_ID"
+    error_code = ErrorCode.UNKNOWN_TOPIC_ID
 
 
 class DuplicateBrokerRegistrationError(KafkaError):
@@ -1379,8 +1289,7 @@ class DuplicateBrokerRegistrationError(KafkaError):
     Kafka error code 101 (``DUPLICATE_BROKER_REGISTRATION``); not retriable.
     """
 
-    error_code = 101
-    error_name = "DUPLICATE_BROKER_REGISTRATION"
+    error_code = ErrorCode.DUPLICATE_BROKER_REGISTRATION
 
 
 class BrokerIdNotRegisteredError(KafkaError):
@@ -1389,8 +1298,7 @@ class BrokerIdNotRegisteredError(KafkaError):
     Kafka error code 102 (``BROKER_ID_NOT_REGISTERED``); not retriable.
     """
 
-    error_code = 102
-    error_name = "BROKER_ID_NOT_REGISTERED"
+    error_code = ErrorCode.BROKER_ID_NOT_REGISTERED
 
 
 class InconsistentTopicIdError(InvalidMetadataError):
@@ -1399,8 +1307,7 @@ class InconsistentTopicIdError(InvalidMetadataError):
     Kafka error code 103 (``INCONSISTENT_TOPIC_ID``); retriable after a metadata refresh.
     """
 
-    error_code = 103
-    error_name = "INCONSISTENT_TOPIC_ID"
+    error_code = ErrorCode.INCONSISTENT_TOPIC_ID
 
 
 class InconsistentClusterIdError(KafkaError):
@@ -1409,8 +1316,7 @@ class InconsistentClusterIdError(KafkaError):
     Kafka error code 104 (``INCONSISTENT_CLUSTER_ID``); not retriable.
     """
 
-    error_code = 104
-    error_name = "INCONSISTENT_CLUSTER_ID"
+    error_code = ErrorCode.INCONSISTENT_CLUSTER_ID
 
 
 class TransactionalIdNotFoundError(KafkaError):
@@ -1419,8 +1325,7 @@ class TransactionalIdNotFoundError(KafkaError):
     Kafka error code 105 (``TRANSACTIONAL_ID_NOT_FOUND``); not retriable.
     """
 
-    error_code = 105
-    error_name = "TRANSACTIONAL_ID_NOT_FOUND"
+    error_code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
 class FetchSessionTopicIdError(KafkaError):
@@ -1430,8 +1335,7 @@ class FetchSessionTopicIdError(KafkaError):
     """
 
     retriable = True
-    error_code = 106
-    error_name = "FETCH_SESSION_TOPIC_ID_ERROR"
+    error_code = ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
 
 
 class IneligibleReplicaError(KafkaError):
@@ -1440,8 +1344,7 @@ class IneligibleReplicaError(KafkaError):
     Kafka error code 107 (``INELIGIBLE_REPLICA``); not retriable.
     """
 
-    error_code = 107
-    error_name = "INELIGIBLE_REPLICA"
+    error_code = ErrorCode.INELIGIBLE_REPLICA
 
 
 class NewLeaderElectedError(KafkaError):
@@ -1450,8 +1353,7 @@ class NewLeaderElectedError(KafkaError):
     Kafka error code 108 (``NEW_LEADER_ELECTED``); not retriable.
     """
 
-    error_code = 108
-    error_name = "NEW_LEADER_ELECTED"
+    error_code = ErrorCode.NEW_LEADER_ELECTED
 
 
 class OffsetMovedToTieredStorageError(KafkaError):
@@ -1460,8 +1362,7 @@ class OffsetMovedToTieredStorageError(KafkaError):
     Kafka error code 109 (``OFFSET_MOVED_TO_TIERED_STORAGE``); not retriable.
     """
 
-    error_code = 109
-    error_name = "OFFSET_MOVED_TO_TIERED_STORAGE"
+    error_code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
 
 
 class FencedMemberEpochError(KafkaError):
@@ -1470,8 +1371,7 @@ class FencedMemberEpochError(KafkaError):
     Kafka error code 110 (``FENCED_MEMBER_EPOCH``); not retriable.
     """
 
-    error_code = 110
-    error_name = "FENCED_MEMBER_EPOCH"
+    error_code = ErrorCode.FENCED_MEMBER_EPOCH
 
 
 class UnreleasedInstanceIdError(KafkaError):
@@ -1480,8 +1380,7 @@ class UnreleasedInstanceIdError(KafkaError):
     Kafka error code 111 (``UNRELEASED_INSTANCE_ID``); not retriable.
     """
 
-    error_code = 111
-    error_name = "UNRELEASED_INSTANCE_ID"
+    error_code = ErrorCode.UNRELEASED_INSTANCE_ID
 
 
 class UnsupportedAssignorError(KafkaError):
@@ -1490,8 +1389,7 @@ class UnsupportedAssignorError(KafkaError):
     Kafka error code 112 (``UNSUPPORTED_ASSIGNOR``); not retriable.
     """
 
-    error_code = 112
-    error_name = "UNSUPPORTED_ASSIGNOR"
+    error_code = ErrorCode.UNSUPPORTED_ASSIGNOR
 
 
 class StaleMemberEpochError(KafkaError):
@@ -1500,8 +1398,7 @@ class StaleMemberEpochError(KafkaError):
     Kafka error code 113 (``STALE_MEMBER_EPOCH``); not retriable.
     """
 
-    error_code = 113
-    error_name = "STALE_MEMBER_EPOCH"
+    error_code = ErrorCode.STALE_MEMBER_EPOCH
 
 
 class MismatchedEndpointTypeError(KafkaError):
@@ -1510,8 +1407,7 @@ class MismatchedEndpointTypeError(KafkaError):
     Kafka error code 114 (``MISMATCHED_ENDPOINT_TYPE``); not retriable.
     """
 
-    error_code = 114
-    error_name = "MISMATCHED_ENDPOINT_TYPE"
+    error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
 
 
 class UnsupportedEndpointTypeError(KafkaError):
@@ -1520,8 +1416,7 @@ class UnsupportedEndpointTypeError(KafkaError):
     Kafka error code 115 (``UNSUPPORTED_ENDPOINT_TYPE``); not retriable.
     """
 
-    error_code = 115
-    error_name = "UNSUPPORTED_ENDPOINT_TYPE"
+    error_code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
 class UnknownControllerIdError(KafkaError):
@@ -1530,8 +1425,7 @@ class UnknownControllerIdError(KafkaError):
     Kafka error code 116 (``UNKNOWN_CONTROLLER_ID``); not retriable.
     """
 
-    error_code = 116
-    error_name = "UNKNOWN_CONTROLLER_ID"
+    error_code = ErrorCode.UNKNOWN_CONTROLLER_ID
 
 
 class UnknownSubscriptionIdError(KafkaError):
@@ -1540,8 +1434,7 @@ class UnknownSubscriptionIdError(KafkaError):
     Kafka error code 117 (``UNKNOWN_SUBSCRIPTION_ID``); not retriable.
     """
 
-    error_code = 117
-    error_name = "UNKNOWN_SUBSCRIPTION_ID"
+    error_code = ErrorCode.UNKNOWN_SUBSCRIPTION_ID
 
 
 class TelemetryTooLargeError(KafkaError):
@@ -1550,8 +1443,7 @@ class TelemetryTooLargeError(KafkaError):
     Kafka error code 118 (``TELEMETRY_TOO_LARGE``); not retriable.
     """
 
-    error_code = 118
-    error_name = "TELEMETRY_TOO_LARGE"
+    error_code = ErrorCode.TELEMETRY_TOO_LARGE
 
 
 class InvalidRegistrationError(KafkaError):
@@ -1560,8 +1452,7 @@ class InvalidRegistrationError(KafkaError):
     Kafka error code 119 (``INVALID_REGISTRATION``); not retriable.
     """
 
-    error_code = 119
-    error_name = "INVALID_REGISTRATION"
+    error_code = ErrorCode.INVALID_REGISTRATION
 
 
 class TransactionAbortableError(KafkaError):
@@ -1570,8 +1461,7 @@ class TransactionAbortableError(KafkaError):
     Kafka error code 120 (``TRANSACTION_ABORTABLE``); not retriable; abort the transaction.
     """
 
-    error_code = 120
-    error_name = "TRANSACTION_ABORTABLE"
+    error_code = ErrorCode.TRANSACTION_ABORTABLE
 
 
 class InvalidRecordStateError(KafkaError):
@@ -1580,8 +1470,7 @@ class InvalidRecordStateError(KafkaError):
     Kafka error code 121 (``INVALID_RECORD_STATE``); not retriable.
     """
 
-    error_code = 121
-    error_name = "INVALID_RECORD_STATE"
+    error_code = ErrorCode.INVALID_RECORD_STATE
 
 
 class ShareSessionNotFoundError(KafkaError):
@@ -1591,8 +1480,7 @@ class ShareSessionNotFoundError(KafkaError):
     """
 
     retriable = True
-    error_code = 122
-    error_name = "SHARE_SESSION_NOT_FOUND"
+    error_code = ErrorCode.SHARE_SESSION_NOT_FOUND
 
 
 class InvalidShareSessionEpochError(KafkaError):
@@ -1602,8 +1490,7 @@ class InvalidShareSessionEpochError(KafkaError):
     """
 
     retriable = True
-    error_code = 123
-    error_name = "INVALID_SHARE_SESSION_EPOCH"
+    error_code = ErrorCode.INVALID_SHARE_SESSION_EPOCH
 
 
 class FencedStateEpochError(KafkaError):
@@ -1612,8 +1499,7 @@ class FencedStateEpochError(KafkaError):
     Kafka error code 124 (``FENCED_STATE_EPOCH``); not retriable.
     """
 
-    error_code = 124
-    error_name = "FENCED_STATE_EPOCH"
+    error_code = ErrorCode.FENCED_STATE_EPOCH
 
 
 class InvalidVoterKeyError(KafkaError):
@@ -1622,8 +1508,7 @@ class InvalidVoterKeyError(KafkaError):
     Kafka error code 125 (``INVALID_VOTER_KEY``); not retriable.
     """
 
-    error_code = 125
-    error_name = "INVALID_VOTER_KEY"
+    error_code = ErrorCode.INVALID_VOTER_KEY
 
 
 class DuplicateVoterError(KafkaError):
@@ -1632,8 +1517,7 @@ class DuplicateVoterError(KafkaError):
     Kafka error code 126 (``DUPLICATE_VOTER``); not retriable.
     """
 
-    error_code = 126
-    error_name = "DUPLICATE_VOTER"
+    error_code = ErrorCode.DUPLICATE_VOTER
 
 
 class VoterNotFoundError(KafkaError):
@@ -1642,8 +1526,7 @@ class VoterNotFoundError(KafkaError):
     Kafka error code 127 (``VOTER_NOT_FOUND``); not retriable.
     """
 
-    error_code = 127
-    error_name = "VOTER_NOT_FOUND"
+    error_code = ErrorCode.VOTER_NOT_FOUND
 
 
 class InvalidRegularExpressionError(KafkaError):
@@ -1652,8 +1535,7 @@ class InvalidRegularExpressionError(KafkaError):
     Kafka error code 128 (``INVALID_REGULAR_EXPRESSION``); not retriable.
     """
 
-    error_code = 128
-    error_name = "INVALID_REGULAR_EXPRESSION"
+    error_code = ErrorCode.INVALID_REGULAR_EXPRESSION
 
 
 class RebootstrapRequiredError(KafkaError):
@@ -1662,8 +1544,7 @@ class RebootstrapRequiredError(KafkaError):
     Kafka error code 129 (``REBOOTSTRAP_REQUIRED``); not retriable.
     """
 
-    error_code = 129
-    error_name = "REBOOTSTRAP_REQUIRED"
+    error_code = ErrorCode.REBOOTSTRAP_REQUIRED
 
 
 class StreamsInvalidTopologyError(KafkaError):
@@ -1672,8 +1553,7 @@ class StreamsInvalidTopologyError(KafkaError):
     Kafka error code 130 (``STREAMS_INVALID_TOPOLOGY``); not retriable.
     """
 
-    error_code = 130
-    error_name = "STREAMS_INVALID_TOPOLOGY"
+    error_code = ErrorCode.STREAMS_INVALID_TOPOLOGY
 
 
 class StreamsInvalidTopologyEpochError(KafkaError):
@@ -1682,8 +1562,7 @@ class StreamsInvalidTopologyEpochError(KafkaError):
     Kafka error code 131 (``STREAMS_INVALID_TOPOLOGY_EPOCH``); not retriable.
     """
 
-    error_code = 131
-    error_name = "STREAMS_INVALID_TOPOLOGY_EPOCH"
+    error_code = ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
 
 
 class StreamsTopologyFencedError(KafkaError):
@@ -1692,8 +1571,7 @@ class StreamsTopologyFencedError(KafkaError):
     Kafka error code 132 (``STREAMS_TOPOLOGY_FENCED``); not retriable.
     """
 
-    error_code = 132
-    error_name = "STREAMS_TOPOLOGY_FENCED"
+    error_code = ErrorCode.STREAMS_TOPOLOGY_FENCED
 
 
 class ShareSessionLimitReachedError(KafkaError):
@@ -1703,8 +1581,7 @@ class ShareSessionLimitReachedError(KafkaError):
     """
 
     retriable = True
-    error_code = 133
-    error_name = "SHARE_SESSION_LIMIT_REACHED"
+    error_code = ErrorCode.SHARE_SESSION_LIMIT_REACHED
 
 
 # ---- the code table ---------------------------------------------------------------------------

@@ -14,16 +14,19 @@ import functools
 import itertools
 from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack_new as _gc_untrack_new
+from aioproducer.errors import KafkaError
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
 if TYPE_CHECKING:
     from aioproducer.accumulator import ProducerBatch
 
 __all__ = ["BatchResults", "RecordFuture", "RecordRun"]
+
+_E = TypeVar("_E", bound=BaseException)
 
 # Final: compiled, these are C statics rather than a globals lookup per record.
 _new_tuple: Final = tuple.__new__
@@ -54,15 +57,25 @@ class _Failed:
         self.error = error
 
 
-def error_copy(error: BaseException) -> BaseException:
-    """A copy of a batch's error for one record's future to raise and return.
+def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> _E:
+    """A copy of ``error`` to raise or hand out in its place: the one way errors are copied.
 
     Raising an exception adds the frames it passes through to its traceback, and those
-    frames hold the caller's variables, often other futures of the same batch. Were the
-    batch's own error raised, it would refer through them back to the batch: a reference
-    cycle through futures the GC does not track (see :mod:`aioproducer._gc`). The copy keeps
-    the type, message, attributes, cause, context and the library's traceback; only the
-    caller's frames are its own.
+    frames hold the caller's variables. One exception object raised to many callers (each
+    record of a failed batch, each caller after a fatal error, several threads) would pile
+    up their frames, and a batch's own error raised from a record's future would refer
+    through them back to the batch: a reference cycle through futures the GC does not track
+    (see :mod:`aioproducer._gc`). A copy keeps the type, message, attributes and cause.
+
+    Args:
+        error: the exception to copy.
+        prefix: when given, the copy's message is ``"{prefix}: {message}"``.
+        fresh: False (a record future's copy of its batch's error) keeps the original's
+            traceback and context, so only the caller's frames are the copy's own; True (an
+            error raised again later, in another place) starts with no traceback and has the
+            original as its context.
+
+    Returns ``error`` itself when it cannot be copied.
     """
     try:
         clone = copy.copy(error)
@@ -70,10 +83,18 @@ def error_copy(error: BaseException) -> BaseException:
         return error
     if type(clone) is not type(error):  # pragma: no cover - a __reduce__ that changes it
         return error
-    clone.__traceback__ = error.__traceback__
     clone.__cause__ = error.__cause__
-    clone.__context__ = error.__context__
-    clone.__suppress_context__ = error.__suppress_context__
+    if fresh:
+        clone.__traceback__ = None
+        clone.__context__ = error
+        clone.__suppress_context__ = False
+    else:
+        clone.__traceback__ = error.__traceback__
+        clone.__context__ = error.__context__
+        clone.__suppress_context__ = error.__suppress_context__
+    if prefix:
+        message = error.message if isinstance(error, KafkaError) else str(error)
+        clone.args = (f"{prefix}: {message}",)
     return clone
 
 

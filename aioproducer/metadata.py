@@ -22,6 +22,7 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from aioproducer.protocol.error_codes import ErrorCode
 
 __all__ = ["Broker", "Cluster", "Metadata", "PartitionInfo", "TopicInfo", "validate_topic"]
 
@@ -140,8 +141,14 @@ class Cluster:
 
 
 # Topic errors that mean "not there yet, keep waiting" rather than "give up".
-_TRANSIENT_TOPIC_ERRORS = frozenset({3, 5, 7, 15})
-_UNKNOWN_TOPIC_OR_PARTITION = 3
+_TRANSIENT_TOPIC_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 class Metadata:
@@ -262,7 +269,7 @@ class Metadata:
             if topic.error_code in _TRANSIENT_TOPIC_ERRORS:
                 self._need_update = True
                 if (
-                    topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION
+                    topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     and topic.name not in self._reported_unknown
                 ):
                     self._reported_unknown.add(topic.name)

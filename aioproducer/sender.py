@@ -13,13 +13,13 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
 from aioproducer._timer import WakeTimer
 from aioproducer.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
@@ -36,6 +36,16 @@ from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, Topic
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability, Partitioner
 from aioproducer.protocol.api import Request, Response
+from aioproducer.protocol.error_codes import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_RECORD,
+    INVALID_TIMESTAMP,
+    MESSAGE_TOO_LARGE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    PRODUCER_FENCED,
+    UNKNOWN_PRODUCER_ID,
+)
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -102,14 +112,10 @@ class _Connections(Protocol):
 
 log = logging.getLogger("aioproducer.sender")
 
-_MESSAGE_TOO_LARGE: Final = 10
-_DUPLICATE_SEQUENCE_NUMBER: Final = 46
-_OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-_UNKNOWN_PRODUCER_ID: Final = 59
 # What a broker that takes no locally bumped epoch answers it with (Tansu: PRODUCER_FENCED).
-_FENCED_EPOCH: Final = frozenset({47, 90})
+_FENCED_EPOCH: Final = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 # The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
-_RECORD_ERROR_CODES: Final = frozenset({32, 87})
+_RECORD_ERROR_CODES: Final = frozenset({INVALID_TIMESTAMP, INVALID_RECORD})
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL: Final = 1.0
 # Steps of the sender that fail one after another (each after a backoff) before the task
@@ -218,11 +224,11 @@ class Sender:
         self._request_timeout_ms = config.request_timeout_ms
         self._max_request_size = config.max_request_size
         self._retries = config.retries
-        self._backoff_base = config.retry_backoff_ms / 1000.0
         # As Java: a retry_backoff_ms above retry_backoff_max_ms makes the backoff fixed.
-        self._backoff_max = max(self._backoff_base, config.retry_backoff_max_ms / 1000.0)
-        if config.retry_backoff_ms > config.retry_backoff_max_ms:
-            self._backoff_base = self._backoff_max = config.retry_backoff_max_ms / 1000.0
+        retry_backoff_ms = min(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._backoff_base = retry_backoff_ms / 1000.0
+        # Retries of a batch wait longer each time (KIP-580), plus or minus 20%.
+        self._retry_backoff = ExponentialBackoff(retry_backoff_ms, config.retry_backoff_max_ms)
         self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
         self._in_flight_batches = 0
         self._running = True
@@ -846,8 +852,7 @@ class Sender:
     # ---- produce ----------------------------------------------------------------------------
 
     def _close_batch(self, batch: ProducerBatch) -> None:
-        if not batch.builder.closed:
-            batch.builder.close()
+        batch.builder.seal()
 
     def _prepare_batch(self, batch: ProducerBatch) -> bool:
         """Close a drained batch for sending (with its producer id and sequence when
@@ -935,8 +940,7 @@ class Sender:
         accumulator = self._accumulator
         compressed = accumulator.compressed
         for batch in batches:
-            view = batch.builder.close() if not batch.builder.closed else batch.builder._closed_view
-            assert view is not None
+            view = batch.builder.seal()
             data: bytes | memoryview = bytes(view) if acks_zero else view
             partitions = by_topic.get(batch.topic)
             if partitions is None:
@@ -1075,7 +1079,7 @@ class Sender:
                 )
                 continue
             code = partition_response.error_code
-            if code == 0 or code == _DUPLICATE_SEQUENCE_NUMBER:
+            if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 # DUPLICATE_SEQUENCE_NUMBER: the broker has this batch already (a retry of a
                 # write that succeeded), so it counts as delivered.
                 self._complete_batch(
@@ -1163,9 +1167,7 @@ class Sender:
             self._on_acknowledgement(batch, exc)
 
     def _backoff(self, attempts: int) -> float:
-        # Java's ExponentialBackoff: base * 2^attempts, capped, with +-20% jitter.
-        backoff = self._backoff_base * (2 ** min(attempts, 30)) * random.uniform(0.8, 1.2)
-        return float(min(self._backoff_max, backoff))
+        return self._retry_backoff.backoff_ms(attempts) / 1000.0
 
     def _retry_or_fail(
         self,
@@ -1178,9 +1180,9 @@ class Sender:
         leader_moved: bool = False,
     ) -> None:
         code = getattr(exc, "error_code", None)
-        if code == _MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
+        if code == MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
             return
-        if code == _MESSAGE_TOO_LARGE:
+        if code == MESSAGE_TOO_LARGE:
             exc = RecordTooLargeError(
                 f"the broker rejected a batch of {batch.record_count} record(s) "
                 f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large: "
@@ -1198,8 +1200,8 @@ class Sender:
             )
             self._metrics.records_retried(batch.record_count)
             if batch.last_error is None or code not in (
-                _OUT_OF_ORDER_SEQUENCE_NUMBER,
-                _UNKNOWN_PRODUCER_ID,
+                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                UNKNOWN_PRODUCER_ID,
             ):
                 # A sequence error the producer settles itself (the gap an expired batch
                 # before this one left) says less about why the batch is late than the
@@ -1230,8 +1232,8 @@ class Sender:
         code = exc.error_code
         idempotence = self._idempotence
         if idempotence is not None and code in (
-            _OUT_OF_ORDER_SEQUENCE_NUMBER,
-            _UNKNOWN_PRODUCER_ID,
+            OUT_OF_ORDER_SEQUENCE_NUMBER,
+            UNKNOWN_PRODUCER_ID,
         ):
             return idempotence.can_retry(batch, code, log_start_offset)
         if (
@@ -1244,7 +1246,7 @@ class Sender:
 
     def _records_of(self, batch: ProducerBatch) -> list[Any] | None:
         """The records of a sent batch, decoded from its bytes; None if they cannot be."""
-        view = batch.builder._closed_view
+        view = batch.builder.closed_view
         if view is None:
             return None
         try:

@@ -49,6 +49,7 @@ from aioproducer.errors import (
     ProducerClosedError,
     SenderCrashedError,
 )
+from aioproducer.futures import error_copy
 from aioproducer.metadata import validate_topic
 from aioproducer.producer import Producer, run_on_send
 from aioproducer.records import (
@@ -314,7 +315,7 @@ class SyncProducer:
         for target in [item[-1] for item in queued] + pending:
             if not target.done():
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    target.set_exception(_copy_error(error))
+                    target.set_exception(error_copy(error, fresh=True))
 
     # ---- hand-off from caller threads ------------------------------------------------------
 
@@ -322,7 +323,7 @@ class SyncProducer:
         if self._closing:
             raise ProducerClosedError("cannot send: the SyncProducer is closed")
         if self._dead is not None:
-            raise _copy_error(self._dead)
+            raise error_copy(self._dead, fresh=True)
 
     def _enqueue(self, item: _Item, *, closing: bool = False) -> None:
         wake = False
@@ -335,7 +336,7 @@ class SyncProducer:
                     self._check_open()
                     self._check_alive()
             elif self._dead is not None:
-                raise _copy_error(self._dead)
+                raise error_copy(self._dead, fresh=True)
             self._queue.append(item)
             if not self._pump_awake:
                 self._pump_awake = wake = True
@@ -349,7 +350,7 @@ class SyncProducer:
                 with self._lock:
                     if self._dead is None:
                         self._dead = error
-                raise _copy_error(error) from exc
+                raise error_copy(error, fresh=True) from exc
 
     def _check_not_loop_thread(self, what: str) -> None:
         if threading.current_thread() is self._loop_thread:
@@ -367,7 +368,7 @@ class SyncProducer:
                         "the SyncProducer's event loop thread stopped"
                     )
                 error = self._dead
-            raise _copy_error(error)
+            raise error_copy(error, fresh=True)
 
     def _wait(self, future: concurrent.futures.Future[Any], timeout: float | None = None) -> Any:
         """``future.result()``, but failing instead of hanging if the loop thread dies."""
@@ -812,13 +813,6 @@ class _AcknowledgementsOnly:
 
     def on_acknowledgement(self, metadata: RecordMetadata, exc: BaseException | None) -> None:
         self._interceptor.on_acknowledgement(metadata, exc)
-
-
-def _copy_error(error: SenderCrashedError) -> SenderCrashedError:
-    # One exception object raised in several threads would share (and grow) a traceback.
-    copy = SenderCrashedError(error.message)
-    copy.__cause__ = error.__cause__
-    return copy
 
 
 async def _await(awaitable: Awaitable[_T]) -> _T:

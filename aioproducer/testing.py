@@ -65,7 +65,7 @@ from aioproducer.errors import (
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
-from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, validate_topic
 from aioproducer.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer.producer import Producer, ProducerState
@@ -82,7 +82,6 @@ from aioproducer.transactions import (
     ConsumerGroupMetadata,
     TransactionState,
     consumer_group_metadata,
-    copy_error,
     normalize_offsets,
 )
 
@@ -172,7 +171,7 @@ class _Fault:
         error = self.error
         if isinstance(error, KafkaError):
             # A copy per record: send_many adds the item's number to the message it raises.
-            return copy_error(error)
+            return error_copy(error, fresh=True)
         return error(f"failed by InMemoryProducer.{self.origin}()")
 
 
@@ -665,7 +664,7 @@ class InMemoryProducer(Producer):
         ):
             # As the sender drops the batches of a transaction that failed.
             assert self._txn_error is not None
-            self._drop(pending, copy_error(self._txn_error, "the record was not sent"))
+            self._drop(pending, error_copy(self._txn_error, "the record was not sent", fresh=True))
             return
         tp = (record.topic, record.partition)
         offset = self._next_offsets.get(tp, 0)
@@ -745,7 +744,7 @@ class InMemoryProducer(Producer):
             if transactional_only and not pending.record.transactional:
                 kept.append(pending)
             else:
-                self._drop(pending, copy_error(error))
+                self._drop(pending, error_copy(error, fresh=True))
         self._pending = kept
 
     def _acknowledge(self, metadata: RecordMetadata, error: BaseException | None) -> None:
@@ -861,13 +860,16 @@ class InMemoryProducer(Producer):
         error = self._txn_error
         if self._txn_state is TransactionState.FATAL_ERROR:
             assert error is not None
-            raise copy_error(error, f"cannot {operation}: the producer hit a fatal error; close it")
+            raise error_copy(
+                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
+            )
         if self._txn_state is TransactionState.ABORTABLE_ERROR:
             assert error is not None
-            raise copy_error(
+            raise error_copy(
                 error,
                 f"cannot {operation}: the transaction failed and must be aborted "
                 "(abort_transaction())",
+                fresh=True,
             )
 
     async def begin_transaction(self) -> None:
@@ -933,7 +935,9 @@ class InMemoryProducer(Producer):
         cause = self._txn_error or reason
         message = "the transaction was aborted before the record was sent"
         self._fail_all_pending(
-            TransactionAbortedError(message) if cause is None else copy_error(cause, message),
+            TransactionAbortedError(message)
+            if cause is None
+            else error_copy(cause, message, fresh=True),
             transactional_only=True,
         )
         self._end_transaction(_ABORTED)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from aioproducer.accumulator import SEQUENCE_MODULO, ProducerBatch
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
@@ -41,6 +42,7 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import error_copy
 from aioproducer.protocol.api import ApiKey, Request
+from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -73,7 +75,6 @@ __all__ = [
     "TransactionalRequest",
     "TransactionalRequestKind",
     "consumer_group_metadata",
-    "copy_error",
     "normalize_offsets",
     "transaction_v2_usable",
 ]
@@ -84,7 +85,6 @@ TopicPartition = tuple[str, int]
 
 #: The highest producer epoch; past it a producer needs a new producer id.
 MAX_PRODUCER_EPOCH: Final = 32767
-_OUT_OF_ORDER_SEQUENCE_NUMBER_CODE: Final = 45
 
 #: The finalized feature whose level says which transaction protocol the cluster runs.
 TRANSACTION_VERSION_FEATURE: Final = "transaction.version"
@@ -118,7 +118,7 @@ def transaction_v2_usable(features: FinalizedFeatures) -> bool:
 def init_producer_id_error(code: int) -> KafkaError:
     """The error for an idempotent producer's InitProducerId answered with ``code``."""
     message = "InitProducerId"
-    if code == _CLUSTER_AUTHORIZATION_FAILED:
+    if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
         # Kafka lets an idempotent producer in with WRITE on any topic (KIP-679) or
         # IdempotentWrite on the cluster.
         message = (
@@ -324,14 +324,14 @@ class IdempotenceManager:
         if batch.has_sequence:
             state = self._state(batch.tp)
             state.retrying.discard(batch)
-            if not batch.builder.closed:
-                batch.builder.close(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
-                )
-            elif batch.sequence_reset:
-                batch.builder.rewrite_producer_state(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, transactional
-                )
+            # A retry keeps its bytes unless its sequence was reset.
+            batch.builder.seal(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                transactional,
+                restamp=batch.sequence_reset,
+            )
             return
         state = self._state(batch.tp)
         if self._is_stale(state) and not state.in_flight:
@@ -340,14 +340,9 @@ class IdempotenceManager:
         base_sequence = state.next_sequence
         # Built first: a batch that cannot be built (and fails) takes no sequence numbers,
         # so the partition's sequence has no gap.
-        if batch.builder.closed:
-            batch.builder.rewrite_producer_state(
-                state.producer_id, state.producer_epoch, base_sequence, transactional
-            )
-        else:
-            batch.builder.close(
-                state.producer_id, state.producer_epoch, base_sequence, transactional
-            )
+        batch.builder.seal(
+            state.producer_id, state.producer_epoch, base_sequence, transactional, restamp=True
+        )
         batch.base_sequence = base_sequence
         batch.producer_id = state.producer_id
         batch.producer_epoch = state.producer_epoch
@@ -373,7 +368,7 @@ class IdempotenceManager:
         truly lost a sequence (Java's ``TransactionManager.canRetry``)."""
         tp = batch.tp
         state = self._state(tp)
-        if code == _UNKNOWN_PRODUCER_ID_CODE:
+        if code == ErrorCode.UNKNOWN_PRODUCER_ID:
             if log_start_offset < 0:
                 # The broker did not know its log start offset yet: ask again.
                 return True
@@ -387,7 +382,7 @@ class IdempotenceManager:
                 return True
             self.request_epoch_bump(tp, "the broker lost the producer's state")
             return True
-        if code == _OUT_OF_ORDER_SEQUENCE_NUMBER_CODE:
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             unresolved = state.unresolved_sequence
             if unresolved is None and (batch.sequence_reset or not self.is_next_in_line(batch)):
                 # An earlier batch of the partition failed or is being retried.
@@ -504,38 +499,21 @@ class IdempotenceManager:
 # ---- transactions ----------------------------------------------------------------------------
 
 # Broker error codes the transaction manager treats specially.
-_COORDINATOR_LOAD_IN_PROGRESS = 14
-_COORDINATOR_NOT_AVAILABLE = 15
-_NOT_COORDINATOR = 16
-_UNKNOWN_TOPIC_OR_PARTITION = 3
-_REQUEST_TIMED_OUT = 7
-_TOPIC_AUTHORIZATION_FAILED = 29
-_GROUP_AUTHORIZATION_FAILED = 30
-_CLUSTER_AUTHORIZATION_FAILED = 31
-_ILLEGAL_GENERATION = 22
-_UNKNOWN_MEMBER_ID = 25
-_REBALANCE_IN_PROGRESS = 27
-_INVALID_PRODUCER_EPOCH = 47
-_INVALID_TXN_STATE = 48
-_INVALID_PRODUCER_ID_MAPPING = 49
-_CONCURRENT_TRANSACTIONS = 51
-_TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-_OPERATION_NOT_ATTEMPTED = 55
-_UNKNOWN_PRODUCER_ID_CODE = 59
-_UNKNOWN_SERVER_ERROR = -1
-_FENCED_INSTANCE_ID = 82
-_PRODUCER_FENCED = 90
-_TRANSACTION_ABORTABLE = 120
-
-_COORDINATOR_MOVED = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
-_FENCED = frozenset({_PRODUCER_FENCED, _INVALID_PRODUCER_EPOCH})
+_COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+_FENCED = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
 # Errors after which the producer id may still be usable once the transaction is aborted and
 # the epoch bumped (Java: abortable when an epoch bump is possible).
-_NEEDS_EPOCH_BUMP = frozenset({_UNKNOWN_PRODUCER_ID_CODE, _INVALID_PRODUCER_ID_MAPPING})
+_NEEDS_EPOCH_BUMP = frozenset(
+    {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+)
 # InitProducerId errors that leave a producer bumping its epoch after a transaction able to
 # abort and go on (Java's InitProducerIdHandler); at the first InitProducerId they are fatal.
 _ABORTABLE_ON_EPOCH_BUMP = frozenset(
-    {_TRANSACTION_ABORTABLE, _TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED}
+    {
+        ErrorCode.TRANSACTION_ABORTABLE,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    }
 )
 # As in Java: a first AddPartitionsToTxn that meets the previous transaction still completing
 # retries quickly instead of waiting a full retry_backoff_ms.
@@ -776,23 +754,6 @@ def _succeed(future: asyncio.Future[None] | None) -> None:
         future.set_result(None)
 
 
-def copy_error(exc: KafkaError, prefix: str | None = None) -> KafkaError:
-    """A fresh copy of ``exc`` to raise again (so tracebacks do not pile up on one object).
-
-    With ``prefix`` the copy's message becomes ``"{prefix}: {message}"``. The copy keeps the
-    original's cause and has the original as its context.
-    """
-    clone = error_copy(exc)  # the type, message, attributes and cause
-    if clone is exc or not isinstance(clone, KafkaError):  # pragma: no cover - not copyable
-        return exc
-    if prefix:
-        clone.args = (f"{prefix}: {exc.message}",)
-    clone.__context__ = exc
-    clone.__suppress_context__ = False
-    clone.__traceback__ = None
-    return clone
-
-
 class TransactionManager(IdempotenceManager):
     """The transaction state machine of a producer with a ``transactional_id``.
 
@@ -835,8 +796,10 @@ class TransactionManager(IdempotenceManager):
         super().__init__(transactional_id)
         self.transactional_id: str = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._retry_backoff = retry_backoff
-        self._retry_backoff_max = max(retry_backoff, retry_backoff_max)
+        # Coordinator requests retry after a doubling backoff, without jitter.
+        self._retry_backoff = ExponentialBackoff(
+            retry_backoff * 1000.0, retry_backoff_max * 1000.0, jitter=0.0
+        )
         self._request_timeout = request_timeout
         self._create_future = create_future
         self._txn_state = TransactionState.UNINITIALIZED
@@ -975,10 +938,12 @@ class TransactionManager(IdempotenceManager):
                 return TransactionAbortedError(
                     "the transaction was aborted before the record was sent"
                 )
-            return copy_error(error, "the transaction was aborted before the record was sent")
+            return error_copy(
+                error, "the transaction was aborted before the record was sent", fresh=True
+            )
         if state is _State.ABORTABLE_ERROR or state is _State.FATAL_ERROR:
             assert self._last_error is not None
-            return copy_error(self._last_error, "the record was not sent")
+            return error_copy(self._last_error, "the record was not sent", fresh=True)
         return None
 
     def _transition(self, target: TransactionState) -> None:
@@ -999,15 +964,16 @@ class TransactionManager(IdempotenceManager):
         error = self._last_error
         if self._txn_state is _State.FATAL_ERROR:
             assert error is not None
-            raise copy_error(
-                error, f"cannot {operation}: the producer hit a fatal error; close it"
+            raise error_copy(
+                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
             )
         if self._txn_state is _State.ABORTABLE_ERROR:
             assert error is not None
-            raise copy_error(
+            raise error_copy(
                 error,
                 f"cannot {operation}: the transaction failed and must be aborted "
                 "(abort_transaction())",
+                fresh=True,
             )
 
     # ---- user operations ------------------------------------------------------------------------
@@ -1267,14 +1233,14 @@ class TransactionManager(IdempotenceManager):
         aborted); records the broker removed by retention restart the partition's sequences
         under the same epoch."""
         state = self._state(batch.tp)
-        if code == _UNKNOWN_PRODUCER_ID_CODE:
+        if code == ErrorCode.UNKNOWN_PRODUCER_ID:
             if log_start_offset < 0 or batch.sequence_reset:
                 return True
             if state.last_acked_offset < log_start_offset:
                 self._start_sequences_at_beginning(batch.tp)
                 return True
             return False
-        if code == _OUT_OF_ORDER_SEQUENCE_NUMBER_CODE:
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             return state.unresolved_sequence is None and (
                 batch.sequence_reset or not self.is_next_in_line(batch)
             )
@@ -1303,7 +1269,7 @@ class TransactionManager(IdempotenceManager):
         error = exc if isinstance(exc, KafkaError) else KafkaError(repr(exc))
         if isinstance(error, _FATAL_BATCH_ERRORS) or (
             # Java 4.0 also treats a lost producer id mapping as fatal (transactions v2).
-            self._transaction_v2 and error.error_code == _INVALID_PRODUCER_ID_MAPPING
+            self._transaction_v2 and error.error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         ):
             self.transition_to_fatal(self._fenced(error) if self._is_fenced(error) else error)
             return
@@ -1338,10 +1304,10 @@ class TransactionManager(IdempotenceManager):
             if item.kind is _Kind.INIT_PRODUCER_ID:
                 keep.append(item)
             else:
-                _fail(item.result, copy_error(exc))
+                _fail(item.result, error_copy(exc, fresh=True))
         self._pending = keep
         if self._completion_result is not None:
-            _fail(self._completion_result, copy_error(exc))
+            _fail(self._completion_result, error_copy(exc, fresh=True))
 
     def transition_to_fatal(self, exc: KafkaError) -> None:
         """Move to ``FATAL_ERROR``: every later operation raises ``exc``; close() still works."""
@@ -1355,7 +1321,7 @@ class TransactionManager(IdempotenceManager):
         self._txn_state = _State.FATAL_ERROR
         self._last_error = exc
         self._new_partitions.clear()
-        self.fail_all(copy_error(exc))
+        self.fail_all(error_copy(exc, fresh=True))
 
     # ---- the next request -----------------------------------------------------------------------
 
@@ -1416,7 +1382,7 @@ class TransactionManager(IdempotenceManager):
             for item in [i for i in self._pending if i.kind is not _Kind.INIT_PRODUCER_ID]:
                 self._pending.remove(item)
                 assert self._last_error is not None
-                _fail(item.result, copy_error(self._last_error))
+                _fail(item.result, error_copy(self._last_error, fresh=True))
         head = self._pending[0] if self._pending else None
         if head is not None and head.kind is _Kind.INIT_PRODUCER_ID:
             return head
@@ -1517,7 +1483,7 @@ class TransactionManager(IdempotenceManager):
             self._pending.remove(item)
 
     def _backoff(self, attempts: int) -> float:
-        return float(min(self._retry_backoff_max, self._retry_backoff * 2 ** min(attempts, 20)))
+        return self._retry_backoff.backoff_ms(attempts) / 1000.0
 
     def _retry(
         self, item: TransactionalRequest, now: float, backoff: float | None = None
@@ -1572,7 +1538,7 @@ class TransactionManager(IdempotenceManager):
         log.warning(
             "transactional id %r: %s failed: %s", self.transactional_id, item.describe(), exc
         )
-        _fail(item.result, copy_error(exc))
+        _fail(item.result, error_copy(exc, fresh=True))
         if fatal or self._txn_state in (_State.INITIALIZING, _State.READY, _State.UNINITIALIZED):
             self.transition_to_fatal(exc)
         else:
@@ -1629,7 +1595,7 @@ class TransactionManager(IdempotenceManager):
         error = self._error(code, "FindCoordinator", entry.error_message)
         if error.retriable:
             self._retry(item, now)
-        elif code in (_GROUP_AUTHORIZATION_FAILED, _TRANSACTION_ABORTABLE):
+        elif code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TRANSACTION_ABORTABLE):
             self._request_failed(item, error, fatal=False)
         else:
             self._request_failed(item, error, fatal=True)
@@ -1684,7 +1650,10 @@ class TransactionManager(IdempotenceManager):
         if error.retriable:
             self._retry(item, now)
             return True
-        if code in (_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED):
+        if code in (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ):
             self._request_failed(item, error, fatal=True)
             return True
         return False
@@ -1722,9 +1691,9 @@ class TransactionManager(IdempotenceManager):
             self._last_error = error
             self._bump_after_abort = True
             self._transition(_State.ABORTABLE_ERROR)
-            _fail(item.result, copy_error(error))
+            _fail(item.result, error_copy(error, fresh=True))
             return
-        if code == _UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
+        if code == ErrorCode.UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
             log.warning(
                 "transactional id %r: the coordinator refused InitProducerId with producer id "
                 "%d and epoch %d (UNKNOWN_SERVER_ERROR, as brokers without KIP-360 such as "
@@ -1760,10 +1729,11 @@ class TransactionManager(IdempotenceManager):
             self._add_partitions_attempts = 0
             return
         # OPERATION_NOT_ATTEMPTED marks the partitions another partition's error held back.
-        codes = set(errors.values()) - {_OPERATION_NOT_ATTEMPTED} or {_OPERATION_NOT_ATTEMPTED}
+        not_attempted = {ErrorCode.OPERATION_NOT_ATTEMPTED}
+        codes = set(errors.values()) - not_attempted or not_attempted
         fenced = codes & _FENCED
         code = min(fenced) if fenced else min(codes)
-        if code == _CONCURRENT_TRANSACTIONS and not self._partitions_in_transaction:
+        if code == ErrorCode.CONCURRENT_TRANSACTIONS and not self._partitions_in_transaction:
             # Usually the previous transaction's markers are still being written.
             self._retry(item, now, _FIRST_ADD_RETRY_BACKOFF)
             return
@@ -1774,7 +1744,7 @@ class TransactionManager(IdempotenceManager):
             "AddPartitionsToTxn for "
             + ", ".join(f"{t}-{p}" for (t, p), c in sorted(errors.items()) if c == code),
         )
-        if code in (_INVALID_TXN_STATE,):
+        if code in (ErrorCode.INVALID_TXN_STATE,):
             self._request_failed(item, error, fatal=True)
         elif code in _NEEDS_EPOCH_BUMP:
             self.needs_producer_id = True
@@ -1808,7 +1778,7 @@ class TransactionManager(IdempotenceManager):
         error = self._error(code, item.describe())
         if code in _NEEDS_EPOCH_BUMP:
             self.needs_producer_id = True
-        fatal = code == _INVALID_TXN_STATE
+        fatal = code == ErrorCode.INVALID_TXN_STATE
         self._request_failed(item, error, fatal=fatal)
 
     def _handle_txn_offset_commit(
@@ -1827,10 +1797,10 @@ class TransactionManager(IdempotenceManager):
                     coordinator_moved = True
                     retry[tp] = item.offsets[tp]
                 elif code in (
-                    _COORDINATOR_LOAD_IN_PROGRESS,
-                    _UNKNOWN_TOPIC_OR_PARTITION,
-                    _REQUEST_TIMED_OUT,
-                    _CONCURRENT_TRANSACTIONS,
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    ErrorCode.CONCURRENT_TRANSACTIONS,
                 ) or error_for_code(code).retriable:
                     retry[tp] = item.offsets[tp]
                 elif failure is None or code in _FENCED:
@@ -1840,7 +1810,7 @@ class TransactionManager(IdempotenceManager):
             error = self._error(code, f"TxnOffsetCommit for {topic_name}-{partition_index}")
             if code in _FENCED:
                 self._request_failed(item, self._fenced(error), fatal=True)
-            elif code == _TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            elif code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
                 self._request_failed(item, error, fatal=True)
             else:
                 # GROUP_AUTHORIZATION_FAILED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
@@ -1876,7 +1846,7 @@ class TransactionManager(IdempotenceManager):
         if self._common_error(item, code, now):
             return
         error = self._error(code, item.describe())
-        if code == _INVALID_TXN_STATE and item.committed:
+        if code == ErrorCode.INVALID_TXN_STATE and item.committed:
             # Seen when the coordinator aborted the transaction on its own, after it had
             # been open longer than transaction_timeout_ms: say so, the code alone does not.
             error = self._error(
@@ -1885,7 +1855,7 @@ class TransactionManager(IdempotenceManager):
                 "the coordinator no longer has this transaction open to commit; it aborts a "
                 "transaction that stays open longer than transaction_timeout_ms",
             )
-        if item.transaction_v2 and code == _INVALID_PRODUCER_ID_MAPPING:
+        if item.transaction_v2 and code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
             # Java 4.0's EndTxnHandler: fatal.
             self._request_failed(item, error, fatal=True)
             return
@@ -1899,12 +1869,12 @@ class TransactionManager(IdempotenceManager):
             self._last_error = error
             self._abort_by_epoch_bump(item.result)
             return
-        if code in _NEEDS_EPOCH_BUMP or code == _TRANSACTION_ABORTABLE:
+        if code in _NEEDS_EPOCH_BUMP or code == ErrorCode.TRANSACTION_ABORTABLE:
             if item.committed:
                 self._request_failed(item, error, fatal=False)
                 return
             # An abort that cannot complete: fail it, stay aborting; the user may retry.
-            _fail(item.result, copy_error(error))
+            _fail(item.result, error_copy(error, fresh=True))
             return
         self._request_failed(item, error, fatal=True)
 

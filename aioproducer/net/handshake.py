@@ -25,6 +25,11 @@ from aioproducer.errors import (
 )
 from aioproducer.net.sasl import create_mechanism
 from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.protocol.error_codes import (
+    ILLEGAL_SASL_STATE,
+    UNSUPPORTED_SASL_MECHANISM,
+    UNSUPPORTED_VERSION,
+)
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -43,9 +48,6 @@ log = logging.getLogger("aioproducer.net")
 #: The security protocols that authenticate with SASL after ApiVersions.
 SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
-_UNSUPPORTED_VERSION: Final = 35
-_UNSUPPORTED_SASL_MECHANISM: Final = 33
-_ILLEGAL_SASL_STATE: Final = 34
 
 #: The first ApiVersions version tried; v3 carries the client's software name and version.
 _API_VERSIONS_FIRST_VERSION: Final = 3
@@ -84,7 +86,7 @@ async def negotiate_api_versions(
         )
         response = await _handshake_request(connection, config, request, version)
         assert isinstance(response, ApiVersionsResponse)
-        if response.error_code == _UNSUPPORTED_VERSION and version > 0:
+        if response.error_code == UNSUPPORTED_VERSION and version > 0:
             # The broker answered in v0 and listed the ApiVersions range it does speak.
             broker_max = next(
                 (k.max_version for k in response.api_keys if k.api_key == ApiKey.API_VERSIONS),
@@ -136,7 +138,7 @@ async def authenticate(connection: BrokerConnection, config: ProducerConfig) -> 
         connection, config, SaslHandshakeRequest(mechanism=mechanism_name), handshake_version
     )
     assert handshake is not None
-    if handshake.error_code == _UNSUPPORTED_SASL_MECHANISM:
+    if handshake.error_code == UNSUPPORTED_SASL_MECHANISM:
         offered = ", ".join(handshake.mechanisms) or "none"
         if mechanism_name in handshake.mechanisms:
             # Seen from brokers whose listener has SASL turned off (Tansu without
@@ -150,10 +152,10 @@ async def authenticate(connection: BrokerConnection, config: ProducerConfig) -> 
                 f"{connection.description} does not enable SASL mechanism {mechanism_name} "
                 f"(sasl_mechanism); it offers: {offered}"
             )
-        raise error_for_code(_UNSUPPORTED_SASL_MECHANISM, problem)
+        raise error_for_code(UNSUPPORTED_SASL_MECHANISM, problem)
     if handshake.error_code != 0:
         hint = ""
-        if handshake.error_code == _ILLEGAL_SASL_STATE:
+        if handshake.error_code == ILLEGAL_SASL_STATE:
             # Kafka's answer to SaslHandshake on a listener that is not a SASL one.
             hint = (
                 ": is this a SASL listener? A PLAINTEXT or SSL listener answers this way; "

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from aioproducer.backoff import ExponentialBackoff
 from aioproducer.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -20,7 +21,6 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
 )
-from aioproducer.net.backoff import ExponentialBackoff
 from aioproducer.net.connection import BrokerConnection, ConnectionState, FinalizedFeatures
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from enum import IntEnum
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from aioproducer.errors import UnsupportedVersionError
 
@@ -99,7 +99,8 @@ class Request(abc.ABC, Generic[ResponseT]):
         MIN_VERSION: the lowest version this client implements.
         MAX_VERSION: the highest version this client negotiates.
         FLEXIBLE_FROM: the first flexible version (request header v2, compact encodings,
-            tagged fields); :data:`NEVER_FLEXIBLE` when there is none.
+            tagged fields); :data:`NEVER_FLEXIBLE` when there is none. A subclass that sets
+            ``API_KEY`` takes it from :data:`FIRST_FLEXIBLE_VERSION`.
         RESPONSE_SIZE_LIMIT: what :meth:`response_size_limit` returns unless a request
             overrides it: :data:`SMALL_RESPONSE_LIMIT` for APIs whose responses have a fixed
             shape, None (no cap of its own) by default.
@@ -112,6 +113,12 @@ class Request(abc.ABC, Generic[ResponseT]):
     MAX_VERSION: ClassVar[int]
     FLEXIBLE_FROM: ClassVar[int]
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The first flexible version comes from the one table, FIRST_FLEXIBLE_VERSION.
+        if "API_KEY" in cls.__dict__ and "FLEXIBLE_FROM" not in cls.__dict__:
+            cls.FLEXIBLE_FROM = FIRST_FLEXIBLE_VERSION[cls.API_KEY]
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:

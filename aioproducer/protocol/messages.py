@@ -28,6 +28,7 @@ from aioproducer.protocol.api import (
     Request,
     Response,
 )
+from aioproducer.protocol.error_codes import UNSUPPORTED_VERSION
 from aioproducer.protocol.primitives import (
     INT8,
     INT16,
@@ -98,8 +99,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-_UNSUPPORTED_VERSION = 35
 _NO_AUTHORIZED_OPERATIONS = -(1 << 31)
+_PRODUCE_FIRST_FLEXIBLE = FIRST_FLEXIBLE_VERSION[ApiKey.PRODUCE]
 
 
 # ---- shared codec helpers -----------------------------------------------------------------
@@ -352,14 +353,14 @@ def decode_api_versions_response(data: memoryview, version: int) -> ApiVersionsR
         if version == 0:
             raise
         error = Reader(data).int16() if len(data) >= 2 else None
-        if error != _UNSUPPORTED_VERSION:
+        if error != UNSUPPORTED_VERSION:
             raise
         try:
             return _decode_api_versions(data, 0)
         except CorruptResponseError:
             # Some brokers (librdkafka's mock) list their versions in a layout that is
             # neither; the error code alone is enough for the caller to fall back to v0.
-            return ApiVersionsResponse(_UNSUPPORTED_VERSION, [])
+            return ApiVersionsResponse(UNSUPPORTED_VERSION, [])
 
 
 @dataclass(slots=True)
@@ -372,7 +373,6 @@ class ApiVersionsRequest(Request[ApiVersionsResponse]):
     API_KEY: ClassVar[int] = ApiKey.API_VERSIONS
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_FROM: ClassVar[int] = 3
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     client_software_name: str = "aioproducer"
@@ -513,7 +513,6 @@ class MetadataRequest(Request[MetadataResponse]):
     API_KEY: ClassVar[int] = ApiKey.METADATA
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_FROM: ClassVar[int] = 9
 
     topics: Sequence[str] | None
     allow_auto_topic_creation: bool = True
@@ -672,7 +671,12 @@ def _decode_produce_common(data: memoryview, version: int) -> ProduceResponse | 
     """Decode the usual ProduceResponse quickly (compiled), or return None to leave it to the
     reader: see :func:`aioproducer.protocol.produce_codec.decode_common`."""
     response: ProduceResponse | None = produce_codec.decode_common(
-        data, version, ProduceResponse, ProduceTopicResponse, ProducePartitionResponse
+        data,
+        version,
+        version >= _PRODUCE_FIRST_FLEXIBLE,
+        ProduceResponse,
+        ProduceTopicResponse,
+        ProducePartitionResponse,
     )
     return response
 
@@ -727,7 +731,6 @@ class ProduceRequest(Request[ProduceResponse]):
     API_KEY: ClassVar[int] = ApiKey.PRODUCE
     MIN_VERSION: ClassVar[int] = 3
     MAX_VERSION: ClassVar[int] = 12
-    FLEXIBLE_FROM: ClassVar[int] = 9
 
     transactional_id: str | None
     acks: int
@@ -763,7 +766,7 @@ class ProduceRequest(Request[ProduceResponse]):
         """The request body for ``version``: framing bytes around uncopied record batches."""
         if not 3 <= version <= 12:
             self.check_version(version)
-        flexible = version >= 9
+        flexible = version >= _PRODUCE_FIRST_FLEXIBLE
         head = _produce_head(self.transactional_id, self.acks, self.timeout_ms, flexible)
         return produce_codec.encode_body(head, self.topics, flexible)
 
@@ -800,7 +803,6 @@ class InitProducerIdRequest(Request[InitProducerIdResponse]):
     API_KEY: ClassVar[int] = ApiKey.INIT_PRODUCER_ID
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_FROM: ClassVar[int] = 2
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str | None
@@ -868,7 +870,6 @@ class FindCoordinatorRequest(Request[FindCoordinatorResponse]):
     API_KEY: ClassVar[int] = ApiKey.FIND_COORDINATOR
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
-    FLEXIBLE_FROM: ClassVar[int] = 3
 
     coordinator_keys: list[str]
     key_type: int = 0
@@ -1003,7 +1004,6 @@ class AddPartitionsToTxnRequest(Request[AddPartitionsToTxnResponse]):
     API_KEY: ClassVar[int] = ApiKey.ADD_PARTITIONS_TO_TXN
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
-    FLEXIBLE_FROM: ClassVar[int] = 3
     HIGHEST_ENCODABLE_VERSION: ClassVar[int] = 5
 
     transactions: list[AddPartitionsToTxnTransaction]
@@ -1105,7 +1105,6 @@ class AddOffsetsToTxnRequest(Request[AddOffsetsToTxnResponse]):
     API_KEY: ClassVar[int] = ApiKey.ADD_OFFSETS_TO_TXN
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
-    FLEXIBLE_FROM: ClassVar[int] = 3
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str
@@ -1157,7 +1156,6 @@ class EndTxnRequest(Request[EndTxnResponse]):
     API_KEY: ClassVar[int] = ApiKey.END_TXN
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_FROM: ClassVar[int] = 3
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     transactional_id: str
@@ -1252,7 +1250,6 @@ class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
     API_KEY: ClassVar[int] = ApiKey.TXN_OFFSET_COMMIT
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
-    FLEXIBLE_FROM: ClassVar[int] = 3
 
     transactional_id: str
     group_id: str
@@ -1349,7 +1346,6 @@ class SaslHandshakeRequest(Request[SaslHandshakeResponse]):
     API_KEY: ClassVar[int] = ApiKey.SASL_HANDSHAKE
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_FROM: ClassVar[int] = FIRST_FLEXIBLE_VERSION[ApiKey.SASL_HANDSHAKE]
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     mechanism: str
@@ -1383,7 +1379,6 @@ class SaslAuthenticateRequest(Request[SaslAuthenticateResponse]):
     API_KEY: ClassVar[int] = ApiKey.SASL_AUTHENTICATE
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
-    FLEXIBLE_FROM: ClassVar[int] = 2
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     auth_bytes: bytes
@@ -1443,7 +1438,6 @@ class DescribeClusterRequest(Request[DescribeClusterResponse]):
     API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CLUSTER
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
-    FLEXIBLE_FROM: ClassVar[int] = 0
     RESPONSE_SIZE_LIMIT: ClassVar[int | None] = SMALL_RESPONSE_LIMIT
 
     include_cluster_authorized_operations: bool = False

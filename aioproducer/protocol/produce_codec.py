@@ -101,6 +101,7 @@ def encode_body(head: bytes, topics: list[Any], flexible: bool) -> list[bytes | 
 def decode_common(
     data: memoryview,
     version: int,
+    flexible: bool,
     response_type: Any,
     topic_type: Any,
     partition_type: Any,
@@ -113,8 +114,9 @@ def decode_common(
     wrong. Both give the same result for the inputs this one accepts. The result is built of
     ``response_type(topics, throttle_time_ms)``, ``topic_type(name, partitions)`` and
     ``partition_type(index, error_code, base_offset, log_append_time_ms, log_start_offset)``.
+    ``flexible`` says whether ``version`` is a flexible one (the caller reads it from
+    :data:`~aioproducer.protocol.api.FIRST_FLEXIBLE_VERSION`, as for :func:`encode_body`).
     """
-    flexible = version >= 9
     if flexible:
         layout = _PARTITION_9
     elif version >= 8:

@@ -119,9 +119,22 @@ def _header_bytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
-def estimate_record_size(key_size: int, value_size: int, headers_size: int) -> int:
-    """An upper bound of the bytes one record takes in a batch (Kafka's estimate)."""
-    return _MAX_RECORD_OVERHEAD + key_size + value_size + headers_size + 5
+def estimate_record_size(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> int:
+    """An upper bound of the bytes one record takes in a batch (Kafka's estimate).
+
+    The one estimate of a record's size: it checks a record against ``max_request_size``
+    and ``buffer_memory``, sizes the buffer of a batch that starts with the record, and
+    sizes the parts of a split batch.
+    """
+    size = _MAX_RECORD_OVERHEAD + 5
+    size += -1 if key is None else len(key)
+    size += -1 if value is None else len(value)
+    if headers:
+        for name, data in headers:
+            size += len(name.encode()) + (0 if data is None else len(data)) + 10
+    return size
 
 
 # What a detached builder points at instead of its buffer and parts (see detach()). Shared
@@ -489,6 +502,38 @@ class RecordBatchBuilder:
         _CRC.pack_into(buffer, _CRC_OFFSET, crc)
         self._closed_view = view
         return view
+
+    def seal(
+        self,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+        *,
+        restamp: bool = False,
+    ) -> memoryview:
+        """The batch to send: closed now with this producer state if still open.
+
+        The one way a drained batch is closed. A batch closed already (a retry) keeps its
+        bytes; with ``restamp`` it takes this producer state (and a new CRC) instead, for a
+        retry that goes out under a new producer id, epoch or sequence.
+
+        Raises:
+            RuntimeError: the builder was detached, or holds no record.
+        """
+        view = self._closed_view
+        if view is None:
+            return self.close(producer_id, producer_epoch, base_sequence, transactional)
+        if restamp:
+            return self.rewrite_producer_state(
+                producer_id, producer_epoch, base_sequence, transactional
+            )
+        return view
+
+    @property
+    def closed_view(self) -> memoryview | None:
+        """The closed batch, as :meth:`close` returned it; None while open or once detached."""
+        return self._closed_view
 
     @property
     def closed_size(self) -> int:

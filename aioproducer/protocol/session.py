@@ -54,6 +54,7 @@ from aioproducer.protocol.api import (
     Response,
     response_header_flexible,
 )
+from aioproducer.protocol.error_codes import UNSUPPORTED_VERSION
 from aioproducer.protocol.framing import encode_request, read_correlation_id, split_response_header
 from aioproducer.protocol.messages import ApiVersionsResponse
 
@@ -74,7 +75,6 @@ _COMPACT_THRESHOLD: Final = 64 << 10
 _UNANSWERED_MEMORY: Final = 1024
 
 _CORRELATION_ID_MASK: Final = 0x7FFFFFFF
-_UNSUPPORTED_VERSION: Final = 35
 
 #: What the caller attaches to each request it sends, and gets back with the outcome (the
 #: connection's future of the response).
@@ -123,7 +123,7 @@ def _decode_unsupported_api_versions(
         except CorruptResponseError:
             continue
         return response
-    return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
+    return ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[])
 
 
 class Session(Generic[W]):
@@ -464,7 +464,7 @@ class Session(Generic[W]):
                 api_key == ApiKey.API_VERSIONS
                 and version > 0
                 and body.nbytes >= 2
-                and int.from_bytes(body[:2], "big") == _UNSUPPORTED_VERSION
+                and int.from_bytes(body[:2], "big") == UNSUPPORTED_VERSION
             ):
                 response = _decode_unsupported_api_versions(request, body, version)
             else:

@@ -23,6 +23,8 @@ from aioproducer.errors import (
     UnknownServerError,
     error_for_code,
 )
+from aioproducer.protocol import error_codes
+from aioproducer.protocol.error_codes import ErrorCode
 
 # From Kafka's Errors.java and the superclass of each exception in common/errors/*.java:
 # InvalidMetadataException subclasses (retriable, and refresh metadata first) ...
@@ -48,6 +50,33 @@ def test_every_class_is_a_public_named_class_of_the_module() -> None:
     names = [cls.error_name for cls in ERROR_CODES.values()]
     assert len(set(names)) == len(names)
     assert len({cls.__name__ for cls in ERROR_CODES.values()}) == len(ERROR_CODES)
+
+
+def test_the_error_code_table_names_every_class_code() -> None:
+    # One table of codes and names: each class takes both from its ErrorCode member.
+    assert {int(code) for code in ErrorCode} == {0, *ERROR_CODES}
+    assert ErrorCode.NONE == 0 and ErrorCode(0) not in ERROR_CODES
+    for code, cls in ERROR_CODES.items():
+        assert cls.error_name == ErrorCode(code).name
+    assert errors.UnknownProducerIdError.error_name == "UNKNOWN_PRODUCER_ID"
+    assert errors.InvalidTopicError.error_name == "INVALID_TOPIC_EXCEPTION"
+    # Client errors have neither; a subclass of a broker error keeps its parent's.
+    assert errors.DeliveryTimeoutError.error_name is None
+    assert errors.SslError.error_code is None and errors.SslError.error_name is None
+
+
+def test_error_codes_print_as_numbers() -> None:
+    assert str(ErrorCode.NOT_LEADER_OR_FOLLOWER) == f"{ErrorCode.NOT_LEADER_OR_FOLLOWER}" == "6"
+    assert str(error_for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)).startswith(
+        "[Error 6 NOT_LEADER_OR_FOLLOWER]"
+    )
+
+
+def test_the_literal_codes_of_the_compiled_modules_match_the_table() -> None:
+    for name in error_codes.__all__:
+        if name != "ErrorCode":
+            value = getattr(error_codes, name)
+            assert type(value) is int and value == ErrorCode[name], name
 
 
 def test_all_lists_only_existing_documented_names() -> None:
@@ -205,3 +234,34 @@ def test_names_and_classification_agree_with_kafka_python() -> None:
         if code not in java_differs:
             assert ours.retriable == other.retriable, code
             assert ours.invalid_metadata == bool(getattr(other, "invalid_metadata", False)), code
+
+
+def _raised(error: BaseException) -> BaseException:
+    try:
+        raise error
+    except BaseException as exc:
+        return exc
+
+
+def test_error_copy_for_a_record_future_keeps_the_traceback_and_context() -> None:
+    from aioproducer.futures import error_copy
+
+    original = _raised(errors.NotEnoughReplicasError("too few in sync"))
+    original.__cause__ = ValueError("cause")
+    clone = error_copy(original)
+    assert clone is not original and type(clone) is type(original)
+    assert str(clone) == "too few in sync" and clone.retriable
+    assert clone.__traceback__ is original.__traceback__
+    assert clone.__cause__ is original.__cause__
+
+
+def test_error_copy_fresh_starts_a_traceback_with_the_original_as_context() -> None:
+    from aioproducer.futures import error_copy
+
+    original = _raised(errors.SenderCrashedError("the sender task crashed"))
+    clone = error_copy(original, "the record was not sent", fresh=True)
+    assert type(clone) is errors.SenderCrashedError
+    assert clone.message == "the record was not sent: the sender task crashed"
+    assert clone.__traceback__ is None
+    assert clone.__context__ is original and not clone.__suppress_context__
+    assert error_copy(original, fresh=True).message == "the sender task crashed"

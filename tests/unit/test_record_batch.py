@@ -13,6 +13,7 @@ from aioproducer.protocol.record_batch import (
     RECORD_BATCH_OVERHEAD,
     RecordBatchBuilder,
     encode_varint,
+    estimate_record_size,
 )
 
 
@@ -199,3 +200,42 @@ def test_crc_combine_joins_the_crcs_of_two_strings() -> None:
         crcutil.combine(1 << 32, 0, 1)
     with pytest.raises(ValueError, match="4 GiB"):
         crcutil.combine(0, 0, -1)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (None, None, None),
+        (None, b"v", None),
+        (b"k", None, []),
+        (b"k" * 200, b"v" * 70_000, None),
+        (b"", b"", [("h", None)]),
+        (b"key", b"x" * 300, [("name", b"value"), ("n\u00e9", b"\x00" * 129), ("e", b"")]),
+    ],
+)
+def test_the_record_size_estimate_bounds_a_record_that_starts_a_batch(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> None:
+    # The estimate sizes the buffer of a batch that starts with the record (a new batch,
+    # a part of a split batch): the record must fit there.
+    estimate = estimate_record_size(key, value, headers)
+    builder = RecordBatchBuilder(bytearray(RECORD_BATCH_OVERHEAD + estimate))
+    assert builder.try_append(1_700_000_000_000, key, value, headers) == 0
+    assert RECORD_BATCH_OVERHEAD < len(builder.close()) <= RECORD_BATCH_OVERHEAD + estimate
+
+
+def test_seal_closes_a_batch_once_and_restamps_a_retry() -> None:
+    builder = RecordBatchBuilder(bytearray(200))
+    builder.try_append(1000, b"k", b"v", None)
+    assert builder.closed_view is None
+    first = builder.seal(7, 1, 0)
+    assert builder.closed_view is first
+    again = bytes(builder.seal(8, 2, 5))  # a retry that keeps its bytes
+    assert again == bytes(first)
+    restamped = DefaultRecordBatch(bytearray(builder.seal(8, 2, 5, True, restamp=True)))
+    assert (restamped.producer_id, restamped.producer_epoch, restamped.base_sequence) == (8, 2, 5)
+    assert restamped.is_transactional and restamped.validate_crc()
+    builder.detach()
+    assert builder.closed_view is None
+    with pytest.raises(RuntimeError, match="detached"):
+        builder.seal()

@@ -350,7 +350,7 @@ class Harness:
         future = self.accumulator.try_append(TOPIC, partition, TIMESTAMP, key, value, None)
         if future is not None:
             return future
-        size = estimate_record_size(-1 if key is None else len(key), len(value), 0)
+        size = estimate_record_size(key, value, None)
         buffer = self.pool.allocate_nowait(self.accumulator.buffer_size_for(size, TOPIC, partition))
         assert buffer is not None
         return self.accumulator.append_to_new_batch(
@@ -656,7 +656,7 @@ async def test_retry_backoff_never_exceeds_retry_backoff_max_ms(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The largest jitter the sender can draw, every time.
-    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(random.Random, "uniform", lambda self, low, high: high)
     h = Harness(retry_backoff_ms=100, retry_backoff_max_ms=400)
     h.append(0, b"a")
     h.step(T0 + 0.010)
@@ -1537,7 +1537,7 @@ async def test_a_step_that_fails_once_is_logged_and_the_sender_goes_on(
 def append_unbuildable(h: Harness, partition: int) -> RecordFuture:
     """A record whose batch cannot be built: a timestamp past the wire format's int64, as
     if a check in front of the accumulator had let it through (a fault of ours)."""
-    size = estimate_record_size(-1, 1, 0)
+    size = estimate_record_size(None, b"x", None)
     buffer = h.pool.allocate_nowait(h.accumulator.buffer_size_for(size, TOPIC, partition))
     assert buffer is not None
     return h.accumulator.append_to_new_batch(

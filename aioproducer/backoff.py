@@ -1,4 +1,11 @@
-"""Exponential backoff with jitter, as the Java client's reconnect backoff."""
+"""Exponential backoff with jitter: the one policy behind every wait between attempts.
+
+The Java client's ``ExponentialBackoff``, used the same way: the sender's retries
+(``retry_backoff_ms`` up to ``retry_backoff_max_ms``, plus or minus 20%, KIP-580), the
+reconnects to a broker (``reconnect_backoff_ms`` up to ``reconnect_backoff_max_ms``, plus or
+minus 20%), the connection setup timeout (KIP-601) and the transaction coordinator's retries
+(no jitter).
+"""
 
 from __future__ import annotations
 
@@ -9,17 +16,20 @@ __all__ = ["ExponentialBackoff"]
 
 
 class ExponentialBackoff:
-    """Exponential backoff with jitter, as the Java client's reconnect backoff.
+    """Exponential backoff with jitter, as the Java client's ``ExponentialBackoff``.
 
     The delay after ``attempts`` failures is ``initial * multiplier ** attempts``, scaled by a
     random factor in ``[1 - jitter, 1 + jitter)``, then capped at ``maximum``. Randomness keeps
-    many clients that lost the same broker from reconnecting in lockstep.
+    many clients that lost the same broker from reconnecting in lockstep. When ``maximum`` is
+    not above ``initial`` the delay is ``initial``, without jitter. The unit is the caller's:
+    milliseconds for the options named ``*_ms``.
 
     Args:
         initial_ms: the first delay.
         maximum_ms: the cap (raised to ``initial_ms`` if smaller).
         multiplier: the growth factor per attempt.
-        jitter: the relative spread of the random factor (0.2 is plus or minus 20%).
+        jitter: the relative spread of the random factor (0.2 is plus or minus 20%; 0 for
+            none).
         rng: the random source (seed one for reproducible tests).
     """
 
@@ -44,7 +54,7 @@ class ExponentialBackoff:
             self._max_exponent = 0.0
 
     def backoff_ms(self, attempts: int) -> float:
-        """The delay in milliseconds after ``attempts`` consecutive failures (0 for the first)."""
+        """The delay after ``attempts`` consecutive failures (0 for the first)."""
         if self._max_exponent == 0.0:
             return self.initial_ms
         exponent = min(float(attempts), self._max_exponent)
