@@ -5,13 +5,13 @@
 as any Python object is.
 
 A caller that keeps the future of every record it sends keeps as many objects alive, and
-each full collection of the cyclic GC walks all of them: about a sixth of the time of a
-100-byte ``send()`` loop that keeps its futures. A :class:`~aioproducer.RecordFuture`
-refers only to its batch, which refers to no record futures (unless interceptors need
-them), so it can be in no reference cycle until it holds more: a callback, a cancel
-message, or the error copy it hands out. Futures start untracked and are tracked from the
-moment they hold any of those (:func:`track`), as CPython itself untracks tuples and dicts
-that hold only atoms.
+each full collection of the cyclic GC walks all of them: a large share of the time of a
+small-record ``send()`` loop that keeps its futures (figures in bench/README.md). A
+:class:`~aioproducer.RecordFuture` refers only to its batch, which refers to no record
+futures (unless interceptors need them), so it can be in no reference cycle until it holds
+more: a callback, a cancel message, or the error copy it hands out. Futures start untracked
+and are tracked from the moment they hold any of those (:func:`track`), as CPython itself
+untracks tuples and dicts that hold only atoms.
 
 Record batch builders refer only to buffers, bytes and lists of bytes, so they start
 untracked too. A batch that was acknowledged and has let go of its records and buffer

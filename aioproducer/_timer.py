@@ -2,16 +2,15 @@
 
 The sender sleeps until the next batch's linger ends. ``loop.call_later`` keeps time in
 whole milliseconds under uvloop (libuv's clock) and polls with millisecond timeouts under
-asyncio, so it wakes up to ~1 ms late: measured on this project's CI machine, uvloop's
-``call_later`` for 0.5-5 ms fired 0.19 ms late at the median and 0.67 ms late at p99
-(asyncio's: 0.66 and 1.3 ms). Every lingering batch pays that on top of ``linger_ms``, and
+asyncio, so it wakes up to ~1 ms late (figures in bench/README.md). Every lingering batch
+pays that on top of ``linger_ms``, and
 at a steady rate the first record of each batch is the one a p99 sees.
 
-On Linux a ``timerfd`` is exact to the kernel's timer slack (~50 us): the event loop
-watches it like a socket (``add_reader``), and arming it is one system call. Python 3.13
-has ``os.timerfd_create``; older versions reach the same libc functions through ctypes.
-Where neither works (another OS, a loop without ``add_reader``), :class:`WakeTimer` falls
-back to ``call_later``.
+On Linux a ``timerfd`` is exact to the kernel's timer slack (tens of microseconds): the
+event loop watches it like a socket (``add_reader``), and arming it is one system call.
+Python 3.13 has ``os.timerfd_create``; older versions reach the same libc functions through
+ctypes. Where neither works (another OS, a loop without ``add_reader``), :class:`WakeTimer`
+falls back to ``call_later``.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
 def _murmur2_bytes(data: bytes) -> int:
     # Compiled: i64 locals make this C arithmetic instead of Python ints, and indexing bytes
     # reads a byte without making an object (unpacking the words with struct made a tuple of
-    # ints: 161 ns for a 12-byte key, against 69 ns this way; 696 against 114 at 100 bytes).
+    # ints, more than twice as slow: figures in bench/README.md).
     # Products of 32-bit numbers would overflow 64 bits, so each multiplication by _M is
     # split in two halves whose products stay below 2**49.
     length: i64 = len(data)
@@ -255,7 +255,7 @@ class _StickyTopic:
 
 # Interpreted only (see DefaultPartitioner.partition), cache the hash of short keys: real
 # workloads repeat keys (user ids, device ids), and a dict lookup costs far less than hashing
-# in Python (~1 us for 12 bytes). Long keys are rarely repeated and cost memory.
+# in Python (bench/README.md). Long keys are rarely repeated and cost memory.
 _CACHE_LIMIT: Final = 8192
 _CACHED_KEY_MAX: Final = 128
 
@@ -312,8 +312,8 @@ class DefaultPartitioner(BasePartitioner):
         """Hash the key, or return the topic's sticky partition for null keys."""
         if key_bytes is not None and not self._ignore_keys:
             if not _INTERPRETED or type(key_bytes) is not bytes:
-                # Compiled, murmur2 of a short key costs about what a dict lookup does (49 ns
-                # for 12 bytes), so no hash is cached: a cache only added its inserts, and
+                # Compiled, murmur2 of a short key costs about what a dict lookup does
+                # (bench/README.md), so no hash is cached: a cache only added its inserts, and
                 # cleared itself over and over once more keys came by than it held.
                 # bytearray and memoryview keys are not hashable.
                 return self.key_hash(key_bytes) % partition_count

@@ -82,12 +82,11 @@ def default_level(codec: CompressionType) -> int | None:
 
 
 # Uncompressed record bytes from which a batch is compressed in a worker thread rather than
-# on the event loop, per codec at its default level. Measured by bench/micro/compression.py
-# (JSON-like records, 2-core machine): every codec here releases the GIL while it works, and a
-# round trip through run_in_executor costs about 60 us of loop time, so a thread pays off once
-# compressing takes about four times that, 250 us: gzip ~27 ns/B (16 KiB: 440 us), zstd ~5 ns/B
-# (64 KiB: 330 us), lz4 and snappy ~2.5 ns/B (128 KiB: ~320 us). Below these the batch is
-# compressed inline, which costs the loop less than the hand-off would.
+# on the event loop, per codec at its default level: every codec here releases the GIL while it
+# works, and a thread pays off once compressing takes about four times the loop time of the
+# hand-off through run_in_executor (the figures, from bench/micro/compression.py, are in
+# bench/README.md). Below these the batch is compressed inline, which costs the loop less
+# than the hand-off would.
 _OFFLOAD_THRESHOLDS: dict[CompressionType, int] = {
     CompressionType.GZIP: 8 * 1024,
     CompressionType.ZSTD: 64 * 1024,
@@ -230,12 +229,9 @@ _LZ4_DEFAULT_LEVEL = 9
 # little-endian uint32 length and the block (the length's top bit set when the block is
 # stored uncompressed, because compressing did not make it smaller), then a zero end mark.
 # It is the frame lz4.frame.compress writes with those settings (the blocks' matches can
-# differ by a few bytes), for less: lz4.frame sets up a frame context on every call.
-# Measured on one machine, 16 KiB: 4.2 against 6.5 us per call on random letters (the
-# harness's payloads), 17.4 against 19.9 us on the JSON-like records of
-# bench/micro/compression.py. Other levels go through lz4.frame (its HC mode). Input of one
-# block (up to 64 KiB, the usual batch) is framed without slicing: 10 KiB of random letters,
-# through compress(), 3.5 -> 2.3 us with the cached compressor() below.
+# differ by a few bytes), for less: lz4.frame sets up a frame context on every call (figures
+# in bench/README.md). Other levels go through lz4.frame (its HC mode). Input of one block (up
+# to 64 KiB, the usual batch) is framed without slicing, with the cached compressor() below.
 _LZ4_BLOCK_SIZE = 64 * 1024
 _LZ4_UNCOMPRESSED = 0x80000000
 _LZ4_BLOCK_LENGTH = struct.Struct("<I")

@@ -1,8 +1,8 @@
 """The Produce request body and the usual Produce response: the per-request codec, compiled.
 
 Every produce request passes through here twice: its body is encoded, and its response is
-decoded. Interpreted, the two cost 10-20 us a request in a loaded producer (the code is cold
-by the time the next request comes), a tenth of the CPU of a request of three 16 KiB batches.
+decoded. Interpreted, the two cost a tenth of the CPU of a request of three 16 KiB batches in
+a loaded producer (the code is cold by the time the next request comes; bench/README.md).
 This module is in :data:`~aioproducer.compiled.HOT_PATH_MODULES`; the message classes stay in
 :mod:`aioproducer.protocol.messages`, which hands its classes in (``decode_common``) and calls
 these functions from :class:`~aioproducer.protocol.messages.ProduceRequest`.
