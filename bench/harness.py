@@ -86,6 +86,7 @@ CLIENTS: tuple[Client, ...] = (
     Client("aiokafka_send", "aiokafka send", False, 60_000),
     Client("aiokafka_batch", "aiokafka send_batch", True, 400_000),
     Client("confluent_producer", "confluent-kafka Producer", True, 600_000),
+    Client("java_send", "Java KafkaProducer", True, 400_000),
     Client("confluent_aio", "confluent-kafka AIOProducer", False, 60_000),
     Client("kafka_python", "kafka-python", False, 20_000),
 )
@@ -540,6 +541,7 @@ class Options:
     mock_brokers: int
     out: Path
     quick: bool
+    clients_named: bool = False
     argv: list[str] = field(default_factory=list)
 
 
@@ -908,7 +910,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         help="mock (default), tansu, kafka, instant, a comma-separated list of them, "
              "both (mock,tansu) or all (mock,tansu,kafka)",
     )
-    parser.add_argument("--clients", help=f"default: all of {', '.join(CLIENTS_BY_NAME)}")
+    parser.add_argument("--clients", help=f"default: all of {', '.join(CLIENTS_BY_NAME)} "
+                                          "(java_send only where Java 17+ runs)")
     parser.add_argument("--scenarios",
                         help=f"variants (default {','.join(DEFAULT_VARIANTS)}; also: idempotent)")
     parser.add_argument("--rates", default="20000", help="latency scenario rates, msg/s")
@@ -983,6 +986,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         mock_brokers=args.mock_brokers,
         out=out,
         quick=quick,
+        clients_named=bool(args.clients),
         argv=list(argv) if argv is not None else sys.argv[1:],
     )
 
@@ -1029,6 +1033,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason is not None:
             print(f"aioproducer is not usable ({reason}); running the peers only")
             options.clients = [c for c in options.clients if not c.subject]
+    if any(c.name == "java_send" for c in options.clients):
+        from bench.runners.java_send import prepare
+
+        reason = prepare()
+        if reason is not None:
+            if options.clients_named:
+                raise SystemExit(f"java_send cannot run here: {reason}")
+            print(f"the Java producer is left out: {reason}")
+            options.clients = [c for c in options.clients if c.name != "java_send"]
     document: dict[str, Any] = {
         "format": 1,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
