@@ -132,6 +132,9 @@ def markdown_tables(document: dict[str, Any]) -> str:
                      "record count, only the client's."]
     for broker, reason in (document.get("skipped_brokers") or {}).items():
         lines += ["", f"The {broker} broker was skipped: {reason}"]
+    for broker, skipped in (document.get("skipped_clients") or {}).items():
+        for client, reason in skipped.items():
+            lines += ["", f"{_label(client)} did not run on the {broker} broker: {reason}"]
     for broker, scenarios in medians.items():
         throughput = {s: c for s, c in scenarios.items() if not _is_latency(c)}
         latency = {s: c for s, c in scenarios.items() if _is_latency(c)}
