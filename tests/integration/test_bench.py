@@ -68,3 +68,33 @@ def test_harness_smoke_run_counts_every_record_on_the_broker(tmp_path: Path) -> 
             assert run["records_on_broker"] >= run["records"], run
     medians = document["summary"]["medians"]["mock"]
     assert {"plain-100", "latency20k-100"} <= set(medians)
+
+
+def test_harness_against_the_instant_broker_reports_cpu_per_record(tmp_path: Path) -> None:
+    from bench.runners.java_send import unavailable
+
+    out = tmp_path / "instant.json"
+    clients = ["aioproducer_send", "confluent_producer", "kafka_python"]
+    if unavailable() is None:  # the Java producer too, where Java 17+ runs
+        clients.append("java_send")
+    done = _run(
+        ["-m", "bench.harness", "--quick", "--broker", "instant", "--clients", ",".join(clients),
+         "--out", str(out)],
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "the instant broker stores no records" in done.stdout
+    assert "Records per CPU-second, instant broker" in done.stdout
+    document = json.loads(out.read_text())
+    runs = [run for run in document["runs"] if not run.get("label", "").startswith("pilot")]
+    assert {run["client"] for run in runs} == set(clients)
+    for run in runs:
+        assert run["ok"] and run["errors"] == 0, run
+        assert run["acked"] == run["records"] > 0, run
+        # No broker-side count: the broker keeps nothing, and the row says so.
+        assert run["records_on_broker"] is None and run["broker_count"].startswith("skipped")
+        assert run["cpu_us_per_record"] == run["cpu_s"] / run["records"] * 1e6 > 0, run
+        if run["scenario"].startswith("latency"):
+            assert run["latency_ms"]["p99"] > 0, run
+    cells = document["summary"]["medians"]["instant"]["plain-100"]
+    assert all(cells[client]["records_per_cpu_s"] > 0 for client in clients)
