@@ -183,8 +183,8 @@ class InstantBroker:
             raise ProtocolError(f"api key {api_key} (version {version}) is not answered here")
         lowest, highest = SUPPORTED[api_key]
         if api_key == API_VERSIONS and version > highest:
-            body = self._api_versions_body(0, UNSUPPORTED_VERSION)
-            return _INT32.pack(4 + len(body)) + _INT32.pack(correlation_id) + body
+            refusal = self._api_versions_body(0, UNSUPPORTED_VERSION)
+            return _INT32.pack(4 + len(refusal)) + _INT32.pack(correlation_id) + refusal
         if not lowest <= version <= highest:
             raise ProtocolError(
                 f"api key {api_key} version {version} (answered: {lowest}-{highest})"

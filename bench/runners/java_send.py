@@ -106,7 +106,7 @@ def compiled(java: str, jars: list[Path]) -> Path | None:
         [SOURCE.read_bytes(), str(real_java).encode(), version_text.encode(),
          *(jar.name.encode() for jar in jars)]
     )
-    target = support._cache_root() / "bench-java" / hashlib.sha256(key).hexdigest()[:16]
+    target: Path = support._cache_root() / "bench-java" / hashlib.sha256(key).hexdigest()[:16]
     if (target / f"{MAIN_CLASS}.class").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
