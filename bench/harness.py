@@ -921,8 +921,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--sizes", help="record sizes in bytes (default 10,100,1024,10240)")
     parser.add_argument(
         "--broker", default="mock",
-        help="mock (default), tansu, kafka, instant, a comma-separated list of them, "
-             "both (mock,tansu) or all (mock,tansu,kafka)",
+        help="mock (default), tansu, kafka or instant; both (mock,tansu), all "
+             "(mock,tansu,kafka); or a comma-separated list of these (all,instant)",
     )
     parser.add_argument("--clients", help=f"default: all of {', '.join(CLIENTS_BY_NAME)} "
                                           "(java_send only where Java 17+ runs)")
@@ -966,7 +966,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     unknown = [n for n in names if n not in CLIENTS_BY_NAME]
     if unknown:
         parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS_BY_NAME)}")
-    brokers = list(BROKER_GROUPS.get(args.broker, ())) or _csv(args.broker)
+    brokers = list(dict.fromkeys(
+        name for item in _csv(args.broker) for name in BROKER_GROUPS.get(item, (item,))
+    ))
     unknown_brokers = [b for b in brokers if b not in BROKER_NAMES]
     if unknown_brokers or not brokers:
         parser.error(
