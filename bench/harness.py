@@ -321,13 +321,20 @@ class KafkaBroker:
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
         from tests.support.kafka import KafkaBroker as KafkaNode
-        from tests.support.kafka import kafka_available
+        from tests.support.kafka import KafkaUnavailableError, kafka_available
 
         reason = kafka_available()
         if reason is not None:
             raise BrokerUnavailableError(reason)
         self._node = KafkaNode(log_level="WARN")
-        self._node.start()
+        try:
+            self._node.start()
+        except KafkaUnavailableError as exc:  # Maven could not fetch the jars
+            self._node.stop()
+            raise BrokerUnavailableError(str(exc)) from exc
+        except BaseException:
+            self._node.stop()
+            raise
 
     @property
     def bootstrap_servers(self) -> str:
