@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SUPPORTED", "InstantBroker", "main"]
+__all__ = ["SUPPORTED", "InstantBroker", "listen", "main", "serve"]
 
 PRODUCE = 0
 METADATA = 3
@@ -391,13 +391,20 @@ class _Connection(asyncio.Protocol):
             self._transport.write(b"".join(responses) if len(responses) > 1 else responses[0])
 
 
-async def serve(host: str, port: int, partitions: int) -> None:
-    """Listen until cancelled; print ``listening host:port`` once accepting."""
+async def listen(host: str, port: int, partitions: int) -> tuple[asyncio.Server, str]:
+    """Start accepting connections (port 0 picks one); the server and ``host:port``."""
     loop = asyncio.get_running_loop()
     broker = InstantBroker(host, port, partitions)
     server = await loop.create_server(lambda: _Connection(broker), host, port)
     broker.port = server.sockets[0].getsockname()[1]
-    print(f"listening {host}:{broker.port}", flush=True)
+    return server, f"{host}:{broker.port}"
+
+
+async def serve(host: str, port: int, partitions: int) -> None:
+    """Listen until SIGTERM or SIGINT; print ``listening host:port`` once accepting."""
+    loop = asyncio.get_running_loop()
+    server, address = await listen(host, port, partitions)
+    print(f"listening {address}", flush=True)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):

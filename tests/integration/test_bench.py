@@ -74,7 +74,7 @@ def test_harness_against_the_instant_broker_reports_cpu_per_record(tmp_path: Pat
     from bench.runners.java_send import unavailable
 
     out = tmp_path / "instant.json"
-    clients = ["aioproducer_send", "confluent_producer", "kafka_python"]
+    clients = ["aioproducer_send", "confluent_producer", "aiokafka_send", "kafka_python"]
     if unavailable() is None:  # the Java producer too, where Java 17+ runs
         clients.append("java_send")
     done = _run(
@@ -98,3 +98,27 @@ def test_harness_against_the_instant_broker_reports_cpu_per_record(tmp_path: Pat
             assert run["latency_ms"]["p99"] > 0, run
     cells = document["summary"]["medians"]["instant"]["plain-100"]
     assert all(cells[client]["records_per_cpu_s"] > 0 for client in clients)
+
+
+async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> None:
+    """Offsets grow by each batch's records, per partition, across requests and topics."""
+    from aioproducer import Producer
+    from bench.instant_broker import listen
+
+    server, address = await listen("127.0.0.1", 0, 2)
+    try:
+        async with Producer(bootstrap_servers=address, linger_ms=1, batch_size=1024) as producer:
+            offsets: dict[tuple[str, int], list[int]] = {}
+            for topic in ("a", "b"):
+                futures = [
+                    await producer.send(topic, b"x" * 100, partition=i % 2) for i in range(300)
+                ]
+                for future in futures:
+                    metadata = await future
+                    offsets.setdefault((topic, metadata.partition), []).append(metadata.offset)
+        assert sorted(offsets) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+        for found in offsets.values():
+            assert found == list(range(150))
+    finally:
+        server.close()
+        await server.wait_closed()
