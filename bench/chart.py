@@ -28,6 +28,7 @@ _ORDER = (
     "aioproducer_send",
     "aioproducer_send_many",
     "confluent_producer",
+    "java_send",
     "aiokafka_batch",
     "aiokafka_send",
     "confluent_aio",
@@ -39,6 +40,7 @@ _SHORT = {
     "aiokafka_send": "aiokafka send",
     "aiokafka_batch": "aiokafka send_batch",
     "confluent_producer": "confluent Producer",
+    "java_send": "Java KafkaProducer",
     "confluent_aio": "confluent AIOProducer",
     "kafka_python": "kafka-python",
 }
@@ -47,13 +49,17 @@ _SHORT = {
 def latest_result(directory: Path = RESULTS) -> Path | None:
     """The newest harness result in ``directory`` (by the time in its name); the files of
     ``bench.memory``, ``bench.offload`` and ``bench.instructions`` are not harness runs."""
-    files = sorted(
-        p
-        for pattern in ("*-mock.json", "*-tansu.json", "*-both.json")
-        for p in directory.glob(pattern)
-        if p.is_file()
-    )
+    files = sorted(p for p in directory.glob("*-*.json") if p.is_file() and _is_harness_run(p))
     return files[-1] if files else None
+
+
+def _is_harness_run(path: Path) -> bool:
+    """Whether the name ends in the harness's broker tag: ``mock``, ``both``, ``all`` or
+    broker names joined with ``+`` (``kafka+instant``)."""
+    from bench.harness import BROKER_GROUPS, BROKER_NAMES
+
+    tag = path.stem.rsplit("-", 1)[-1]
+    return tag in BROKER_GROUPS or all(part in BROKER_NAMES for part in tag.split("+"))
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -98,6 +104,13 @@ def _is_latency(cells: dict[str, Any]) -> bool:
     return any("latency_ms" in cell for cell in cells.values())
 
 
+def _cpu_per_record(cell: dict[str, Any]) -> float | None:
+    """Microseconds of the runner's CPU per record (older files: ``cpu_s_per_million``,
+    the same number)."""
+    value = cell.get("cpu_us_per_record", cell.get("cpu_s_per_million"))
+    return None if value is None else float(value)
+
+
 def markdown_tables(document: dict[str, Any]) -> str:
     """Markdown tables of a result document: throughput, ratios, CPU and memory, latency."""
     summary = document.get("summary") or {}
@@ -113,6 +126,15 @@ def markdown_tables(document: dict[str, Any]) -> str:
         f"{machine.get('cpu_count', '?')} CPUs ({machine.get('cpu_model', '?')}), "
         f"Python {machine.get('python', '?')}."
     )
+    uncounted = {r.get("broker") for r in document.get("runs", []) if r.get("broker_count")}
+    for broker in sorted(uncounted & set(medians)):
+        lines += ["", f"The {broker} broker stores nothing: its runs have no broker-side "
+                     "record count, only the client's."]
+    for broker, reason in (document.get("skipped_brokers") or {}).items():
+        lines += ["", f"The {broker} broker was skipped: {reason}"]
+    for broker, skipped in (document.get("skipped_clients") or {}).items():
+        for client, reason in skipped.items():
+            lines += ["", f"{_label(client)} did not run on the {broker} broker: {reason}"]
     for broker, scenarios in medians.items():
         throughput = {s: c for s, c in scenarios.items() if not _is_latency(c)}
         latency = {s: c for s, c in scenarios.items() if _is_latency(c)}
@@ -134,7 +156,10 @@ def markdown_tables(document: dict[str, Any]) -> str:
                     else:
                         row.append(_fmt_rate(cell.get("msgs_per_s")))
                 lines.append(f"| {scenario} | " + " | ".join(row) + " |")
-            lines += ["", f"### CPU seconds per million records / peak RSS MiB, {broker}", ""]
+            lines += ["", f"### CPU per record (us) / peak RSS (MiB), {broker} broker", ""]
+            lines.append("The runner process's user + system CPU over the timed part, divided "
+                         "by the records timed.")
+            lines.append("")
             lines.append("| scenario | " + " | ".join(_label(c) for c in clients) + " |")
             lines.append("|---|" + "---:|" * len(clients))
             for scenario in _scenario_order(document, list(throughput)):
@@ -145,18 +170,31 @@ def markdown_tables(document: dict[str, Any]) -> str:
                     if not cell.get("ok_runs"):
                         row.append("")
                         continue
-                    cpu = cell.get("cpu_s_per_million")
+                    cpu = _cpu_per_record(cell)
                     rss = cell.get("peak_rss_bytes")
                     row.append(
                         f"{cpu:.2f} / {rss / 2**20:.0f}" if cpu is not None and rss else "-"
                     )
                 lines.append(f"| {scenario} | " + " | ".join(row) + " |")
+            if broker in uncounted:
+                lines += ["", f"### Records per CPU-second, {broker} broker (the client-bound "
+                          "ceiling)", ""]
+                lines.append("| scenario | " + " | ".join(_label(c) for c in clients) + " |")
+                lines.append("|---|" + "---:|" * len(clients))
+                for scenario in _scenario_order(document, list(throughput)):
+                    cells = throughput[scenario]
+                    row = []
+                    for client in clients:
+                        cell = cells.get(client) or {}
+                        row.append(_fmt_rate(cell.get("records_per_cpu_s"))
+                                   if cell.get("ok_runs") else "")
+                    lines.append(f"| {scenario} | " + " | ".join(row) + " |")
         if latency:
             for scenario in _scenario_order(document, list(latency)):
                 cells = latency[scenario]
                 lines += ["", f"### Latency {scenario}, {broker} broker (median of rounds, ms)", ""]
                 lines.append("| client | p50 | p95 | p99 | p99.9 | max | achieved msg/s | "
-                             "CPU s/M |")
+                             "CPU us/record |")
                 lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
                 for client in _clients(cells):
                     cell = cells[client]
@@ -168,7 +206,7 @@ def markdown_tables(document: dict[str, Any]) -> str:
                         f"| {_label(client)} | {lat['p50']:.2f} | {lat['p95']:.2f} | "
                         f"{lat['p99']:.2f} | {lat['p99_9']:.2f} | {lat['max']:.2f} | "
                         f"{_fmt_rate(cell.get('achieved_rate'))} | "
-                        f"{cell.get('cpu_s_per_million', 0):.1f} |"
+                        f"{_cpu_per_record(cell) or 0:.1f} |"
                     )
         broker_ratios = ratios.get(broker, {})
         if broker_ratios:

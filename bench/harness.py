@@ -6,9 +6,12 @@
     python -m bench.harness --rounds 3 --sizes 100,1024 --broker mock
     python -m bench.harness --broker both --scenarios plain,latency \
         --clients aioproducer_send,aiokafka_send
+    python -m bench.harness --quick --broker kafka,instant
 
-The broker runs in its own process (librdkafka's mock cluster through
-``tests/support/mock_cluster.py``, or Tansu through :class:`aioproducer.embedded.EmbeddedBroker`).
+The broker runs in its own process: librdkafka's mock cluster through
+``tests/support/mock_cluster.py``, Tansu through :class:`aioproducer.embedded.EmbeddedBroker`,
+Apache Kafka through the test suite's ``tests/support/kafka.py``, or the instant broker
+(``bench/instant_broker.py``), which acknowledges at once and stores nothing.
 For every round, scenario and client the harness creates a fresh topic, starts
 ``python -m bench.runners.<client>`` with the run spec, reads the one JSON line it prints,
 and checks the broker's high watermarks (records on the broker must equal records
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +73,12 @@ class Client:
     fast: bool
     estimate: float
     subject: bool = False
+    #: (broker, why) pairs this client cannot run against: its runs there are skipped.
+    not_on: tuple[tuple[str, str], ...] = ()
+
+    def unsupported_on(self, broker: str) -> str | None:
+        """Why the client cannot run against ``broker``, or None."""
+        return dict(self.not_on).get(broker)
 
     @property
     def module(self) -> str:
@@ -83,6 +92,15 @@ CLIENTS: tuple[Client, ...] = (
     Client("aiokafka_send", "aiokafka send", False, 60_000),
     Client("aiokafka_batch", "aiokafka send_batch", True, 400_000),
     Client("confluent_producer", "confluent-kafka Producer", True, 600_000),
+    Client(
+        "java_send", "Java KafkaProducer", True, 400_000,
+        not_on=(
+            ("mock", "librdkafka's mock answers the Java client's ApiVersions v5 with a body "
+                     "the client reads as a 20-minute throttle, so it never sends a record"),
+            ("tansu", "Tansu closes the connection on the Java client's ApiVersions v5 "
+                      "request naming the cluster and node, so it never sends a record"),
+        ),
+    ),
     Client("confluent_aio", "confluent-kafka AIOProducer", False, 60_000),
     Client("kafka_python", "kafka-python", False, 20_000),
 )
@@ -195,6 +213,8 @@ class Broker(Protocol):
     """What the harness needs from a broker running in its own process."""
 
     name: str
+    #: False for a broker that acknowledges without storing: no broker-side record count.
+    stores_records: bool
 
     @property
     def bootstrap_servers(self) -> str:
@@ -222,6 +242,7 @@ class MockBroker:
     """librdkafka's mock cluster in a child process (``MockClusterProcess``)."""
 
     name = "mock"
+    stores_records = True
 
     def __init__(self, num_brokers: int = 1) -> None:
         if str(ROOT) not in sys.path:
@@ -256,6 +277,7 @@ class TansuBroker:
     """Tansu with in-memory storage (``aioproducer.embedded.EmbeddedBroker``)."""
 
     name = "tansu"
+    stores_records = True
 
     def __init__(self) -> None:
         from aioproducer.embedded import EmbeddedBroker
@@ -280,28 +302,161 @@ class TansuBroker:
 
     def pids(self) -> list[int]:
         """See :class:`Broker`."""
-        try:
-            import psutil  # type: ignore[import-untyped,unused-ignore]
-        except ImportError:
-            return []
-        return [
-            child.pid
-            for child in psutil.Process().children(recursive=True)
-            if "tansu" in " ".join(child.cmdline()).lower()
-        ]
+        return _child_pids("tansu")
 
     def close(self) -> None:
         """See :class:`Broker`."""
         self._broker.stop()
 
 
-def start_broker(name: str, mock_brokers: int) -> Broker:
-    """Start the named broker in its own process."""
+class KafkaBroker:
+    """Apache Kafka: the single-node KRaft broker of the test suite's real-Kafka fixture
+    (``tests/support/kafka.py``), its jars fetched by Maven into
+    ``~/.cache/aioproducer/kafka-<version>`` on first use."""
+
+    name = "kafka"
+    stores_records = True
+
+    def __init__(self) -> None:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from tests.support.kafka import KafkaBroker as KafkaNode
+        from tests.support.kafka import KafkaUnavailableError, kafka_available
+
+        reason = kafka_available()
+        if reason is not None:
+            raise BrokerUnavailableError(reason)
+        self._node = KafkaNode(log_level="WARN")
+        try:
+            self._node.start()
+        except KafkaUnavailableError as exc:  # Maven could not fetch the jars
+            self._node.stop()
+            raise BrokerUnavailableError(str(exc)) from exc
+        except BaseException:
+            self._node.stop()
+            raise
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """See :class:`Broker`."""
+        return self._node.bootstrap_servers
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """See :class:`Broker`."""
+        self._node.create_topic(name, partitions)
+
+    def delete_topic(self, name: str) -> None:
+        """See :class:`Broker`: frees the run's log segments."""
+        self._node.delete_topic(name)
+
+    def pids(self) -> list[int]:
+        """See :class:`Broker`."""
+        return _child_pids("kafka.Kafka")
+
+    def close(self) -> None:
+        """See :class:`Broker`."""
+        self._node.stop()
+
+
+class InstantBroker:
+    """``bench/instant_broker.py`` in a child process: acknowledges every Produce request at
+    once and stores nothing, so the client alone bounds the throughput."""
+
+    name = "instant"
+    stores_records = False
+
+    def __init__(self, partitions: int) -> None:
+        self._partitions = partitions
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT), *filter(None, [environment.get("PYTHONPATH")])]
+        )
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.instant_broker", "--partitions", str(partitions)],
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()
+        if not line.startswith("listening "):
+            self.close()
+            raise BrokerUnavailableError(f"the instant broker did not start: {line!r}")
+        self._address = line.split(" ", 1)[1]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """See :class:`Broker`."""
+        return self._address
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """See :class:`Broker`: every topic exists, with the partitions the broker was
+        started with."""
+        if partitions != self._partitions:
+            raise ValueError(
+                f"the instant broker gives every topic {self._partitions} partitions, "
+                f"not {partitions}"
+            )
+
+    def delete_topic(self, name: str) -> None:
+        """See :class:`Broker`: nothing is stored."""
+
+    def pids(self) -> list[int]:
+        """See :class:`Broker`."""
+        return [self._process.pid]
+
+    def close(self) -> None:
+        """See :class:`Broker`."""
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+
+
+class BrokerUnavailableError(RuntimeError):
+    """A broker cannot run here (Kafka without Java 17+, say); the message says why."""
+
+
+def _child_pids(marker: str) -> list[int]:
+    """This process's descendants whose command line mentions ``marker`` (psutil), or []."""
+    try:
+        import psutil  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return []
+    pids = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if marker.lower() in " ".join(child.cmdline()).lower():
+                pids.append(child.pid)
+    return pids
+
+
+#: ``--broker`` values: one broker, or the ones a group name stands for.
+BROKER_NAMES = ("mock", "tansu", "kafka", "instant")
+BROKER_GROUPS = {"both": ("mock", "tansu"), "all": ("mock", "tansu", "kafka")}
+
+
+def start_broker(name: str, mock_brokers: int, partitions: int) -> Broker:
+    """Start the named broker in its own process.
+
+    Raises:
+        BrokerUnavailableError: it cannot run here.
+    """
     if name == "mock":
         return MockBroker(mock_brokers)
     if name == "tansu":
         return TansuBroker()
-    raise SystemExit(f"unknown broker {name!r}: use mock, tansu or both")
+    if name == "kafka":
+        return KafkaBroker()
+    if name == "instant":
+        return InstantBroker(partitions)
+    raise SystemExit(f"unknown broker {name!r}: use {', '.join(BROKER_NAMES)}, both or all")
 
 
 def broker_cpu_seconds(pids: Sequence[int]) -> float | None:
@@ -407,6 +562,7 @@ class Options:
     mock_brokers: int
     out: Path
     quick: bool
+    clients_named: bool = False
     argv: list[str] = field(default_factory=list)
 
 
@@ -517,7 +673,15 @@ def measure(
         row["broker_cpu_s"] = cpu_after - cpu_before
     if row.get("peak_rss_bytes") and row.get("rss_before_bytes"):
         row["rss_growth_bytes"] = row["peak_rss_bytes"] - row["rss_before_bytes"]
-    if options.verify and not row.get("fatal"):
+    cpu, timed = row.get("cpu_s"), row.get("records")
+    if cpu is not None and timed and not row.get("fatal"):
+        row["cpu_us_per_record"] = float(cpu) / int(timed) * 1e6
+        if cpu > 0:
+            row["records_per_cpu_s"] = int(timed) / float(cpu)
+    if not broker.stores_records:
+        row["records_on_broker"] = None
+        row["broker_count"] = NOT_COUNTED
+    elif options.verify and not row.get("fatal"):
         on_broker = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
         row["records_on_broker"] = on_broker
         expected = int(row.get("acked", 0)) + spec.warmup
@@ -532,6 +696,10 @@ def measure(
     except Exception as exc:  # a broker that cannot delete still measures; say so
         print(f"  (could not delete {topic}: {exc})", flush=True)
     return row
+
+
+#: Why runs against the instant broker have no broker-side record count.
+NOT_COUNTED = "skipped: the instant broker stores no records, so only the client's count stands"
 
 
 def _size_cap(options: Options, size: int) -> int:
@@ -563,8 +731,8 @@ def plan_records(options: Options, broker: Broker, scenario: Scenario, client: C
 
 # -- summary ---------------------------------------------------------------------------------
 
-_METRICS = ("msgs_per_s", "mb_per_s", "cpu_s_per_million", "peak_rss_bytes", "rss_growth_bytes",
-            "broker_cpu_s", "seconds")
+_METRICS = ("msgs_per_s", "mb_per_s", "cpu_us_per_record", "records_per_cpu_s",
+            "cpu_s_per_million", "peak_rss_bytes", "rss_growth_bytes", "broker_cpu_s", "seconds")
 
 #: The goals of the performance issue, as (subject, peer, metric, bound): throughput ratios
 #: must reach the bound, p99 latency ratios must not exceed it.
@@ -758,8 +926,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                         help="cap on payload megabytes per run (default 300)")
     parser.add_argument("--min-records", type=int, default=2000)
     parser.add_argument("--sizes", help="record sizes in bytes (default 10,100,1024,10240)")
-    parser.add_argument("--broker", default="mock", choices=("mock", "tansu", "both"))
-    parser.add_argument("--clients", help=f"default: all of {', '.join(CLIENTS_BY_NAME)}")
+    parser.add_argument(
+        "--broker", default="mock",
+        help="mock (default), tansu, kafka or instant; both (mock,tansu), all "
+             "(mock,tansu,kafka); or a comma-separated list of these (all,instant)",
+    )
+    parser.add_argument("--clients", help=f"default: all of {', '.join(CLIENTS_BY_NAME)} "
+                                          "(java_send only where Java 17+ runs)")
     parser.add_argument("--scenarios",
                         help=f"variants (default {','.join(DEFAULT_VARIANTS)}; also: idempotent)")
     parser.add_argument("--rates", default="20000", help="latency scenario rates, msg/s")
@@ -800,11 +973,19 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     unknown = [n for n in names if n not in CLIENTS_BY_NAME]
     if unknown:
         parser.error(f"unknown clients {unknown}; known: {', '.join(CLIENTS_BY_NAME)}")
-    brokers = ["mock", "tansu"] if args.broker == "both" else [args.broker]
+    brokers = list(dict.fromkeys(
+        name for item in _csv(args.broker) for name in BROKER_GROUPS.get(item, (item,))
+    ))
+    unknown_brokers = [b for b in brokers if b not in BROKER_NAMES]
+    if unknown_brokers or not brokers:
+        parser.error(
+            f"unknown broker {args.broker!r}; known: {', '.join(BROKER_NAMES)}, both, all"
+        )
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    tag = args.broker if args.broker in BROKER_GROUPS else "+".join(brokers)
     out = args.out or (
-        (RESULTS / "raw" / f"quick-{stamp}-{args.broker}.json") if quick
-        else RESULTS / f"{stamp}-{args.broker}.json"
+        (RESULTS / "raw" / f"quick-{stamp}-{tag}.json") if quick
+        else RESULTS / f"{stamp}-{tag}.json"
     )
     return Options(
         rounds=rounds,
@@ -828,6 +1009,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         mock_brokers=args.mock_brokers,
         out=out,
         quick=quick,
+        clients_named=bool(args.clients),
         argv=list(argv) if argv is not None else sys.argv[1:],
     )
 
@@ -838,16 +1020,6 @@ def rotated(items: Sequence[Client], turn: int) -> list[Client]:
         return []
     shift = turn % len(items)
     return [*items[shift:], *items[:shift]]
-
-
-@contextlib.contextmanager
-def running_broker(name: str, mock_brokers: int) -> Iterator[Broker]:
-    """A started broker, stopped on exit."""
-    broker = start_broker(name, mock_brokers)
-    try:
-        yield broker
-    finally:
-        broker.close()
 
 
 def write_report(options: Options, document: dict[str, Any]) -> None:
@@ -862,7 +1034,7 @@ def write_report(options: Options, document: dict[str, Any]) -> None:
 def _short(row: dict[str, Any]) -> str:
     if row.get("fatal") or not row.get("ok"):
         return f"FAILED ({'; '.join(map(str, row.get('error_samples', [])))[:200]})"
-    text = (f"{row['msgs_per_s']:>10,.0f} msg/s  cpu {row['cpu_s_per_million']:6.2f} s/M  "
+    text = (f"{row['msgs_per_s']:>10,.0f} msg/s  cpu {row['cpu_us_per_record']:6.2f} us/record  "
             f"rss {row['peak_rss_bytes'] / 2**20:6.1f} MiB")
     if row.get("latency_ms"):
         lat = row["latency_ms"]
@@ -884,6 +1056,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason is not None:
             print(f"aioproducer is not usable ({reason}); running the peers only")
             options.clients = [c for c in options.clients if not c.subject]
+    if any(c.name == "java_send" for c in options.clients):
+        from bench.runners.java_send import prepare
+
+        reason = prepare()
+        if reason is not None:
+            if options.clients_named:
+                raise SystemExit(f"java_send cannot run here: {reason}")
+            print(f"the Java producer is left out: {reason}")
+            options.clients = [c for c in options.clients if c.name != "java_send"]
     document: dict[str, Any] = {
         "format": 1,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -908,13 +1089,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     print(f"writing {options.out}")
     for broker_name in options.brokers:
-        with running_broker(broker_name, options.mock_brokers) as broker:
+        try:
+            broker = start_broker(broker_name, options.mock_brokers, options.partitions)
+        except BrokerUnavailableError as exc:
+            print(f"broker {broker_name} skipped: {exc}")
+            document.setdefault("skipped_brokers", {})[broker_name] = str(exc)
+            write_report(options, document)
+            continue
+        with contextlib.closing(broker):
             print(f"broker {broker_name} at {broker.bootstrap_servers}")
+            if not broker.stores_records:
+                print(f"  broker-side record count {NOT_COUNTED}")
+            clients = []
+            for client in options.clients:
+                why = client.unsupported_on(broker_name)
+                if why is None:
+                    clients.append(client)
+                    continue
+                print(f"  {client.name} skipped on {broker_name}: {why}")
+                document.setdefault("skipped_clients", {}).setdefault(broker_name, {})[
+                    client.name
+                ] = why
             counts: dict[tuple[str, str], int] = {}
             for scenario in options.scenarios:
                 if scenario.mode != "throughput":
                     continue
-                for client in options.clients:
+                for client in clients:
                     n = plan_records(options, broker, scenario, client, document["runs"])
                     counts[(scenario.name, client.name)] = n
                 write_report(options, document)
@@ -922,7 +1122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 label = f"round{round_index + 1}"
                 for scenario_index, scenario in enumerate(options.scenarios):
                     print(f"[{broker_name} {label}] {scenario.name}: {scenario.describe()}")
-                    order = rotated(options.clients, round_index + scenario_index)
+                    order = rotated(clients, round_index + scenario_index)
                     for client in order:
                         records = counts.get((scenario.name, client.name), 0)
                         row = measure(options, broker, scenario, client, records, label)
@@ -936,7 +1136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown_tables(document))
     print(f"wrote {options.out}")
     failed = [r for r in document["runs"] if not r.get("ok")]
-    return 1 if failed else 0
+    skipped = document.get("skipped_brokers", {})
+    for name, reason in skipped.items():
+        print(f"broker {name} was skipped: {reason}")
+    return 1 if failed or len(skipped) == len(options.brokers) else 0
 
 
 if __name__ == "__main__":

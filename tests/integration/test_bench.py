@@ -68,3 +68,57 @@ def test_harness_smoke_run_counts_every_record_on_the_broker(tmp_path: Path) -> 
             assert run["records_on_broker"] >= run["records"], run
     medians = document["summary"]["medians"]["mock"]
     assert {"plain-100", "latency20k-100"} <= set(medians)
+
+
+def test_harness_against_the_instant_broker_reports_cpu_per_record(tmp_path: Path) -> None:
+    from bench.runners.java_send import unavailable
+
+    out = tmp_path / "instant.json"
+    clients = ["aioproducer_send", "confluent_producer", "aiokafka_send", "kafka_python"]
+    if unavailable() is None:  # the Java producer too, where Java 17+ runs
+        clients.append("java_send")
+    done = _run(
+        ["-m", "bench.harness", "--quick", "--broker", "instant", "--clients", ",".join(clients),
+         "--out", str(out)],
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "the instant broker stores no records" in done.stdout
+    assert "Records per CPU-second, instant broker" in done.stdout
+    document = json.loads(out.read_text())
+    runs = [run for run in document["runs"] if not run.get("label", "").startswith("pilot")]
+    assert {run["client"] for run in runs} == set(clients)
+    for run in runs:
+        assert run["ok"] and run["errors"] == 0, run
+        assert run["acked"] == run["records"] > 0, run
+        # No broker-side count: the broker keeps nothing, and the row says so.
+        assert run["records_on_broker"] is None and run["broker_count"].startswith("skipped")
+        assert run["cpu_us_per_record"] == run["cpu_s"] / run["records"] * 1e6 > 0, run
+        if run["scenario"].startswith("latency"):
+            assert run["latency_ms"]["p99"] > 0, run
+    cells = document["summary"]["medians"]["instant"]["plain-100"]
+    assert all(cells[client]["records_per_cpu_s"] > 0 for client in clients)
+
+
+async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> None:
+    """Offsets grow by each batch's records, per partition, across requests and topics."""
+    from aioproducer import Producer
+    from bench.instant_broker import listen
+
+    server, address = await listen("127.0.0.1", 0, 2)
+    try:
+        async with Producer(bootstrap_servers=address, linger_ms=1, batch_size=1024) as producer:
+            offsets: dict[tuple[str, int], list[int]] = {}
+            for topic in ("a", "b"):
+                futures = [
+                    await producer.send(topic, b"x" * 100, partition=i % 2) for i in range(300)
+                ]
+                for future in futures:
+                    metadata = await future
+                    offsets.setdefault((topic, metadata.partition), []).append(metadata.offset)
+        assert sorted(offsets) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+        for found in offsets.values():
+            assert found == list(range(150))
+    finally:
+        server.close()
+        await server.wait_closed()
