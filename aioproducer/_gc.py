@@ -19,6 +19,14 @@ untracked too. A batch that was acknowledged and has let go of its records and b
 or split batches; it is tracked again if it comes to hold a future or watchers later. A
 batch refers to its event loop weakly: an untracked object's references look like outside
 references to the collector, and a strong one would keep every cycle through the loop.
+
+The rule, for whoever adds a field to these classes: an object that starts untracked may
+hold only what cannot lead back to it (atoms, bytes, its batch, the loop by weak reference);
+the method that first stores anything else in it (a callback, an error, a watcher, a split
+batch) calls :func:`track` on it in the same statement's block. Only three modules deal
+with the collector: this one, :mod:`aioproducer.futures` (record futures) and
+:mod:`aioproducer.accumulator` (batches and their builders); the protocol layer never does.
+``tests/unit/test_protocol_sans_io.py`` checks the last point.
 """
 
 from __future__ import annotations

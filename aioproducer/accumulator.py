@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack as _gc_untrack
+from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.buffer_pool import BufferPool
 from aioproducer.futures import BatchResults, RecordFuture, RecordRun
 from aioproducer.protocol.compression import CompressionType
@@ -1043,3 +1044,10 @@ class RecordAccumulator:
                 batch.fail(exc)
                 aborted.append(batch)
         return aborted
+
+
+# Compiled, the builders the accumulator makes start untracked by the cyclic GC: they refer
+# only to buffers, bytes and lists of bytes, so they can be in no reference cycle (the rule
+# and its reasons are in aioproducer._gc, the one module that deals with the collector; the
+# protocol layer knows nothing of it).
+_UNTRACKED_BUILDERS: Final = _gc_untrack_new(RecordBatchBuilder)

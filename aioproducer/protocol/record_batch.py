@@ -21,7 +21,6 @@ from typing import Final
 
 import crc32c as _crc32c
 
-from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.protocol.compression import CompressionType, compress
 
 __all__ = [
@@ -598,8 +597,3 @@ class RecordBatchBuilder:
         self._buffer = _DETACHED_BUFFER
         self._capacity = 0
         self._parts = _NO_PARTS
-
-
-# Compiled, builders start untracked by the cyclic GC: they refer only to buffers, bytes and
-# lists of bytes, so they can be in no reference cycle (see aioproducer._gc).
-_UNTRACKED: Final = _gc_untrack_new(RecordBatchBuilder)
