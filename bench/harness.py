@@ -320,13 +320,19 @@ class KafkaBroker:
     def __init__(self) -> None:
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
+        from tests.support.kafka import (
+            THROUGHPUT_JVM_OPTIONS,
+            KafkaUnavailableError,
+            kafka_available,
+        )
         from tests.support.kafka import KafkaBroker as KafkaNode
-        from tests.support.kafka import KafkaUnavailableError, kafka_available
 
         reason = kafka_available()
         if reason is not None:
             raise BrokerUnavailableError(reason)
-        self._node = KafkaNode(log_level="WARN")
+        # The G1 collector and the full JIT, as Kafka's start script runs a broker: the test
+        # suite's start-up settings would make the broker, not the client, the bottleneck.
+        self._node = KafkaNode(log_level="WARN", jvm_options=THROUGHPUT_JVM_OPTIONS)
         try:
             self._node.start()
         except KafkaUnavailableError as exc:  # Maven could not fetch the jars

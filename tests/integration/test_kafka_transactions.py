@@ -151,7 +151,7 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Wire]:
         used = version
         if used is None:
             used = self.negotiate(type(request), request.highest_version())
-        recorder.sent.append(_Sent(self._client_id, request, used))
+        recorder.sent.append(_Sent(self._config.client_id, request, used))
         return future
 
     monkeypatch.setattr(BrokerConnection, "send", send)

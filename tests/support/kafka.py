@@ -115,6 +115,20 @@ BROKER_JVM_OPTIONS = (
     "-Djava.awt.headless=true",
     "-Djava.net.preferIPv4Stack=true",
 )
+#: A broker that moves data (the benchmarks): Kafka's own defaults (kafka-server-start.sh's
+#: G1 settings, the full JIT), with a 1 GiB heap.
+THROUGHPUT_JVM_OPTIONS = (
+    "-Xmx1g",
+    "-Xms1g",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:-UsePerfData",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
 #: The storage formatter's JVM: a short-lived command.
 TOOL_JVM_OPTIONS = (
     "-Xmx128m",
@@ -1002,6 +1016,8 @@ class KafkaBroker(_Administration):
         log_level: The broker's root log4j level.
         security: TLS and SASL listeners and an ACL authorizer besides the PLAINTEXT
             listener (:class:`KafkaSecurity`); :meth:`address` names their ports.
+        jvm_options: the broker JVM's options: :data:`BROKER_JVM_OPTIONS` (a quick start)
+            by default, :data:`THROUGHPUT_JVM_OPTIONS` for a broker that moves data.
 
     The broker starts on :meth:`start` or on entering the ``with`` block, and stops on
     :meth:`stop` or on leaving it. An instance runs once.
@@ -1020,7 +1036,9 @@ class KafkaBroker(_Administration):
         work_dir: str | os.PathLike[str] | None = None,
         log_level: str = "INFO",
         security: KafkaSecurity | None = None,
+        jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
     ) -> None:
+        self._jvm_options = tuple(jvm_options)
         self._transaction_version = transaction_version
         self._security = security
         self._config = {key: _config_value(value) for key, value in (config or {}).items()}
@@ -1243,7 +1261,7 @@ class KafkaBroker(_Administration):
 
         broker_command = [
             java,
-            *BROKER_JVM_OPTIONS,
+            *self._jvm_options,
             *share,
             *dump,
             *common,
