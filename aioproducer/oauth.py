@@ -525,6 +525,9 @@ class UnsecuredTokenProvider:
 
     def token(self) -> str:
         """A new unsigned JWT, valid for ``lifetime_seconds`` from now."""
-        now = self._clock()
+        # Whole seconds: Kafka's unsecured validator allows no clock skew, so an iat with a
+        # fraction of this very millisecond can be "in the future" to a broker that reads
+        # the time in whole milliseconds (and iat * 1000 in floating point may not be whole).
+        now = math.floor(self._clock())
         claims = {**self.claims, "iat": now, "exp": now + self.lifetime_seconds}
         return f"{_b64url_json({'alg': 'none'})}.{_b64url_json(claims)}."

@@ -217,6 +217,8 @@ def test_unsecured_oauthbearer_tokens_as_kafka_makes_them() -> None:
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     assert claims["sub"] == "alice" and claims["scope"] == ["read", "write"]
     assert claims["tier"] == 2 and claims["exp"] - claims["iat"] == 60
+    # Whole seconds, never ahead of the clock: Kafka's unsecured validator allows no skew.
+    assert isinstance(claims["iat"], int) and claims["iat"] <= time.time()
     mechanism = asyncio.run(create_mechanism("OAUTHBEARER", token_provider=provider))
     assert b"traceId=abc\x01" in mechanism.initial_response()
     with pytest.raises(ConfigurationError, match="needs the 'sub' claim"):
