@@ -778,9 +778,8 @@ def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
     monkeypatch: pytest.MonkeyPatch, writes: str, protocol: str
 ) -> None:
     # The transport says nothing of TLS; security_protocol alone must keep TLS bytes (SSL,
-    # SASL_SSL) from reaching the raw socket. PLAINTEXT and SASL_PLAINTEXT write as given.
-    if writes != "writer-thread":
-        pytest.skip("about the writer thread")
+    # SASL_SSL) from reaching the raw socket. PLAINTEXT and SASL_PLAINTEXT write as given,
+    # unless socket_writer_thread is off (the "transport" run): then no protocol does.
     monkeypatch.setattr(writers_module, "_SOCKET_WRITER_BUILT", True)
     if not _socket_writer_built():
         monkeypatch.setattr(writers_module, "SocketWriter", _RecordingWriter, raising=False)
@@ -795,7 +794,8 @@ def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
         connection._start_writer()
         try:
             assert connection._writer is not None
-            assert connection._writer.threaded is (protocol in ("PLAINTEXT", "SASL_PLAINTEXT"))
+            unencrypted = protocol in ("PLAINTEXT", "SASL_PLAINTEXT")
+            assert connection._writer.threaded is (unencrypted and writes == "writer-thread")
         finally:
             connection.abort()
         assert not connection._writer.threaded
