@@ -713,6 +713,14 @@ def _servers(producer: Producer) -> str:
     return ",".join(producer.config.bootstrap_servers)
 
 
+def _start_failure(producer: Producer, exc: KafkaError) -> str:
+    """Why ``start()`` failed: a connection to the brokers, or (a ConfigurationError, such as
+    a trust store that cannot be read) the producer's own settings."""
+    if isinstance(exc, ConfigurationError):
+        return f"cannot start the producer: {_describe(exc)}"
+    return f"cannot connect to {_servers(producer)}: {_describe(exc)}"
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -1096,7 +1104,7 @@ async def _produce(
     try:
         await producer.start()
     except KafkaError as exc:
-        raise DeliveryError(f"cannot connect to {_servers(producer)}: {_describe(exc)}") from None
+        raise DeliveryError(_start_failure(producer, exc)) from None
     stopped: str | None = None
     try:
         number = 0
@@ -1427,7 +1435,7 @@ async def _perf(producer: Producer, plan: _PerfPlan) -> _PerfResult:
     try:
         await producer.start()
     except KafkaError as exc:
-        raise DeliveryError(f"cannot connect to {_servers(producer)}: {_describe(exc)}") from None
+        raise DeliveryError(_start_failure(producer, exc)) from None
     try:
         # Metadata first, so the first records are not timed waiting for it (as in Java,
         # where the producer is created before the clock starts and send() blocks on it).

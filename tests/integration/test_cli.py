@@ -573,6 +573,24 @@ def test_java_only_options_in_a_config_file_are_judged_as_everywhere(
     assert "client.dns.lookup" not in err, err  # its value changes nothing: dropped
 
 
+def test_a_trust_store_that_cannot_be_read_is_not_called_a_connection_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JKS trust store (which the producer cannot read) fails start(): the command says
+    the producer cannot start, with the store's error, not that it cannot connect."""
+    store = tmp_path / "truststore.jks"
+    store.write_bytes(b"\xfe\xed\xfe\xed" + b"\x00" * 60)  # the JKS magic
+    code = main([
+        "produce", "--topic", "t", "--bootstrap-server", "127.0.0.1:1",
+        "--producer-property", "security.protocol=SSL",
+        "--producer-property", f"ssl.truststore.location={store}",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "cannot start the producer: ConfigurationError: ssl.truststore.location" in err, err
+    assert "keytool -importkeystore" in err and "cannot connect" not in err, err
+
+
 # ---- usage errors ----------------------------------------------------------------------------
 
 
