@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -122,3 +124,19 @@ async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> N
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_the_spark_sink_yardstick_writes_and_counts_every_row() -> None:
+    """bench.spark_sink: the DataFrame goes through format("aioproducer") and the
+    mapInArrow + confluent-kafka loop, each write counted on the broker (Spark's own sink is
+    left out here: its jars come from Maven)."""
+    pytest.importorskip("pyspark")
+    result = _run(
+        ["-m", "bench.spark_sink", "--broker", "tansu", "--rows", "3000", "--rounds", "1",
+         "--partitions", "2", "--writers", "aioproducer,arrow_confluent", "--no-save"],
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAILED" not in result.stdout, result.stdout[-3000:]
+    table = result.stdout[result.stdout.index("| writer |") :]
+    assert "| aioproducer |" in table and "| arrow_confluent |" in table, table

@@ -1,0 +1,255 @@
+"""Spark writing a DataFrame to Kafka: ``format("aioproducer")`` against Spark's own sink.
+
+One local Spark session (``local[2]`` by default), one cached DataFrame of ``--rows`` rows
+(``key`` and ``value`` columns, ``--size`` bytes of value, keyed or not), written in turn by:
+
+- ``aioproducer``: ``df.write.format("aioproducer")``, this project's data source;
+- ``kafka``: ``df.write.format("kafka")``, Spark's JVM sink (``spark-sql-kafka-0-10``, loaded
+  with ``spark.jars`` from ``~/.cache/aioproducer/spark-kafka-<version>``, which Maven fills
+  from ``bench/spark/pom.xml`` on first use);
+- ``arrow_confluent``: ``mapInArrow`` with a confluent-kafka producer per partition, the loop
+  users write by hand.
+
+Each writer first writes a slice of the DataFrame once, unmeasured (Python workers started,
+the JVM's JIT warm). Each write gets a new topic; the rows on the broker are counted with
+confluent-kafka (``bench.harness.records_on_broker``) and a write that does not store every
+row is reported as failed. The time is the write's wall time; CPU is the user+system CPU of
+this process and all its children (the Spark JVM and the Python workers) over the write,
+per row::
+
+    python -m bench.spark_sink [--broker kafka|tansu] [--rows 1000000] [--size 100]
+        [--keyed] [--rounds 3] [--partitions 6] [--master local[2]]
+
+It prints a markdown table (median rows/s, CPU us per row, ratio to Spark's sink) and
+writes ``bench/results/<UTC time>-spark-<broker>.json``.
+
+Spark 4.3's Kafka connector is not on Maven Central yet; the 4.2.0 connector (with
+kafka-clients 3.9) is used, which runs under pyspark 4.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench._results import save
+from bench.harness import records_on_broker
+
+ROOT = Path(__file__).resolve().parent.parent
+CONNECTOR_VERSION = "4.2.0"
+_CACHE = Path.home() / ".cache" / "aioproducer" / f"spark-kafka-{CONNECTOR_VERSION}"
+_POM = Path(__file__).with_name("spark") / "pom.xml"
+WRITERS = ("aioproducer", "kafka", "arrow_confluent")
+
+
+def connector_jars() -> list[Path]:
+    """The jars of Spark's Kafka sink, fetched by Maven into the cache on first use."""
+    jars = sorted(_CACHE.glob("*.jar"))
+    if not any(jar.name.startswith("spark-sql-kafka") for jar in jars):
+        _CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mvn", "-q", "-f", str(_POM), "dependency:copy-dependencies",
+             "-DincludeScope=runtime", f"-DoutputDirectory={_CACHE}"],
+            check=True,
+        )  # fmt: skip
+        jars = sorted(_CACHE.glob("*.jar"))
+    # Spark brings its own Hadoop, Scala and logging jars: only the connector's own.
+    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+    return [jar for jar in jars if jar.name.startswith(wanted)]
+
+
+class _Broker:
+    def __init__(self, name: str) -> None:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        self.name = name
+        self._node: Any
+        if name == "kafka":
+            from tests.support.kafka import THROUGHPUT_JVM_OPTIONS, KafkaBroker
+
+            self._node = KafkaBroker(log_level="WARN", jvm_options=THROUGHPUT_JVM_OPTIONS)
+        elif name == "tansu":
+            from aioproducer.embedded import EmbeddedBroker
+
+            self._node = EmbeddedBroker()
+        else:
+            raise SystemExit(f"unknown broker {name!r}: kafka or tansu")
+        self._node.start()
+        self.bootstrap_servers: str = self._node.bootstrap_servers
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        self._node.create_topic(name, partitions)
+
+    def stop(self) -> None:
+        self._node.stop()
+
+
+def _cpu_seconds() -> float:
+    import psutil  # type: ignore[import-untyped,unused-ignore]
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += sum(child.cpu_times()[:2])
+    # Children that already exited (finished Python workers) count too.
+    children = me.cpu_times()
+    return float(total + children.children_user + children.children_system)
+
+
+def _arrow_confluent(bootstrap: str, topic: str) -> Any:
+    def write(batches: Any) -> Any:
+        import confluent_kafka
+        import pyarrow as pa
+
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
+        )
+        failures: list[str] = []
+
+        def report(error: Any, _message: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        rows = 0
+        for batch in batches:
+            keys = batch.column("key").to_pylist()
+            values = batch.column("value").to_pylist()
+            for key, value in zip(keys, values, strict=True):
+                while True:
+                    try:
+                        producer.produce(topic, value, key, on_delivery=report)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                producer.poll(0)
+            rows += len(keys)
+        producer.flush()
+        if failures:
+            raise RuntimeError(f"{len(failures)} records failed: {failures[0]}")
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    return write
+
+
+def _write(spark: Any, df: Any, writer: str, bootstrap: str, topic: str) -> None:
+    if writer == "aioproducer":
+        (df.write.format("aioproducer").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).mode("append").save())  # fmt: skip
+    elif writer == "kafka":
+        (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).save())  # fmt: skip
+    else:
+        df.mapInArrow(_arrow_confluent(bootstrap, topic), "rows long").collect()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_sink", description=__doc__)
+    parser.add_argument("--broker", default="kafka", choices=("kafka", "tansu"))
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100, help="value bytes per row")
+    parser.add_argument("--keyed", action="store_true", help="a distinct key per row")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=6, help="topic partitions")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--writers", default=",".join(WRITERS))
+    parser.add_argument("--no-save", action="store_true", help="write no results file")
+    options = parser.parse_args(argv)
+    writers = [w for w in options.writers.split(",") if w]
+    unknown = set(writers) - set(WRITERS)
+    if unknown:
+        parser.error(f"unknown writers {sorted(unknown)}: use {', '.join(WRITERS)}")
+
+    from pyspark.sql import SparkSession
+
+    from aioproducer.integrations.spark import KafkaDataSource
+
+    jars = connector_jars() if "kafka" in writers else []
+    spark = (
+        SparkSession.builder.master(options.master)
+        .config("spark.jars", ",".join(str(jar) for jar in jars))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(options.partitions))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(KafkaDataSource)
+    key = "CAST(id AS STRING)" if options.keyed else "CAST(NULL AS STRING)"
+    df = (
+        spark.range(options.rows, numPartitions=options.partitions)
+        .selectExpr(f"{key} AS key", f"repeat('x', {options.size}) AS value")
+        .cache()
+    )
+    df.count()
+    broker = _Broker(options.broker)
+    runs: dict[str, list[dict[str, Any]]] = {w: [] for w in writers}
+    try:
+        # Warm-up, not measured: each writer once on a slice, so that the Python workers
+        # are up and the JVM's JIT has seen the sink before the timed writes.
+        warm = df.limit(min(options.rows, 50_000))
+        for writer in writers:
+            topic = f"spark-warmup-{writer}-{uuid.uuid4().hex[:8]}"
+            broker.create_topic(topic, options.partitions)
+            _write(spark, warm, writer, broker.bootstrap_servers, topic)
+        for round_index in range(options.rounds):
+            order = writers[round_index % len(writers):] + writers[: round_index % len(writers)]
+            for writer in order:
+                topic = f"spark-{writer}-{uuid.uuid4().hex[:8]}"
+                broker.create_topic(topic, options.partitions)
+                cpu_before, start = _cpu_seconds(), time.perf_counter()
+                error = None
+                try:
+                    _write(spark, df, writer, broker.bootstrap_servers, topic)
+                except Exception as exc:  # a failed write is reported, not fatal
+                    error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                seconds = time.perf_counter() - start
+                cpu = _cpu_seconds() - cpu_before
+                stored = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
+                if error is None and stored != options.rows:
+                    error = f"the broker holds {stored} of {options.rows} rows"
+                run = {"seconds": seconds, "cpu_s": cpu, "stored": stored, "error": error}
+                runs[writer].append(run)
+                print(f"[round {round_index + 1}] {writer:16} {options.rows / seconds:12,.0f} "
+                      f"rows/s  cpu {cpu / options.rows * 1e6:6.2f} us/row"
+                      + (f"  FAILED: {error}" if error else ""), flush=True)  # fmt: skip
+    finally:
+        broker.stop()
+        spark.stop()
+    medians: dict[str, dict[str, float]] = {}
+    for writer, results in runs.items():
+        good = [r for r in results if r["error"] is None]
+        if good:
+            medians[writer] = {
+                "rows_per_s": statistics.median(options.rows / r["seconds"] for r in good),
+                "cpu_us_per_row": statistics.median(
+                    r["cpu_s"] / options.rows * 1e6 for r in good
+                ),
+            }
+    shape = f"{options.rows:,} rows of {options.size} B, {'keyed' if options.keyed else 'no key'}"
+    print(f"\n### Spark to {options.broker}: {shape} ({options.master})\n")
+    print("| writer | rows/s | CPU us/row | vs format(\"kafka\") |")
+    print("|---|---:|---:|---:|")
+    base = medians.get("kafka", {}).get("rows_per_s")
+    for writer, values in medians.items():
+        ratio = f"{values['rows_per_s'] / base:.2f}" if base else "-"
+        print(f"| {writer} | {values['rows_per_s']:,.0f} | {values['cpu_us_per_row']:.2f} | "
+              f"{ratio} |")  # fmt: skip
+    if not options.no_save:
+        save(
+            f"spark-{options.broker}",
+            [{"writer": writer, "connector": CONNECTOR_VERSION, "options": vars(options),
+              "runs": runs[writer], "median": medians.get(writer)} for writer in writers],
+        )  # fmt: skip
+    failed = any(r["error"] for results in runs.values() for r in results)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
