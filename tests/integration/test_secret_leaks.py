@@ -151,6 +151,92 @@ async def test_a_refused_oauth_token_is_never_shown(sasl_broker: ScriptedSaslBro
     assert [(a.mechanism, a.succeeded) for a in sasl_broker.attempts] == [("OAUTHBEARER", False)]
 
 
+JAAS_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+async def test_a_wrong_password_in_a_jaas_line_is_never_shown(
+    sasl_broker: ScriptedSaslBroker,
+) -> None:
+    # A Java client's settings, by their Java names: the password inside sasl.jaas.config.
+    options = {
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'{JAAS_SCRAM} required username="{USER}" password="{PASSWORD}";',
+    }
+    body = PRODUCER_FAILS_TO_START.replace("**OPTIONS,", "").replace(
+        "Producer(", "Producer(OPTIONS, ", 1
+    )
+    output = await run(body, BOOTSTRAP=sasl_broker.bootstrap_servers, OPTIONS=options)
+    assert_quiet_failure(output, "FAILED WITH SaslAuthenticationFailedError")
+    assert 'password="' not in output, output  # nothing of the JAAS line
+    assert [(a.mechanism, a.succeeded) for a in sasl_broker.attempts] == [
+        ("SCRAM-SHA-512", False)
+    ]
+
+
+async def test_a_malformed_jaas_line_is_never_shown() -> None:
+    body = """
+    from aioproducer import Producer
+    try:
+        Producer({
+            "bootstrap.servers": "127.0.0.1:9092",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.jaas.config": LINE,
+        })
+    except Exception as exc:
+        failed(exc)
+    """
+    line = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{USER}" password="{PASSWORD}'  # the closing quote and ';' are missing
+    )
+    output = await run(body, LINE=line)
+    assert_quiet_failure(output, "FAILED WITH ConfigurationError")
+    assert "a quoted string has no closing quote" in output, output
+
+
+async def test_a_trust_store_with_a_wrong_password_is_never_shown(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    from tests.support.tls import make_certificates
+
+    ca = make_certificates(tmp_path / "ca").ca_cert
+    from cryptography import x509
+
+    certificate = x509.load_pem_x509_certificate(ca.read_bytes())
+    store = tmp_path / "truststore.p12"
+    store.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"ca", None, None, [certificate], BestAvailableEncryption(FILE_PASSWORD.encode())
+        )
+    )
+    body = """
+    from aioproducer import Producer
+
+    async def main():
+        producer = Producer({
+            "bootstrap.servers": "127.0.0.1:9",
+            "security.protocol": "SSL",
+            "ssl.truststore.location": STORE,
+            "ssl.truststore.password": WRONG,
+            "ssl.truststore.type": "PKCS12",
+            "max.block.ms": 5000,
+        })
+        print(repr(producer), producer.config)
+        try:
+            await producer.start()
+        except Exception as exc:
+            failed(exc)
+        finally:
+            await producer.close(timeout=0)
+
+    asyncio.run(main())
+    """
+    output = await run(body, STORE=str(store), WRONG=KEY_PASSWORD)
+    assert_quiet_failure(output, "FAILED WITH ConfigurationError")
+    assert "ssl.truststore.password is wrong" in output, output
+
+
 async def test_a_token_given_as_the_token_provider_is_never_shown() -> None:
     # The token string itself where an object with token() belongs: refused, not echoed.
     body = """
