@@ -51,7 +51,7 @@ from aioproducer.errors import (
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
 from aioproducer.producer import Producer
-from aioproducer.properties import parse_properties
+from aioproducer.properties import read_entries
 from aioproducer.records import check_partition
 
 __all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
@@ -487,15 +487,9 @@ def _read_properties(path: str, option: str) -> list[tuple[str, str, int]]:
     secret-looking config that group or others may read is warned about, once.
     """
     try:
-        data = Path(path).read_bytes()
+        entries = read_entries(path)
     except OSError as exc:
         raise UsageError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")
-    try:
-        entries = parse_properties(text)
     except ValueError as exc:
         raise UsageError(f"{option} {path} {exc}") from None
     _warn_if_readable(path, option, [name for name, _, _ in entries])

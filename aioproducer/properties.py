@@ -17,7 +17,7 @@ from typing import Final
 
 from aioproducer.errors import ConfigurationError
 
-__all__ = ["parse_properties", "read_properties"]
+__all__ = ["parse_properties", "read_entries", "read_properties"]
 
 _PROPERTY_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 # java.util.Properties ends lines only at these (not at form feeds or U+0085, which
@@ -36,18 +36,28 @@ def read_properties(path: str | Path) -> dict[str, str]:
             (the message names the file and the line, nothing of the line's text).
     """
     try:
-        data = Path(path).read_bytes()
+        entries = read_entries(path)
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{path} {exc}") from None
+    return {name: value for name, value, _ in entries}
+
+
+def read_entries(path: str | Path) -> list[tuple[str, str, int]]:
+    """The ``(name, value, line)`` entries of the properties file at ``path``, read as UTF-8,
+    or as ISO-8859-1 (what Java reads) when it is not valid UTF-8.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: from :func:`parse_properties`.
+    """
+    data = Path(path).read_bytes()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("latin-1")
-    try:
-        entries = parse_properties(text)
-    except ValueError as exc:
-        raise ConfigurationError(f"{path} {exc}") from None
-    return {name: value for name, value, _ in entries}
+    return parse_properties(text)
 
 
 def parse_properties(text: str) -> list[tuple[str, str, int]]:
