@@ -12,8 +12,6 @@ listener.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from aioproducer import Producer
 from aioproducer.errors import AuthenticationError
 from tests.support.kafka import SecureKafka
 from tests.support.readback import read_back
+from tests.support.spark import local_spark
 from tests.support.token_endpoint import TokenEndpoint
 
 pytestmark = pytest.mark.kafka
@@ -138,34 +137,8 @@ async def test_oauthbearer_unsecured_tokens_from_the_jaas_line(kafka_secure: Sec
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from pyspark.sql import SparkSession
-
-    from aioproducer.integrations.spark import KafkaDataSource
-
-    # Spark's Python workers must run this interpreter, which can import aioproducer.
-    saved = {name: os.environ.get(name) for name in
-             ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), saved["PYTHONPATH"]]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aioproducer-jaas-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaDataSource)
-    try:
+    with local_spark("aioproducer-jaas-tests") as session:
         yield session
-    finally:
-        session.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.mark.spark

@@ -30,6 +30,7 @@ from aioproducer import Producer
 from aioproducer.errors import SslError
 from tests.support.kafka import SecureKafka
 from tests.support.readback import read_back
+from tests.support.spark import local_spark
 
 pytestmark = pytest.mark.kafka
 
@@ -142,33 +143,8 @@ async def test_client_id_reaches_the_broker(kafka_secure: SecureKafka, truststor
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from pyspark.sql import SparkSession
-
-    from aioproducer.integrations.spark import KafkaDataSource
-
-    names = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), saved["PYTHONPATH"]]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aioproducer-java-tls")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaDataSource)
-    try:
+    with local_spark("aioproducer-java-tls") as session:
         yield session
-    finally:
-        session.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.mark.spark

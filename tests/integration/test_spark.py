@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,13 +54,13 @@ from aioproducer.errors import (
 )
 from aioproducer.integrations import spark as sink_module
 from aioproducer.integrations.spark import (
-    KafkaDataSource,
     SinkOptions,
     write_dataframe,
     write_dataframe_on_driver,
 )
 from aioproducer.testing import InMemoryProducer
 from tests.support.readback import ConsumedRecord, read_back
+from tests.support.spark import local_spark
 
 pytestmark = pytest.mark.spark
 
@@ -72,33 +70,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    # Spark's Python workers run PYSPARK_PYTHON, python3 on PATH by default: make them run
-    # this interpreter, which has pyarrow and (from the source tree, if not installed)
-    # aioproducer.
-    saved = {name: os.environ.get(name) for name in
-             ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), saved["PYTHONPATH"]]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aioproducer-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaDataSource)
-    try:
+    with local_spark("aioproducer-tests", **{"spark.sql.shuffle.partitions": "2"}) as session:
         yield session
-    finally:
-        session.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
