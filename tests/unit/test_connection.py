@@ -17,7 +17,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import uvloop
@@ -32,7 +32,7 @@ from aioproducer.errors import (
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
 from aioproducer.net import writers as writers_module
-from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey, Request, Response
+from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
     InitProducerIdRequest,
@@ -42,6 +42,7 @@ from aioproducer.protocol.messages import (
     ProduceRequest,
     ProduceTopicData,
 )
+from tests.support.echo import EchoRequest
 
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
@@ -98,34 +99,7 @@ def make_config(port: int | list[int] = 9092, **options: Any) -> ProducerConfig:
     )
 
 
-# ---- a request the fake broker echoes ----------------------------------------------------
-
-
-@dataclass(slots=True)
-class EchoResponse(Response):
-    payload: bytes
-
-
-@dataclass(slots=True)
-class EchoRequest(Request[EchoResponse]):
-    """A request whose body is ``payload``; it borrows Metadata's key and header rules."""
-
-    API_KEY: ClassVar[int] = ApiKey.METADATA
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_FROM: ClassVar[int] = 9
-
-    payload: bytes
-    respond: bool = True
-
-    def encode(self, version: int) -> list[bytes | memoryview]:
-        return [self.payload]
-
-    def expects_response(self) -> bool:
-        return self.respond
-
-    def decode_response(self, data: memoryview, version: int) -> EchoResponse:
-        return EchoResponse(bytes(data))
+# The request the fake broker echoes is tests.support.echo.EchoRequest.
 
 
 # ---- the fake broker ---------------------------------------------------------------------

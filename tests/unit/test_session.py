@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 import struct
-from dataclasses import dataclass
-from typing import ClassVar
 
 import pytest
 
@@ -32,44 +30,12 @@ from aioproducer.errors import (
     RequestTimedOutError,
     UnsupportedVersionError,
 )
-from aioproducer.protocol.api import ApiKey, Request, Response
+from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.session import Session
+from tests.support.echo import EchoRequest, EchoResponse
 
 DESCRIPTION = "node 1 (localhost:9092)"
 TIMEOUT_MS = 30_000
-
-
-@dataclass(slots=True)
-class EchoResponse(Response):
-    payload: bytes
-
-
-@dataclass(slots=True)
-class EchoRequest(Request[EchoResponse]):
-    """A request whose body is ``payload``; it borrows Metadata's key and header rules."""
-
-    API_KEY: ClassVar[int] = ApiKey.METADATA
-    MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 8
-    FLEXIBLE_FROM: ClassVar[int] = 9
-
-    payload: bytes
-    respond: bool = True
-    limit: int | None = None
-
-    def encode(self, version: int) -> list[bytes | memoryview]:
-        return [self.payload]
-
-    def expects_response(self) -> bool:
-        return self.respond
-
-    def response_size_limit(self) -> int | None:
-        return self.limit
-
-    def decode_response(self, data: memoryview, version: int) -> EchoResponse:
-        if bytes(data) == b"garbage":
-            raise CorruptResponseError("not an echo")
-        return EchoResponse(bytes(data))
 
 
 class Clock:
