@@ -31,31 +31,26 @@ from aioproducer.delivery import (
 from aioproducer.errors import (
     FlushTimeoutError,
     IllegalStateError,
-    KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
     ProducerFencedError,
     RequestTimedOutError,
     SenderCrashedError,
-    UnsupportedVersionError,
 )
 from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.manager import ConnectionManager
 from aioproducer.partitioner import make_partitioner
-from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType, offload_threshold
-from aioproducer.protocol.messages import InitProducerIdRequest, MetadataRequest
 from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
-from aioproducer.sender import Sender, metadata_from_response
+from aioproducer.sender import Sender
 from aioproducer.transactions import (
     ConsumerGroupMetadata,
     IdempotenceManager,
     TransactionManager,
     TransactionState,
     consumer_group_metadata,
-    init_producer_id_error,
     normalize_offsets,
 )
 
@@ -218,15 +213,13 @@ class Producer:
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
         )
+        deadline = time.monotonic() + self._max_block
         try:
-            await self._bootstrap()
-        except asyncio.TimeoutError:
-            await self._connections.close()
-            self._state = ProducerState.CLOSED
-            raise RequestTimedOutError(
-                f"start() got no answer from {cfg.bootstrap_servers} within max_block_ms "
-                f"({cfg.max_block_ms} ms)"
-            ) from None
+            # A first connection now, so that an address no server answers on is reported
+            # at once with every server's error; the sender then asks that server for the
+            # metadata (and the producer id) as it asks for every later refresh.
+            await self._connections.check_resolvable(deadline - time.monotonic())
+            await self._connections.bootstrap(deadline)
         except BaseException:
             await self._connections.close()
             self._state = ProducerState.CLOSED
@@ -235,62 +228,21 @@ class Producer:
         task.add_done_callback(self._on_sender_done)
         self._state = ProducerState.RUNNING
         # Without a transaction to check, a running producer needs no state check per record.
-        self._appender.open = self._transactions is None and self._sender.fatal_error is None
+        self._appender.open = self._transactions is None
+        try:
+            await self._sender.wait_ready(deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            await self.close(timeout=0)
+            raise RequestTimedOutError(
+                f"start() got no metadata{' and producer id' if self._idempotence else ''} "
+                f"from {cfg.bootstrap_servers} within max_block_ms ({cfg.max_block_ms} ms)"
+            ) from None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.close(timeout=0)
+            raise
         if self._transactions is not None:
             await self._initialize_transactions()
-
-    async def _bootstrap(self) -> None:
-        cfg = self._config
-        deadline = time.monotonic() + self._max_block
-        await self._connections.check_resolvable(deadline - time.monotonic())
-        connection = await self._connections.bootstrap(deadline)
-        request = MetadataRequest(topics=[], allow_auto_topic_creation=True)
-        self._metadata.update_started(time.monotonic())
-        response = await asyncio.wait_for(
-            connection.send(request), max(0.001, deadline - time.monotonic())
-        )
-        if response is None:  # pragma: no cover - Metadata always expects a response
-            raise KafkaConnectionError("no Metadata response during bootstrap")
-        brokers, topics = metadata_from_response(response)
-        self._metadata.update(
-            brokers,
-            topics,
-            time.monotonic(),
-            cluster_id=response.cluster_id,
-            controller_id=response.controller_id,
-        )
-        # The set of topics was empty: ask again as soon as the first topic is used.
-        self._connections.set_brokers({b.node_id: (b.host, b.port) for b in brokers})
-        if self._idempotence is None:
-            return
-        if ApiKey.INIT_PRODUCER_ID not in connection.api_versions:
-            raise UnsupportedVersionError(
-                f"broker {connection.host}:{connection.port} does not support InitProducerId, "
-                "so it cannot do idempotence; set enable_idempotence=False (and acks as needed)"
-            )
-        if self._transactions is not None:
-            # A transactional id gets its producer id from its coordinator, once the sender
-            # runs (see _initialize_transactions).
-            return
-        init = InitProducerIdRequest(
-            transactional_id=self._idempotence.transactional_id,
-            transaction_timeout_ms=cfg.transaction_timeout_ms,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-        while True:
-            reply = await asyncio.wait_for(
-                connection.send(init), max(0.001, deadline - time.monotonic())
-            )
-            if reply is None:  # pragma: no cover - InitProducerId always expects a response
-                raise KafkaConnectionError("no InitProducerId response")
-            if reply.error_code == 0:
-                self._idempotence.set_producer_id(reply.producer_id, reply.producer_epoch)
-                return
-            error = init_producer_id_error(reply.error_code)
-            if not error.retriable or time.monotonic() >= deadline:
-                raise error
-            await asyncio.sleep(cfg.retry_backoff_ms / 1000.0)
 
     def _on_sender_abandoned(self, dropped: int) -> None:
         # The sender task was cancelled (asyncio.run() cancels what is left when the main

@@ -2,8 +2,11 @@
 
 One step is ``run_once(now)``, plain synchronous code that decides what to send and returns
 how long to sleep; the task around it only awaits a wake-up (new data, a response, a
-connection change) or that timeout. Responses are handled in future callbacks: acknowledge,
-retry with exponential backoff and jitter, split a batch the broker found too large, or fail.
+connection change) or that timeout. A step starts by handling the answers that arrived since
+the last one, with the step's ``now`` (as Java's ``poll`` returns them): acknowledge, retry with
+exponential backoff and jitter, split a batch the broker found too large, or fail. An answer
+arriving only wakes the task; nothing is handled in a future callback, so the clock is read
+once per step and a test drives the sender by answering futures and calling ``run_once``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from aioproducer.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SenderCrashedError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from aioproducer.futures import error_copy
@@ -67,6 +71,8 @@ from aioproducer.transactions import (
 __all__ = ["Sender", "metadata_from_response"]
 
 _R = TypeVar("_R", bound=Response)
+# What to do with an answer, given its future and the step's time.
+_Handler = Callable[["asyncio.Future[Any]", float], None]
 
 
 class _Connection(Protocol):
@@ -231,11 +237,15 @@ class Sender:
         self._retry_backoff = ExponentialBackoff(retry_backoff_ms, config.retry_backoff_max_ms)
         self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
         self._in_flight_batches = 0
+        # Requests sent and not yet handled, in the order sent: (future, handler).
+        self._awaiting: list[tuple[asyncio.Future[Any], _Handler]] = []
         self._running = True
         self._force_close = False
         self._force_close_error: BaseException | None = None
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        # Resolved by _check_ready for wait_ready().
+        self._ready_waiter: asyncio.Future[None] | None = None
         self._init_backoff_until = 0.0
         self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
         self._transaction_flush = False
@@ -335,7 +345,7 @@ class Sender:
                     await asyncio.sleep(self._backoff(failed_steps - 1))
                     continue
                 if delay <= 0:
-                    # Yield once so callbacks (responses, appends) run between steps.
+                    # Yield once so callbacks (answers arriving, appends) run between steps.
                     await asyncio.sleep(0)
                     continue
                 wake = loop.create_future()
@@ -371,9 +381,13 @@ class Sender:
             self.crashed = exc
             error = SenderCrashedError(f"the sender task crashed: {exc!r}")
             error.__cause__ = exc
+            self._check_ready(error)
             self._abort_all(error)
             raise
         finally:
+            # A loop closing under a destroyed task refuses new callbacks: nobody waits then.
+            with contextlib.suppress(RuntimeError):
+                self._check_ready(ProducerClosedError("the producer closed before it was ready"))
             timer.close()
             if self._offload_pool is not None:
                 # A job still running finishes on its own; its buffer is returned then.
@@ -430,7 +444,10 @@ class Sender:
     # ---- one step ---------------------------------------------------------------------------
 
     def run_once(self, now: float) -> float:
-        """Send what is ready; return seconds until the next step is needed."""
+        """Handle the answers that arrived, send what is ready; return seconds until the
+        next step is needed."""
+        if self._awaiting:
+            self.handle_responses(now)
         delay = self._maybe_update_metadata(now)
         idempotence = self._idempotence
         transactions = self._transactions
@@ -532,6 +549,37 @@ class Sender:
             return 0.0
         return max(0.0, delay) if delay != float("inf") else _MAX_POLL
 
+    # ---- answers -------------------------------------------------------------------------------
+
+    def _await_answer(self, future: asyncio.Future[Any], handler: _Handler) -> None:
+        """Handle ``future``'s outcome in the first step after it is done."""
+        self._awaiting.append((future, handler))
+        future.add_done_callback(self._answer_arrived)
+
+    def _answer_arrived(self, future: asyncio.Future[Any]) -> None:
+        self.wakeup()
+
+    def handle_responses(self, now: float) -> None:
+        """Handle every answered request, in the order the requests were sent (a
+        connection answers in that order), as of ``now``. :meth:`run_once` starts with
+        this; each handler's own faults are caught, so one cannot stop the others."""
+        awaiting = self._awaiting
+        answered: list[tuple[asyncio.Future[Any], _Handler]] = []
+        waiting: list[tuple[asyncio.Future[Any], _Handler]] = []
+        for entry in awaiting:
+            if entry[0].done():
+                answered.append(entry)
+            else:
+                waiting.append(entry)
+        if not answered:
+            return
+        self._awaiting = waiting
+        for future, handler in answered:
+            try:
+                handler(future, now)
+            except Exception:
+                log.exception("handling an answer failed")
+
     def _fail_refused(
         self, node: int, error: KafkaError, failed_at: float, cluster: Cluster, now: float
     ) -> None:
@@ -602,6 +650,46 @@ class Sender:
                         next_deadline = batch.delivery_deadline
         return next_deadline
 
+    # ---- ready to send ------------------------------------------------------------------------
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the sender has the cluster's metadata
+        and, when idempotent without a transactional id, a producer id: what ``start()``
+        waits for. The first Metadata and InitProducerId requests are the sender's own,
+        sent and answered as every later one.
+
+        Raises:
+            asyncio.TimeoutError: not ready in time (the sender goes on trying).
+            KafkaError: a copy of :attr:`fatal_error` (InitProducerId refused for good).
+            SenderCrashedError, ProducerClosedError: the task ended first.
+        """
+        waiter = self._ready_waiter
+        if waiter is None:
+            waiter = self._ready_waiter = asyncio.get_running_loop().create_future()
+            self._check_ready()
+        self.wakeup()
+        await asyncio.wait_for(asyncio.shield(waiter), max(0.0, timeout))
+
+    def _is_ready(self) -> bool:
+        if not self._metadata.cluster.brokers:
+            return False
+        idempotence = self._idempotence
+        return idempotence is None or self._transactions is not None or (
+            idempotence.has_producer_id
+        )
+
+    def _check_ready(self, ended: BaseException | None = None) -> None:
+        waiter = self._ready_waiter
+        if waiter is None or waiter.done():
+            return
+        error = self.fatal_error if self.fatal_error is not None else ended
+        if error is not None:
+            waiter.set_exception(error_copy(error))
+            # Nobody may be waiting any more (start() timed out): no "never retrieved" log.
+            waiter.exception()
+        elif self._is_ready():
+            waiter.set_result(None)
+
     # ---- metadata and producer id -------------------------------------------------------------
 
     def _maybe_update_metadata(self, now: float) -> float:
@@ -620,21 +708,18 @@ class Sender:
         except KafkaError as exc:
             metadata.update_failed(now, exc)
             return self._backoff_base
-        future.add_done_callback(self._on_metadata_response)
+        self._await_answer(future, self._on_metadata_response)
         return _MAX_POLL
 
-    def _on_metadata_response(self, future: asyncio.Future[Any]) -> None:
-        now = self._clock()
+    def _on_metadata_response(self, future: asyncio.Future[Any], now: float) -> None:
         if future.cancelled() or future.exception() is not None:
             cause = None if future.cancelled() else future.exception()
             self._metadata.update_failed(now, cause or KafkaConnectionError("metadata cancelled"))
-            self.wakeup()
             return
         response: MetadataResponse = future.result()
         brokers, topics = metadata_from_response(response)
         if not brokers:
             self._metadata.update_failed(now, KafkaConnectionError("metadata without brokers"))
-            self.wakeup()
             return
         self._metadata.update(
             brokers,
@@ -644,7 +729,7 @@ class Sender:
             controller_id=response.controller_id,
         )
         self._connections.set_brokers({b.node_id: (b.host, b.port) for b in brokers})
-        self.wakeup()
+        self._check_ready()
 
     def _maybe_init_producer_id(self, now: float) -> float:
         idempotence = self._idempotence
@@ -673,18 +758,26 @@ class Sender:
         try:
             future = connection.send(request)
         except KafkaError as exc:
+            if not exc.retriable:
+                # The broker knows no InitProducerId (or no version of it we speak).
+                error = UnsupportedVersionError(
+                    f"{exc}: the broker cannot do idempotence; set enable_idempotence=False "
+                    "(and acks as needed)"
+                )
+                error.__cause__ = exc
+                self._init_producer_id_failed(error, now)
+                return 0.0
             log.debug("InitProducerId could not be sent: %s", exc)
             self._init_backoff_until = now + self._backoff_base
             return self._backoff_base
         idempotence.init_in_flight = True
-        future.add_done_callback(self._on_init_producer_id)
+        self._await_answer(future, self._on_init_producer_id)
         return _MAX_POLL
 
-    def _on_init_producer_id(self, future: asyncio.Future[Any]) -> None:
+    def _on_init_producer_id(self, future: asyncio.Future[Any], now: float) -> None:
         idempotence = self._idempotence
         assert idempotence is not None
         idempotence.init_in_flight = False
-        now = self._clock()
         exc: BaseException | None
         if future.cancelled():
             exc = KafkaConnectionError("InitProducerId was cancelled")
@@ -695,19 +788,22 @@ class Sender:
             if response.error_code == 0:
                 idempotence.set_producer_id(response.producer_id, response.producer_epoch)
                 log.info("producer id %d, epoch %d", response.producer_id, response.producer_epoch)
-                self.wakeup()
+                self._check_ready()
                 return
             exc = init_producer_id_error(response.error_code)
+        self._init_producer_id_failed(exc, now)
+
+    def _init_producer_id_failed(self, exc: BaseException | None, now: float) -> None:
         if isinstance(exc, KafkaError) and not exc.retriable:
             log.error("InitProducerId failed: %s; the producer cannot send", exc)
             self.fatal_error = exc
             if self._on_fatal is not None:
                 self._on_fatal()
             self._abort_all(exc)
+            self._check_ready()
         else:
             log.warning("InitProducerId failed, retrying: %s", exc)
             self._init_backoff_until = now + self._backoff_base
-        self.wakeup()
 
     # ---- transactions -------------------------------------------------------------------------
 
@@ -784,8 +880,9 @@ class Sender:
             transactions.request_not_sent(item, exc, now)
             return self._backoff_base
         transactions.request_sent(item, finding_coordinator=finding)
-        future.add_done_callback(
-            lambda done: self._on_transactional_response(transactions, item, finding, done)
+        self._await_answer(
+            future,
+            lambda done, at: self._on_transactional_response(transactions, item, finding, done, at),
         )
         return _MAX_POLL
 
@@ -795,8 +892,8 @@ class Sender:
         item: TransactionalRequest,
         finding: bool,
         future: asyncio.Future[Any],
+        now: float,
     ) -> None:
-        now = self._clock()
         response: Any = None
         exc: BaseException | None
         if future.cancelled():
@@ -809,7 +906,6 @@ class Sender:
             transactions.handle_find_coordinator(item, response, exc, now)
         else:
             transactions.handle_response(item, response, exc, now)
-        self.wakeup()
 
     # ---- compression off the loop -----------------------------------------------------------
 
@@ -888,7 +984,6 @@ class Sender:
             for batch in batches:
                 self._accumulator.unmute(batch.tp)
         self._fail_on_fault(batches, exc, what, now, node=node)
-        self.wakeup()
 
     def _fail_on_fault(
         self,
@@ -987,20 +1082,31 @@ class Sender:
             return
         self._in_flight.setdefault(node, []).append(batches)
         self._in_flight_batches += len(batches)
-        future.add_done_callback(lambda fut: self._on_produce_response(node, batches, now, fut))
+        self._await_answer(
+            future, lambda fut, at: self._on_produce_response(node, batches, now, fut, at)
+        )
 
     def _on_produce_response(
-        self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
+        self,
+        node: int,
+        batches: list[ProducerBatch],
+        sent_at: float,
+        future: asyncio.Future[Any],
+        now: float,
     ) -> None:
         try:
-            self._handle_produce_response(node, batches, sent_at, future)
+            self._handle_produce_response(node, batches, sent_at, future, now)
         except Exception as exc:
-            self._fail_request(node, batches, exc, "handle a Produce response", self._clock())
+            self._fail_request(node, batches, exc, "handle a Produce response", now)
 
     def _handle_produce_response(
-        self, node: int, batches: list[ProducerBatch], sent_at: float, future: asyncio.Future[Any]
+        self,
+        node: int,
+        batches: list[ProducerBatch],
+        sent_at: float,
+        future: asyncio.Future[Any],
+        now: float,
     ) -> None:
-        now = self._clock()
         requests = self._in_flight.get(node)
         if requests is not None:
             try:
@@ -1034,7 +1140,6 @@ class Sender:
                     self._accumulator.deallocate(batch)
                     continue
                 self._retry_or_fail(batch, exc, now, node=node)
-            self.wakeup()
             return
         response: ProduceResponse = future.result()
         if response.throttle_time_ms > 0:
@@ -1116,7 +1221,6 @@ class Sender:
                 log_start_offset=partition_response.log_start_offset,
                 leader_moved=batch.tp in moved,
             )
-        self.wakeup()
 
     # ---- outcomes ---------------------------------------------------------------------------
 
@@ -1323,7 +1427,6 @@ class Sender:
         )
         for lone, error in refused_batches:
             self._fail_batch(lone, error, now, node=node)
-        self.wakeup()
         return True
 
     async def wait_closed(self) -> None:

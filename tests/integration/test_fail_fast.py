@@ -17,11 +17,16 @@ import pytest
 
 from aioproducer import Producer
 from aioproducer.errors import (
+    ClusterAuthorizationFailedError,
     ConfigurationError,
     KafkaConnectionError,
+    ProducerClosedError,
     UnknownTopicOrPartitionError,
 )
+from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.sync import SyncProducer
+from tests.support.readback import read_back
 
 UNKNOWN_TOPIC_OR_PART = 3
 
@@ -343,3 +348,34 @@ def test_a_producer_with_nothing_to_lose_is_silent(
         gc.collect()
     assert not [r for r in caplog.records if "dropped undelivered" in r.getMessage()]
     assert not _dropped_warnings(capture_warnings)
+
+
+async def test_start_retries_a_passing_producer_id_error_and_fails_on_a_lasting_one(
+    mock_cluster: Any,
+) -> None:
+    # start() waits for the sender's own first InitProducerId: an error worth retrying is
+    # retried within max_block_ms, a refusal for good fails start() with the broker's error
+    # and leaves the producer closed.
+    topic = f"fail-fast-pid-{next(_counter)}"
+    mock_cluster.create_topic(topic, 1)
+    mock_cluster.push_request_errors(
+        ApiKey.INIT_PRODUCER_ID,
+        [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE],
+    )
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, retry_backoff_ms=20
+    ) as producer:
+        await producer.send(topic, b"after two refusals")
+    assert [r.value for r in read_back(mock_cluster.bootstrap_servers, topic, expected=1)] == [
+        b"after two refusals"
+    ]
+
+    mock_cluster.push_request_errors(
+        ApiKey.INIT_PRODUCER_ID, [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+    )
+    refused = Producer(bootstrap_servers=mock_cluster.bootstrap_servers, max_block_ms=60_000)
+    with pytest.raises(ClusterAuthorizationFailedError):
+        await asyncio.wait_for(refused.start(), PATIENCE)
+    assert refused.state.value == "closed"
+    with pytest.raises(ProducerClosedError):
+        await refused.send(topic, b"never")

@@ -379,12 +379,12 @@ class Harness:
         sent.future.set_result(
             ProduceResponse(topics=[ProduceTopicResponse(TOPIC, list(partitions))])
         )
-        await run_callbacks()
+        self.sender.handle_responses(self.now)
 
     async def fail(self, sent: Sent, exc: BaseException) -> None:
         """Fail a request's future, as a dying connection does."""
         sent.future.set_exception(exc)
-        await run_callbacks()
+        self.sender.handle_responses(self.now)
 
     async def init_producer_id(self, producer_id: int, epoch: int = 0) -> None:
         """Let the sender send InitProducerId and answer it."""
@@ -392,14 +392,14 @@ class Harness:
         requests = self.connections.all_sent(InitProducerIdRequest)
         assert requests and not requests[-1].future.done()
         requests[-1].future.set_result(InitProducerIdResponse(0, NONE, producer_id, epoch))
-        await run_callbacks()
+        self.sender.handle_responses(self.now)
 
     async def answer_metadata_refresh(self) -> None:
         """Step the sender so it asks for metadata, and answer with the same leaders."""
         self.step()
         (request,) = self.connections.all_sent(MetadataRequest)
         request.future.set_result(metadata_response({0: 1, 1: 1, 2: 2}))
-        await run_callbacks()
+        self.sender.handle_responses(self.now)
 
     def memory_is_back(self) -> bool:
         return self.pool.available_memory() == self.config.buffer_memory
@@ -539,7 +539,7 @@ async def test_batch_results_give_each_record_what_its_future_gives() -> None:
             ]
         )
     )
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     metadata = await BatchResults(create_time + append_time)
     assert metadata == [f.result() for f in create_time + append_time]
     assert [(m.offset, m.timestamp_type) for m in metadata] == [
@@ -613,7 +613,7 @@ async def test_a_retriable_error_refreshes_metadata_and_retries_after_the_backof
     assert isinstance(metadata_request.request, MetadataRequest)
     assert list(metadata_request.request.topics or []) == [TOPIC]
     metadata_request.future.set_result(metadata_response({0: 2, 1: 1, 2: 2}))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     assert h.metadata.cluster.leader_for(TOPIC, 0) == 2
     assert h.connections.brokers_set[-1] == {n: (f"broker{n}", 9092) for n in NODES}
 
@@ -770,7 +770,7 @@ async def test_metadata_asks_for_a_connection_when_none_can_send() -> None:
     h.step(h.now + 0.1)
     (request,) = h.conn(3).requests(MetadataRequest)
     request.future.set_result(metadata_response({0: 3}))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     h.step()
     assert h.last_produce(3).values(0) == [b"a"]
 
@@ -923,7 +923,7 @@ async def test_init_producer_id_goes_out_before_any_produce() -> None:
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
     assert h.produce_requests() == []
     init.future.set_result(InitProducerIdResponse(0, NONE, 4000, 3))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     h.step()
     batch = h.last_produce(1).batch(0)
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (4000, 3, 0)
@@ -938,7 +938,7 @@ async def test_a_retriable_init_producer_id_error_is_retried_after_the_backoff()
     h.step()
     (first,) = h.connections.all_sent(InitProducerIdRequest)
     first.future.set_result(InitProducerIdResponse(0, COORDINATOR_LOAD_IN_PROGRESS, -1, -1))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     h.step(T0 + 0.099)
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
     h.step(T0 + 0.100)
@@ -954,7 +954,7 @@ async def test_a_fatal_init_producer_id_error_fails_every_record() -> None:
     h.step()
     (init,) = h.connections.all_sent(InitProducerIdRequest)
     init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     for future in futures:
         assert isinstance(future.exception(), ClusterAuthorizationFailedError)
     assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
@@ -990,9 +990,9 @@ async def test_sequences_grow_by_record_count_per_partition() -> None:
 
 async def test_one_in_flight_keeps_order_while_a_failed_response_awaits_handling() -> None:
     # Idempotent, one request in flight. The broker's answer to the first batch (an error to
-    # retry) has been read, which frees the connection's slot, but the sender has not handled
-    # it yet. A sender step in that moment must not send the partition's next batch ahead of
-    # the retry: a broker that checks no sequences (librdkafka's mock) would store it first.
+    # retry) has been read, which frees the connection's slot. The next step must not send
+    # the partition's next batch ahead of the retry: a broker that checks no sequences
+    # (librdkafka's mock) would store it first.
     h = Harness(
         idempotent=True, linger_ms=0, max_in_flight_requests_per_connection=1, batch_size=128
     )
@@ -1006,9 +1006,8 @@ async def test_one_in_flight_keeps_order_while_a_failed_response_awaits_handling
     first.future.set_result(
         ProduceResponse(topics=[ProduceTopicResponse(TOPIC, [error(0, NOT_LEADER_OR_FOLLOWER)])])
     )
-    h.step()  # before the response's callback: the slot is free, the retry not queued yet
+    h.step()  # the slot is free; the retry waits for its backoff and nothing overtakes it
     assert h.produce_requests(1) == [first], "a newer batch went out ahead of the retry"
-    await run_callbacks()
     await h.answer_metadata_refresh()
     h.step(h.now + 1.0)
     retry = h.last_produce(1)
@@ -1356,7 +1355,7 @@ async def test_an_exhausted_epoch_asks_for_a_new_producer_id() -> None:
     assert len(inits) == 2
     assert (inits[-1].request.producer_id, inits[-1].request.producer_epoch) == (-1, -1)
     inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     h.step()
     assert identity(h.last_produce(1)) == (2000, 0, 0)
     await h.respond(h.last_produce(1), ok(0, 1))
@@ -1373,7 +1372,7 @@ async def test_a_refused_new_producer_id_fails_what_waits_and_every_later_send()
     h.step()
     init = h.connections.all_sent(InitProducerIdRequest)[-1]
     init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     assert isinstance(waiting.exception(), ClusterAuthorizationFailedError)
     assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
 
@@ -1617,7 +1616,7 @@ async def test_a_fault_while_handling_a_response_fails_only_that_request() -> No
     h.step()
     # A response the handler cannot read (a fault of ours, not a broker's error code).
     h.last_produce(1).future.set_result(object())
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     exc = first.exception()
     assert isinstance(exc, BatchEncodingError) and "handle a Produce response" in str(exc)
     assert isinstance(exc.__cause__, AttributeError)
@@ -1818,7 +1817,7 @@ async def test_a_producer_raises_its_own_copy_of_the_senders_fatal_error() -> No
     h.step()
     (init,) = h.connections.all_sent(InitProducerIdRequest)
     init.future.set_result(InitProducerIdResponse(0, CLUSTER_AUTHORIZATION_FAILED, -1, -1))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     fatal = h.sender.fatal_error
     assert isinstance(fatal, ClusterAuthorizationFailedError)
     producer = Producer(bootstrap_servers="127.0.0.1:9")
@@ -1962,7 +1961,7 @@ async def test_a_throttled_broker_gets_nothing_until_the_throttle_ends() -> None
     topics = [ProduceTopicResponse(TOPIC, [ok(0, 0)])]
     response = ProduceResponse(topics=topics, throttle_time_ms=500)
     h.last_produce(1).future.set_result(response)
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     assert first.result().offset == 0
     second = h.append(0, b"b")
     other = h.append(2, b"c")
@@ -2045,7 +2044,7 @@ async def test_a_broker_that_fences_a_local_epoch_bump_gets_a_new_producer_id(co
     inits = h.connections.all_sent(InitProducerIdRequest)
     assert len(inits) == 2
     inits[-1].future.set_result(InitProducerIdResponse(0, NONE, 2000, 0))
-    await run_callbacks()
+    h.sender.handle_responses(h.now)
     h.step(h.now + 1.0)
     assert identity(h.last_produce(1)) == (2000, 0, 0)
     await h.respond(h.last_produce(1), ok(0, 5))
