@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aioproducer.errors import (
     InvalidTopicError,
@@ -290,12 +290,14 @@ class Metadata:
             previous = self.cluster.topics.get(topic.name)
             if previous is not None and topic.error_code in _TRANSIENT_TOPIC_ERRORS:
                 topic_map[topic.name] = previous
+        before = self.cluster
         self.cluster = Cluster(
             brokers={b.node_id: b for b in brokers},
             topics=topic_map,
             cluster_id=cluster_id,
             controller_id=controller_id,
         )
+        _log_changes(before, self.cluster)
         self.version += 1
         self.wake_waiters()
         return self.cluster
@@ -365,6 +367,15 @@ class Metadata:
                 )
                 topics[name] = TopicInfo(name, tuple(partitions), info.error_code, info.topic_id)
                 changed.add((name, index))
+                log.info(
+                    "leader of %s-%d moved from broker %d to %d (leader epoch %d), as a "
+                    "Produce answer named it",
+                    name,
+                    index,
+                    partition.leader,
+                    leader,
+                    epoch,
+                )
                 info = topics[name]
                 break
         if changed:
@@ -442,3 +453,61 @@ class Metadata:
 def _resolve_waiter(waiter: asyncio.Future[bool], updated: bool) -> None:
     if not waiter.done():
         waiter.set_result(updated)
+
+
+# Leader moves listed in one log line, at most; the rest are counted.
+_MOVES_SHOWN: Final = 10
+
+
+def _log_changes(old: Cluster, new: Cluster) -> None:
+    """Log what a metadata update changed, once, at INFO: the cluster id when first seen
+    (a different one at WARNING), brokers that joined or left, and, for each topic known
+    before, a change of partition count and the partitions whose leader moved."""
+    if new.cluster_id is not None and new.cluster_id != old.cluster_id:
+        if old.cluster_id is None:
+            log.info("cluster id %s", new.cluster_id)
+        else:
+            log.warning(
+                "the cluster id changed from %s to %s: the bootstrap servers reach another "
+                "cluster now",
+                old.cluster_id,
+                new.cluster_id,
+            )
+    if old.brokers:
+        joined = [b for node, b in sorted(new.brokers.items()) if node not in old.brokers]
+        left = [b for node, b in sorted(old.brokers.items()) if node not in new.brokers]
+        if joined or left:
+            log.info(
+                "brokers joined: %s; left: %s",
+                ", ".join(f"{b.node_id} ({b.host}:{b.port})" for b in joined) or "none",
+                ", ".join(f"{b.node_id} ({b.host}:{b.port})" for b in left) or "none",
+            )
+    for name, topic in new.topics.items():
+        before = old.topics.get(name)
+        if before is None:
+            continue
+        if len(topic.partitions) != len(before.partitions):
+            log.info(
+                "topic %r has %d partitions now (had %d)",
+                name,
+                len(topic.partitions),
+                len(before.partitions),
+            )
+        moves: list[str] = []
+        for partition in topic.partitions:
+            was = old.leader_for(name, partition.partition)
+            now = new.leader_for(name, partition.partition)
+            if was != now:
+                moves.append(
+                    f"{partition.partition}: {was if was >= 0 else 'none'} -> "
+                    f"{now if now >= 0 else 'none'}"
+                )
+        if moves:
+            shown = ", ".join(moves[:_MOVES_SHOWN])
+            more = len(moves) - _MOVES_SHOWN
+            log.info(
+                "leaders of topic %r moved (partition: old -> new broker): %s%s",
+                name,
+                shown,
+                f" and {more} more" if more > 0 else "",
+            )

@@ -259,6 +259,7 @@ class BrokerConnection(asyncio.Protocol):
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
         self._close_cause: BaseException | None = None
+        self._failed_at_close = 0
         self._lost: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
@@ -298,6 +299,11 @@ class BrokerConnection(asyncio.Protocol):
     def close_cause(self) -> BaseException | None:
         """Why the connection closed (None while open, or after a plain :meth:`close`)."""
         return self._close_cause
+
+    @property
+    def failed_at_close(self) -> int:
+        """How many requests awaiting an answer the close failed (0 while open)."""
+        return self._failed_at_close
 
     @property
     def writable(self) -> bool:
@@ -719,6 +725,7 @@ class BrokerConnection(asyncio.Protocol):
             task.cancel()
         unanswered = self._session.has_unanswered()
         failed = self._session.close(head_error, cause)
+        self._failed_at_close = len(failed)
         self._forget_partial_frame()
         for future, error in failed:
             if not future.done():  # else the caller cancelled it

@@ -66,6 +66,8 @@ class _Node:
     # on re-authentication); cleared when a connection succeeds again.
     auth_error: KafkaError | None = None
     auth_failed_at: float = 0.0
+    # When a connection to it was lost (clock seconds), until one is up again.
+    lost_at: float = -1.0
 
     @property
     def address(self) -> str:
@@ -392,6 +394,13 @@ class ConnectionManager:
         node.auth_error = None
         self._warned_addresses.discard(node.address)
         self._failures.pop(node.address, None)
+        if node.lost_at >= 0:
+            log.info(
+                "connection to %s is back, %.1f s after it was lost",
+                connection.description,
+                self._clock() - node.lost_at,
+            )
+            node.lost_at = -1.0
         self._record_features(connection)
         self._notify()
         return connection
@@ -442,7 +451,18 @@ class ConnectionManager:
                 self._failures[node.address] = cause
                 self._log_connect_failure(node, cause)
             else:
-                log.debug("connection to %s closed: %s", connection.description, cause)
+                # Once per loss; the reconnect attempts log as connect failures do (the
+                # first at WARNING, later ones at DEBUG) and the return at INFO.
+                in_flight = connection.failed_at_close
+                log.log(
+                    logging.WARNING if in_flight else logging.INFO,
+                    "connection to %s lost%s: %s; reconnecting",
+                    connection.description,
+                    f" with {in_flight} request(s) in flight (retried)" if in_flight else "",
+                    cause,
+                )
+                if node.lost_at < 0:
+                    node.lost_at = self._clock()
             self._disconnected(node)
             self._auth_failed(node, cause)
         self._notify()
