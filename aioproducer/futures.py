@@ -294,7 +294,10 @@ class RecordFuture:
         """
         callbacks = self._callbacks
         batch = self._batch
-        if callbacks is None and not batch.final and not batch.split:
+        if batch.final:  # done (a final batch was never split): called soon, as asyncio does
+            batch.loop.call_soon(callback, self, context=context)
+            return
+        if callbacks is None and not batch.split:
             # The first callback of a pending record (asyncio.gather() and wait() add one
             # to each): one call from the batch, when done, serves every watching record.
             batch.watch(self)
