@@ -391,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=10_000, help="values per send_many call")
     parser.add_argument("--loop", default="auto", choices=("auto", "asyncio", "uvloop"))
     parser.add_argument("--no-save", action="store_true", help="print only, write no file")
+    parser.add_argument("--out", type=Path, help="write the result here instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
@@ -457,7 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(sequential: {min(options.records, options.sequential_records):,}), median of "
           f"{options.rounds} rounds, at {machine.get('git_rev')}:")
     print(_table(rows, idioms))
-    if not options.no_save:
+    if options.out is not None:
+        options.out.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
+    elif not options.no_save:
         save(f"idioms-{options.broker}", rows)
     return 1 if failures else 0
 
