@@ -412,6 +412,16 @@ class InstantBroker:
         """See :class:`Broker`."""
         return [self._process.pid]
 
+    def acknowledged_records(self, topic: str) -> int:
+        """Records of ``topic`` in the Produce requests the broker answered so far (its
+        SIGUSR1 report)."""
+        assert self._process.stdout is not None
+        self._process.send_signal(signal.SIGUSR1)
+        line = self._process.stdout.readline()
+        if not line:
+            raise BrokerUnavailableError("the instant broker exited")
+        return int(json.loads(line)["acknowledged"].get(topic, 0))
+
     def close(self) -> None:
         """See :class:`Broker`."""
         if self._process.poll() is None:

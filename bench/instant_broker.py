@@ -23,6 +23,10 @@ It answers four requests, as Apache Kafka would for a healthy single-node cluste
 
 Anything else closes the connection with a message on stderr. Requests on one connection
 are answered in order, each as soon as its bytes have arrived.
+
+On SIGUSR1 it prints one JSON line to stdout: ``{"acknowledged": {topic: records}}``, the
+records of every Produce request it answered so far, by topic (read from the same batch
+headers as the offsets), for a benchmark to check the client's count against.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import json
 import signal
 import struct
 import sys
@@ -166,6 +171,8 @@ class InstantBroker:
         self.partitions = partitions
         self.topics: dict[str, None] = {}
         self.next_offset: dict[tuple[str, int], int] = {}
+        #: Records of the Produce requests answered (acks 1 or all), by topic.
+        self.acknowledged: dict[str, int] = {}
         self.next_producer_id = 1000
         self._handlers: dict[int, Callable[[int, bytes | bytearray, int, int], bytes | None]] = {
             PRODUCE: self.produce,
@@ -317,6 +324,7 @@ class InstantBroker:
             after_offset += _array_head(0, flexible) + _string(None, flexible)  # no errors
         after_offset += tags
         parts = [_array_head(max(0, topic_count), flexible)]
+        counted: dict[str, int] = {}
         for _ in range(max(0, topic_count)):
             name, pos = _read_string(frame, pos, flexible)
             parts.append(_string(name, flexible))
@@ -338,6 +346,7 @@ class InstantBroker:
                 key = (name or "", index)
                 base = next_offset.get(key, 0)
                 next_offset[key] = base + records
+                counted[key[0]] = counted.get(key[0], 0) + records
                 parts.append(_PRODUCE_PARTITION.pack(index, 0, base))
                 parts.append(after_offset)
             if flexible:
@@ -345,6 +354,9 @@ class InstantBroker:
             parts.append(tags)
         if acks == 0:
             return None
+        acknowledged = self.acknowledged
+        for name, records in counted.items():
+            acknowledged[name] = acknowledged.get(name, 0) + records
         parts.append(_INT32.pack(0))  # throttle time
         parts.append(tags)
         return b"".join(parts)
@@ -391,24 +403,34 @@ class _Connection(asyncio.Protocol):
             self._transport.write(b"".join(responses) if len(responses) > 1 else responses[0])
 
 
-async def listen(host: str, port: int, partitions: int) -> tuple[asyncio.Server, str]:
-    """Start accepting connections (port 0 picks one); the server and ``host:port``."""
+async def listen(
+    host: str, port: int, partitions: int, broker: InstantBroker | None = None
+) -> tuple[asyncio.Server, str]:
+    """Start accepting connections (port 0 picks one); the server and ``host:port``.
+    ``broker``, when given, is the state to answer with (its port is set here)."""
     loop = asyncio.get_running_loop()
-    broker = InstantBroker(host, port, partitions)
-    server = await loop.create_server(lambda: _Connection(broker), host, port)
-    broker.port = server.sockets[0].getsockname()[1]
-    return server, f"{host}:{broker.port}"
+    state = broker if broker is not None else InstantBroker(host, port, partitions)
+    server = await loop.create_server(lambda: _Connection(state), host, port)
+    state.port = server.sockets[0].getsockname()[1]
+    return server, f"{host}:{state.port}"
 
 
 async def serve(host: str, port: int, partitions: int) -> None:
     """Listen until SIGTERM or SIGINT; print ``listening host:port`` once accepting."""
     loop = asyncio.get_running_loop()
-    server, address = await listen(host, port, partitions)
-    print(f"listening {address}", flush=True)
+    broker = InstantBroker(host, port, partitions)
+    server, address = await listen(host, port, partitions, broker)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+
+    def report() -> None:
+        print(json.dumps({"acknowledged": broker.acknowledged}), flush=True)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+        loop.add_signal_handler(signal.SIGUSR1, report)
+    print(f"listening {address}", flush=True)
     async with server:
         await stop.wait()
 

@@ -47,6 +47,29 @@ def test_every_micro_benchmark_measures_its_hot_function() -> None:
             assert result["ns_per_op"] is not None and result["ns_per_op"] > 0, (title, result)
 
 
+def test_the_idioms_benchmark_counts_every_record_on_the_broker(tmp_path: Path) -> None:
+    """bench.idioms: each way of waiting runs, sees every record acknowledged, and the
+    instant broker's own count of the records it acknowledged agrees."""
+    from bench.idioms import IDIOMS, WARMUP
+
+    out = tmp_path / "idioms.json"
+    done = _run(
+        ["-m", "bench.idioms", "--broker", "instant", "--records", "3000", "--rounds", "1",
+         "--sequential-records", "20", "--chunk", "1000", "--out", str(out)],
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted(row["idiom"] for row in rows) == sorted(IDIOMS)
+    for row in rows:
+        records = 20 if row["idiom"] == "sequential" else 3000
+        assert row["ok"] and row["failed"] == 0, row
+        assert row["acked"] == row["records"] == records, row
+        assert row["records_on_broker"] == records + WARMUP, row
+        assert row["cpu_us_per_record"] > 0, row
+    assert "| `gather` |" in done.stdout
+
+
 def test_harness_smoke_run_counts_every_record_on_the_broker(tmp_path: Path) -> None:
     out = tmp_path / "quick.json"
     clients = "aioproducer_send,aioproducer_send_many,confluent_producer,aiokafka_send"

@@ -413,6 +413,45 @@ async def test_flush_sends_lingering_batches(target: Target) -> None:
     assert [r.offset for r in consumed] == [m.offset for m in metadata]
 
 
+async def test_the_ways_of_waiting_agree_and_a_cancelled_gather_loses_nothing(
+    target: Target,
+) -> None:
+    # gather, awaiting in order, asyncio.wait and as_completed over record futures see the
+    # same metadata, where the broker stored each record; a gather cancelled while its
+    # records linger only detaches their futures: the broker still gets every record, once.
+    topic = target.make_topic(3)
+    values = [b"value-%04d" % n for n in range(400)]
+    async with Producer(bootstrap_servers=target.bootstrap, linger_ms=60_000) as producer:
+        first = [await producer.send(topic, value) for value in values[:100]]
+        gathering = asyncio.ensure_future(asyncio.gather(*first))
+        await producer.flush(timeout=20)
+        gathered = list(await gathering)
+        assert gathered == [await future for future in first]
+        second = [await producer.send(topic, value) for value in values[100:200]]
+        flushing = asyncio.ensure_future(producer.flush(timeout=20))
+        done, pending = await asyncio.wait(second, timeout=30)
+        assert done == set(second) and not pending
+        await flushing
+        third = [await producer.send(topic, value) for value in values[200:300]]
+        flushing = asyncio.ensure_future(producer.flush(timeout=20))
+        completed = [await next_done for next_done in asyncio.as_completed(third, timeout=30)]
+        await flushing
+        cancelled = [await producer.send(topic, value) for value in values[300:]]
+        waiting = asyncio.ensure_future(asyncio.gather(*cancelled))
+        await asyncio.sleep(0)
+        waiting.cancel()  # linger_ms holds the records: nothing was answered yet
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert all(future.cancelled() for future in cancelled)
+        await producer.flush(timeout=20)
+    metadata = gathered + [f.result() for f in second] + [f.result() for f in third]
+    assert sorted(completed) == sorted(f.result() for f in third)
+    consumed = read_back(target.bootstrap, topic, expected=len(values), extra_wait=0.5)
+    assert sorted(r.value or b"" for r in consumed) == values  # each record once
+    where = {(r.partition, r.offset): r.value for r in consumed}
+    assert [where[(m.partition, m.offset)] for m in metadata] == values[:300]
+
+
 def test_round_trip_under_uvloop(tansu: Any) -> None:
     uvloop = pytest.importorskip("uvloop")
     topic = f"uv-{next(_counter)}"
