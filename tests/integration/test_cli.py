@@ -133,6 +133,11 @@ def _check_fastapi_app(records: list[Any]) -> None:
     assert clicks[0].headers == [("kind", b"click")]
 
 
+def _check_fastapi_prometheus(records: list[Any]) -> None:
+    orders = sorted(json.loads(r.value)["order_id"] for r in records)
+    assert orders == [f"o-{n}" for n in range(5)]
+
+
 def _check_spark_to_kafka(records: list[Any]) -> None:
     # The data source and the foreachPartition fallback each write every row once.
     assert len(records) == 2 * SPARK_EXAMPLE_ROWS
@@ -158,6 +163,7 @@ SPARK_EXAMPLE_ROWS = 2000
 
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
     "fastapi_app.py": (5, _check_fastapi_app, "the producer delivered everything"),
+    "fastapi_prometheus.py": (5, _check_fastapi_prometheus, "the scrape says 5 records reached"),
     "spark_to_kafka.py": (2 * SPARK_EXAMPLE_ROWS, _check_spark_to_kafka, "rows/s"),
     "basic_send.py": (11, _check_basic_send, "last record: partition"),
     "send_many.py": (10_000, _check_send_many, "10000 records acknowledged"),
