@@ -216,7 +216,11 @@ class NodeMetrics:
 
 class ProducerMetrics:
     """Counters the producer updates on its hot paths, read by ``Producer.metrics()``:
-    producer-wide, per topic (:class:`TopicMetrics`) and per broker (:class:`NodeMetrics`)."""
+    producer-wide, per topic (:class:`TopicMetrics`) and per broker (:class:`NodeMetrics`).
+
+    Only the event loop updates them; the snapshots may be taken from another thread (a
+    Prometheus server's): they copy the dicts before iterating, and a value read mid-update
+    is at worst one batch behind."""
 
     def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -325,12 +329,16 @@ class ProducerMetrics:
     def topic_snapshots(self) -> dict[str, dict[str, float]]:
         """Each topic's metrics by their Java names, by topic."""
         now = self._clock()
-        return {topic: metrics.snapshot(now) for topic, metrics in self._topics.items()}
+        # A copy first: a reader on another thread (a Prometheus server's) must not iterate
+        # the dict while the event loop adds a topic.
+        topics = list(self._topics.items())
+        return {topic: metrics.snapshot(now) for topic, metrics in topics}
 
     def node_snapshots(self) -> dict[int, dict[str, float]]:
         """Each broker's metrics by their Java names, by node id."""
         now = self._clock()
-        return {node: metrics.snapshot(now) for node, metrics in self._nodes.items()}
+        nodes = list(self._nodes.items())
+        return {node: metrics.snapshot(now) for node, metrics in nodes}
 
     def snapshot(
         self,

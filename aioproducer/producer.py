@@ -999,6 +999,7 @@ class Producer:
         per broker it talked to (``producer-node-metrics``, tag ``node-id``: ``node-<id>``).
         Every entry carries the ``client-id`` tag. Reading them costs nothing on the send
         path: the counters are kept per batch and per request. Empty before :meth:`start`.
+        Like :meth:`metrics`, it may be called from another thread (a Prometheus server's).
         """
         if self._state is ProducerState.CREATED:
             return []

@@ -170,7 +170,7 @@ class ConnectionManager:
         ``successful-reauthentication-total``, ``failed-reauthentication-total``)."""
         open_count = 0
         reauthentications = self._reauthentications_closed
-        for node in self._nodes.values():
+        for node in list(self._nodes.values()):
             connection = node.connection
             if connection is not None and node.task is None and not connection.closed:
                 open_count += 1
@@ -225,7 +225,8 @@ class ConnectionManager:
     def in_flight_by_node(self) -> dict[int, int]:
         """Requests awaiting a response on each open connection, by node id."""
         counts: dict[int, int] = {}
-        for node in self._nodes.values():
+        # A copy: metrics may be read from another thread while the loop changes the nodes.
+        for node in list(self._nodes.values()):
             connection = node.connection
             if connection is not None and not connection.closed:
                 counts[node.node_id] = connection.in_flight_count()

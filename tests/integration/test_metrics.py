@@ -186,3 +186,27 @@ async def test_producers_in_one_registry_are_told_apart_by_client_id(
     assert samples[(name, (("client_id", "first"), ("topic", topic)))] == 1
     assert samples[(name, (("client_id", "second"), ("topic", topic)))] == 2
     assert len(read_back(tansu.bootstrap_servers, topic, expected=3)) == 3
+
+
+def test_a_sync_producer_reports_its_metrics_until_it_is_closed(
+    tansu: Any, new_topic: Any
+) -> None:
+    from aioproducer import SyncProducer
+
+    topic = new_topic(tansu, partitions=1)
+    producer = SyncProducer(bootstrap_servers=tansu.bootstrap_servers, client_id="blocking")
+    collector = prometheus.ProducerCollector([producer])
+    try:
+        for n in range(3):
+            producer.send(topic, f"{n}".encode()).result(timeout=30)
+        metrics = by_key(producer.metrics_detailed())
+        families = {family.name: family for family in collector.collect()}
+    finally:
+        producer.close()
+    assert metrics[("producer-topic-metrics", "record-send-total", topic)] == 3
+    (sample,) = families["kafka_producer_topic_record_send"].samples
+    assert sample.labels == {"client_id": "blocking", "topic": topic}
+    assert sample.value == 3
+    # Closed: a scrape leaves it out instead of failing.
+    assert list(collector.collect()) == []
+    assert len(read_back(tansu.bootstrap_servers, topic, expected=3)) == 3
