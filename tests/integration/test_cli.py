@@ -822,6 +822,18 @@ def test_perf_payload_file_throttled_with_metrics(
         result.stdout, flags=re.MULTILINE,
     )
     assert sent is not None and float(sent[1]) == 600.0, explain(result)
+    # As the Java tool, the per-topic and per-broker groups too.
+    per_topic = re.search(
+        r"^producer-topic-metrics:record-send-total:"
+        rf"\{{client-id=perf-producer-client, topic={re.escape(topic)}\}}\s+: (\S+)$",
+        result.stdout, flags=re.MULTILINE,
+    )
+    assert per_topic is not None and float(per_topic[1]) == 600.0, explain(result)
+    assert re.search(
+        r"^producer-node-metrics:request-total:\{client-id=perf-producer-client, "
+        r"node-id=node-\d+\}\s+: [1-9]",
+        result.stdout, flags=re.MULTILINE,
+    ), explain(result)
     records = read_back(tansu.bootstrap_servers, topic, expected=600)
     assert len(records) == 600
     assert {r.value for r in records} <= {b"red", b"green", b"blue"}
