@@ -7,7 +7,15 @@ import json
 import sys
 from dataclasses import asdict
 
-from bench.micro import buffer_pool, crc, partitioner, produce_request, record_batch, send_path
+from bench.micro import (
+    buffer_pool,
+    crc,
+    metrics,
+    partitioner,
+    produce_request,
+    record_batch,
+    send_path,
+)
 from bench.micro._timer import report
 
 SUITES = (
@@ -17,6 +25,7 @@ SUITES = (
     ("Buffer pool (buffer_pool.py)", buffer_pool.collect),
     ("Produce request encoding / response decoding (protocol/)", produce_request.collect),
     ("Producer.send fast path (producer.py)", send_path.collect),
+    ("Metrics (metrics.py)", metrics.collect),
 )
 
 
