@@ -8,6 +8,7 @@ from __future__ import annotations
 from aioproducer.config import ProducerConfig
 from aioproducer.delivery import DeliveredMessage
 from aioproducer.futures import BatchResults, RecordFuture
+from aioproducer.metric_catalog import Metric
 from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.properties import read_properties
@@ -29,6 +30,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "DeliveredMessage",
     "Header",
+    "Metric",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",

@@ -50,6 +50,7 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import validate_topic
+from aioproducer.metric_catalog import Metric
 from aioproducer.producer import Producer
 from aioproducer.properties import read_entries
 from aioproducer.records import check_partition
@@ -1451,7 +1452,7 @@ async def _perf(producer: Producer, plan: _PerfPlan) -> _PerfResult:
     if result.steady is not None:
         result.steady._print(result.steady.total_line())
     if plan.print_metrics:
-        _print_metrics(producer.metrics(), producer.config.client_id)
+        _print_metrics(producer.metrics_detailed())
     await producer.close()
     return result
 
@@ -1701,13 +1702,17 @@ async def _send_chunks(
         await transactions.commit()
 
 
-def _print_metrics(metrics: dict[str, float], client_id: str | None) -> None:
-    tags = f"{{client-id={client_id}}}" if client_id else "{}"
-    names = {name: f"producer-metrics:{name}:{tags}" for name in metrics}
-    width = max((len(display) for display in names.values()), default=0)
+def _print_metrics(metrics: list[Metric]) -> None:
+    # As the Java tool: "group:name:{tag=value, ...}", sorted, every group (per topic and
+    # per broker too).
+    rows: dict[str, float] = {}
+    for metric in metrics:
+        tags = ", ".join(f"{key}={value}" for key, value in metric.tags.items())
+        rows[f"{metric.group}:{metric.name}:{{{tags}}}"] = metric.value
+    width = max((len(display) for display in rows), default=0)
     print(f"\n{'Metric Name':<{width}} : Value")
-    for name in sorted(metrics):
-        print(f"{names[name]:<{width}} : {metrics[name]:.3f}")
+    for display in sorted(rows):
+        print(f"{display:<{width}} : {rows[display]:.3f}")
     sys.stdout.flush()
 
 

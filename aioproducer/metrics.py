@@ -1,8 +1,9 @@
-"""Producer metrics under the Java client's names (``producer-metrics`` group).
+"""Producer metrics under the Java client's names: the producer-wide ``producer-metrics``
+group, ``producer-topic-metrics`` per topic and ``producer-node-metrics`` per broker.
 
 Totals count since the producer started; averages and maxima are over the last sample
 window (``metrics_sample_window_ms``, two windows as in Java); rates are per second over the
-same span.
+same span. Everything here is counted per batch or per request, never per record.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["CONNECTION_METRICS", "ProducerMetrics"]
+__all__ = ["CONNECTION_METRICS", "NodeMetrics", "ProducerMetrics", "TopicMetrics"]
 
 #: The connection metrics the connection manager adds (Java's selector metrics, which the
 #: Java client also reports in ``producer-metrics``).
@@ -81,11 +82,149 @@ class _Windowed:
         return (self._current[0] + self._previous[0]) / elapsed
 
 
+class TopicMetrics:
+    """One topic's counters (Java's ``producer-topic-metrics`` group), kept per batch."""
+
+    __slots__ = (
+        "_bytes",
+        "_compression",
+        "_record_errors",
+        "_record_retries",
+        "_record_send",
+        "byte_total",
+        "record_error_total",
+        "record_retry_total",
+        "record_send_total",
+    )
+
+    def __init__(self, window: float, now: float) -> None:
+        self.record_send_total = 0
+        self.record_retry_total = 0
+        self.record_error_total = 0
+        self.byte_total = 0
+        self._record_send = _Windowed(window, now)
+        self._record_retries = _Windowed(window, now)
+        self._record_errors = _Windowed(window, now)
+        self._bytes = _Windowed(window, now)
+        self._compression = _Windowed(window, now)
+
+    def sent(self, count: int, now: float) -> None:
+        """``count`` records of the topic were acknowledged."""
+        self.record_send_total += count
+        self._record_send.record_many(count, 1, count, now)
+
+    def failed(self, count: int, now: float) -> None:
+        """``count`` records of the topic failed for good."""
+        self.record_error_total += count
+        self._record_errors.record_many(count, 1, count, now)
+
+    def retried(self, count: int, now: float) -> None:
+        """``count`` records of the topic go out again."""
+        self.record_retry_total += count
+        self._record_retries.record_many(count, 1, count, now)
+
+    def batch_sent(self, size: int, uncompressed: int, now: float) -> None:
+        """A batch of the topic of ``size`` bytes went into a Produce request."""
+        self.byte_total += size
+        self._bytes.record(size, now)
+        self._compression.record(size / uncompressed if uncompressed else 1.0, now)
+
+    def snapshot(self, now: float) -> dict[str, float]:
+        """The topic's metrics by their Java names."""
+        return {
+            "record-send-total": float(self.record_send_total),
+            "record-send-rate": self._record_send.rate(now),
+            "record-retry-total": float(self.record_retry_total),
+            "record-retry-rate": self._record_retries.rate(now),
+            "record-error-total": float(self.record_error_total),
+            "record-error-rate": self._record_errors.rate(now),
+            "byte-total": float(self.byte_total),
+            "byte-rate": self._bytes.rate(now),
+            "compression-rate": self._compression.avg(now),
+        }
+
+
+class NodeMetrics:
+    """One broker's counters (Java's ``producer-node-metrics`` group): every request the
+    producer sends it and every response it reads, counted by the broker's connection, and
+    the latency of Produce requests, timed by the sender. They outlive the connection: a
+    reconnect goes on counting where the last connection stopped."""
+
+    __slots__ = (
+        "_clock",
+        "_incoming",
+        "_latency",
+        "_outgoing",
+        "_requests",
+        "_responses",
+        "incoming_byte_total",
+        "outgoing_byte_total",
+        "request_total",
+        "response_total",
+    )
+
+    def __init__(self, window: float, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        now = clock()
+        self.request_total = 0
+        self.response_total = 0
+        self.outgoing_byte_total = 0
+        self.incoming_byte_total = 0
+        self._requests = _Windowed(window, now)
+        self._responses = _Windowed(window, now)
+        self._outgoing = _Windowed(window, now)
+        self._incoming = _Windowed(window, now)
+        self._latency = _Windowed(window, now)
+
+    def request_sent(self, size: int) -> None:
+        """A request of ``size`` bytes (its frame) was written to the broker."""
+        now = self._clock()
+        self.request_total += 1
+        self.outgoing_byte_total += size
+        self._requests.record(1, now)
+        self._outgoing.record(size, now)
+
+    def data_received(self, size: int, responses: int) -> None:
+        """``size`` bytes were read from the broker, completing ``responses`` responses."""
+        now = self._clock()
+        self.incoming_byte_total += size
+        self._incoming.record(size, now)
+        if responses:
+            self.response_total += responses
+            self._responses.record_many(responses, responses, 1, now)
+
+    def request_completed(self, latency_ms: float, now: float) -> None:
+        """A Produce response arrived ``latency_ms`` after its request."""
+        self._latency.record(latency_ms, now)
+
+    def snapshot(self, now: float) -> dict[str, float]:
+        """The broker's metrics by their Java names (without ``requests-in-flight``, which
+        the connection knows)."""
+        return {
+            "request-total": float(self.request_total),
+            "request-rate": self._requests.rate(now),
+            "response-total": float(self.response_total),
+            "response-rate": self._responses.rate(now),
+            "outgoing-byte-total": float(self.outgoing_byte_total),
+            "outgoing-byte-rate": self._outgoing.rate(now),
+            "incoming-byte-total": float(self.incoming_byte_total),
+            "incoming-byte-rate": self._incoming.rate(now),
+            "request-latency-avg": self._latency.avg(now),
+            "request-latency-max": self._latency.max(now),
+        }
+
+
 class ProducerMetrics:
-    """Counters the producer updates on its hot paths, read by ``Producer.metrics()``."""
+    """Counters the producer updates on its hot paths, read by ``Producer.metrics()``:
+    producer-wide, per topic (:class:`TopicMetrics`) and per broker (:class:`NodeMetrics`).
+
+    Only the event loop updates them; the snapshots may be taken from another thread (a
+    Prometheus server's): they copy the dicts before iterating, and a value read mid-update
+    is at worst one batch behind."""
 
     def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._window = window_s
         now = clock()
         self.record_send_total = 0
         self.record_error_total = 0
@@ -93,6 +232,7 @@ class ProducerMetrics:
         self.request_total = 0
         self.byte_total = 0
         self.compression_offload_total = 0
+        self.batch_split_total = 0
         self._record_send = _Windowed(window_s, now)
         self._record_errors = _Windowed(window_s, now)
         self._record_retries = _Windowed(window_s, now)
@@ -105,21 +245,44 @@ class ProducerMetrics:
         self._bytes = _Windowed(window_s, now)
         self._requests = _Windowed(window_s, now)
         self._throttle_time = _Windowed(window_s, now)
+        self._batch_splits = _Windowed(window_s, now)
+        self._topics: dict[str, TopicMetrics] = {}
+        self._nodes: dict[int, NodeMetrics] = {}
 
-    def records_sent(self, count: int) -> None:
-        """``count`` records were acknowledged."""
+    def _topic(self, topic: str, now: float) -> TopicMetrics:
+        metrics = self._topics.get(topic)
+        if metrics is None:
+            metrics = self._topics[topic] = TopicMetrics(self._window, now)
+        return metrics
+
+    def node(self, node_id: int) -> NodeMetrics:
+        """The counters of broker ``node_id`` (made on first use; bootstrap servers have
+        negative ids, as in the Java client)."""
+        metrics = self._nodes.get(node_id)
+        if metrics is None:
+            metrics = self._nodes[node_id] = NodeMetrics(self._window, self._clock)
+        return metrics
+
+    def records_sent(self, topic: str, count: int) -> None:
+        """``count`` records of ``topic`` were acknowledged."""
+        now = self._clock()
         self.record_send_total += count
-        self._record_send.record_many(count, 1, count, self._clock())
+        self._record_send.record_many(count, 1, count, now)
+        self._topic(topic, now).sent(count, now)
 
-    def records_failed(self, count: int) -> None:
-        """``count`` records failed for good."""
+    def records_failed(self, topic: str, count: int) -> None:
+        """``count`` records of ``topic`` failed for good."""
+        now = self._clock()
         self.record_error_total += count
-        self._record_errors.record_many(count, 1, count, self._clock())
+        self._record_errors.record_many(count, 1, count, now)
+        self._topic(topic, now).failed(count, now)
 
-    def records_retried(self, count: int) -> None:
-        """``count`` records go out again."""
+    def records_retried(self, topic: str, count: int) -> None:
+        """``count`` records of ``topic`` go out again."""
+        now = self._clock()
         self.record_retry_total += count
-        self._record_retries.record_many(count, 1, count, self._clock())
+        self._record_retries.record_many(count, 1, count, now)
+        self._topic(topic, now).retried(count, now)
 
     def batch_drained(
         self, size: int, uncompressed: int, records: int, queue_time: float, now: float
@@ -130,9 +293,19 @@ class ProducerMetrics:
         self._queue_time.record(queue_time * 1000.0, now)
         self._record_size.record_many(uncompressed, records, uncompressed / max(records, 1), now)
 
+    def batch_sent(self, topic: str, size: int, uncompressed: int, now: float) -> None:
+        """A batch of ``topic`` of ``size`` bytes (``uncompressed`` before compression) went
+        into a Produce request: its first attempt or a retry, as Java counts a topic's bytes."""
+        self._topic(topic, now).batch_sent(size, uncompressed, now)
+
     def batch_offloaded(self) -> None:
         """A batch was handed to a worker thread to be compressed."""
         self.compression_offload_total += 1
+
+    def batch_split(self) -> None:
+        """A batch the broker found too large was split into smaller ones."""
+        self.batch_split_total += 1
+        self._batch_splits.record(1, self._clock())
 
     def request_sent(self, records: int, size: int, now: float) -> None:
         """A produce request went out."""
@@ -142,13 +315,30 @@ class ProducerMetrics:
         self._requests.record(1, now)
         self._bytes.record(size, now)
 
-    def request_completed(self, latency: float, now: float) -> None:
-        """A produce response arrived ``latency`` seconds after its request."""
-        self._request_latency.record(latency * 1000.0, now)
+    def request_completed(self, node_id: int, latency: float, now: float) -> None:
+        """A produce response from ``node_id`` arrived ``latency`` seconds after its
+        request."""
+        latency_ms = latency * 1000.0
+        self._request_latency.record(latency_ms, now)
+        self.node(node_id).request_completed(latency_ms, now)
 
     def request_throttled(self, throttle_time_ms: int, now: float) -> None:
         """A produce response asked the client to wait ``throttle_time_ms`` (a quota)."""
         self._throttle_time.record(throttle_time_ms, now)
+
+    def topic_snapshots(self) -> dict[str, dict[str, float]]:
+        """Each topic's metrics by their Java names, by topic."""
+        now = self._clock()
+        # A copy first: a reader on another thread (a Prometheus server's) must not iterate
+        # the dict while the event loop adds a topic.
+        topics = list(self._topics.items())
+        return {topic: metrics.snapshot(now) for topic, metrics in topics}
+
+    def node_snapshots(self) -> dict[int, dict[str, float]]:
+        """Each broker's metrics by their Java names, by node id."""
+        now = self._clock()
+        nodes = list(self._nodes.items())
+        return {node: metrics.snapshot(now) for node, metrics in nodes}
 
     def snapshot(
         self,
@@ -156,8 +346,9 @@ class ProducerMetrics:
         buffer_total: int,
         bufferpool_wait_time_total: float,
         waiting_threads: int,
+        requests_in_flight: int = 0,
     ) -> dict[str, float]:
-        """Every metric by its Java name."""
+        """Every producer-wide metric by its Java name."""
         now = self._clock()
         return {
             "record-send-total": float(self.record_send_total),
@@ -168,11 +359,14 @@ class ProducerMetrics:
             "record-retry-rate": self._record_retries.rate(now),
             "batch-size-avg": self._batch_size.avg(now),
             "batch-size-max": self._batch_size.max(now),
+            "batch-split-total": float(self.batch_split_total),
+            "batch-split-rate": self._batch_splits.rate(now),
             "records-per-request-avg": self._records_per_request.avg(now),
             "compression-rate-avg": self._compression_rate.avg(now),
             "compression-offload-total": float(self.compression_offload_total),
             "request-latency-avg": self._request_latency.avg(now),
             "request-latency-max": self._request_latency.max(now),
+            "requests-in-flight": float(requests_in_flight),
             "produce-throttle-time-avg": self._throttle_time.avg(now),
             "produce-throttle-time-max": self._throttle_time.max(now),
             "record-queue-time-avg": self._queue_time.avg(now),

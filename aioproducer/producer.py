@@ -39,6 +39,14 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, TopicInfo, validate_topic
+from aioproducer.metric_catalog import (
+    NODE_GROUP,
+    PRODUCER_GROUP,
+    TOPIC_GROUP,
+    Metric,
+    metric_entries,
+    node_tag,
+)
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.manager import ConnectionManager
 from aioproducer.partitioner import make_partitioner
@@ -185,6 +193,7 @@ class Producer:
             on_disconnect=lambda node_id: metadata.request_update(),
             # Refused credentials: sends waiting for metadata look at fatal_error() now.
             on_auth_failure=lambda node_id, exc: metadata.wake_waiters(updated=False),
+            metrics=self._metrics,
         )
         self._sender = Sender(
             config=cfg,
@@ -962,15 +971,51 @@ class Producer:
         return [p.partition for p in info.partitions]
 
     def metrics(self) -> dict[str, float]:
-        """Producer metrics under the Java client's names (see the metrics page)."""
+        """Producer-wide metrics (the ``producer-metrics`` group) by their Java names (see the
+        metrics page); :meth:`metrics_detailed` adds the per-topic and per-broker ones.
+        Empty before :meth:`start`."""
         if self._state is ProducerState.CREATED:
             return {}
+        return self._producer_metrics(self._connections.in_flight_by_node())
+
+    def _producer_metrics(self, in_flight: dict[int, int]) -> dict[str, float]:
         stats = self._pool.statistics()
         metrics = self._metrics.snapshot(
-            stats.available_bytes, stats.total_bytes, stats.wait_time_total_s, stats.waiters
+            stats.available_bytes,
+            stats.total_bytes,
+            stats.wait_time_total_s,
+            stats.waiters,
+            sum(in_flight.values()),
         )
         metrics.update(self._connections.statistics())
         return metrics
+
+    def metrics_detailed(self) -> list[Metric]:
+        """Every metric as a :class:`~aioproducer.metric_catalog.Metric`: its Java name,
+        group, tags, value, unit, kind and meaning, as the Java client's ``metrics()``.
+
+        The producer-wide metrics of :meth:`metrics` (group ``producer-metrics``), then one
+        set per topic the producer sent to (``producer-topic-metrics``, tag ``topic``) and
+        per broker it talked to (``producer-node-metrics``, tag ``node-id``: ``node-<id>``).
+        Every entry carries the ``client-id`` tag. Reading them costs nothing on the send
+        path: the counters are kept per batch and per request. Empty before :meth:`start`.
+        Like :meth:`metrics`, it may be called from another thread (a Prometheus server's).
+        """
+        if self._state is ProducerState.CREATED:
+            return []
+        client_id = self._config.client_id
+        in_flight = self._connections.in_flight_by_node()
+        entries = metric_entries(
+            PRODUCER_GROUP, {"client-id": client_id}, self._producer_metrics(in_flight)
+        )
+        for topic, values in sorted(self._metrics.topic_snapshots().items()):
+            tags = {"client-id": client_id, "topic": topic}
+            entries += metric_entries(TOPIC_GROUP, tags, values)
+        for node, values in sorted(self._metrics.node_snapshots().items()):
+            values["requests-in-flight"] = float(in_flight.get(node, 0))
+            tags = {"client-id": client_id, "node-id": node_tag(node)}
+            entries += metric_entries(NODE_GROUP, tags, values)
+        return entries
 
 
 def _false() -> bool:

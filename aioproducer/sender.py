@@ -416,7 +416,7 @@ class Sender:
             self._transactions.fail_all(error_copy(exc))
         for batch in self._accumulator.abort_undrained(exc):
             failed += batch.record_count
-            self._metrics.records_failed(batch.record_count)
+            self._metrics.records_failed(batch.topic, batch.record_count)
             self._notify(batch, exc)
             self._accumulator.deallocate(batch)
         for requests in self._in_flight.values():
@@ -424,7 +424,7 @@ class Sender:
                 for batch in batches:
                     if batch.fail(exc):
                         failed += batch.record_count
-                        self._metrics.records_failed(batch.record_count)
+                        self._metrics.records_failed(batch.topic, batch.record_count)
                         self._notify(batch, exc)
                     # In-flight buffers are returned here, also for batches that expired
                     # while in flight (their buffer was kept for the transport).
@@ -436,7 +436,7 @@ class Sender:
         for batch in self._accumulator.pending_batches():
             if batch.fail(exc):
                 failed += batch.record_count
-                self._metrics.records_failed(batch.record_count)
+                self._metrics.records_failed(batch.topic, batch.record_count)
                 self._notify(batch, exc)
                 self._accumulator.deallocate(batch)
         return failed
@@ -644,7 +644,7 @@ class Sender:
                             self._idempotence.on_final_failure(batch, str(error), answered=False)
                         log.warning("%s", error)
                         if batch.fail(error):
-                            self._metrics.records_failed(batch.record_count)
+                            self._metrics.records_failed(batch.topic, batch.record_count)
                             self._notify(batch, error)
                     elif batch.delivery_deadline < next_deadline:
                         next_deadline = batch.delivery_deadline
@@ -834,7 +834,7 @@ class Sender:
         for batch in self._accumulator.abort_undrained(exc):
             if self._idempotence is not None:
                 self._idempotence.on_final_failure(batch, str(exc))
-            self._metrics.records_failed(batch.record_count)
+            self._metrics.records_failed(batch.topic, batch.record_count)
             self._notify(batch, exc)
             self._accumulator.deallocate(batch)
 
@@ -1043,6 +1043,7 @@ class Sender:
             partitions.append(ProducePartitionData(batch.partition, data))
             records += batch.record_count
             size += len(view)
+            metrics.batch_sent(batch.topic, len(view), batch.builder.uncompressed_size, now)
             if batch.attempts == 0:
                 metrics.batch_drained(
                     len(view),
@@ -1120,7 +1121,7 @@ class Sender:
         if self._guarantee_order:
             for batch in batches:
                 self._accumulator.unmute(batch.tp)
-        self._metrics.request_completed(now - sent_at, now)
+        self._metrics.request_completed(node, now - sent_at, now)
         exc: BaseException | None
         if future.cancelled():
             exc = KafkaConnectionError(f"the request to broker {node} was cancelled")
@@ -1230,7 +1231,7 @@ class Sender:
         if self._idempotence is not None:
             self._idempotence.on_success(batch, base_offset)
         if batch.complete(base_offset, log_append_time):
-            self._metrics.records_sent(batch.record_count)
+            self._metrics.records_sent(batch.topic, batch.record_count)
             self._notify(batch, None)
         self._accumulator.deallocate(batch)
 
@@ -1262,7 +1263,7 @@ class Sender:
                 exc,
             )
         if batch.fail(exc):
-            self._metrics.records_failed(batch.record_count)
+            self._metrics.records_failed(batch.topic, batch.record_count)
             self._notify(batch, exc)
         self._accumulator.deallocate(batch)
 
@@ -1302,7 +1303,7 @@ class Sender:
                 batch.attempts + 1,
                 exc,
             )
-            self._metrics.records_retried(batch.record_count)
+            self._metrics.records_retried(batch.topic, batch.record_count)
             if batch.last_error is None or code not in (
                 OUT_OF_ORDER_SEQUENCE_NUMBER,
                 UNKNOWN_PRODUCER_ID,
@@ -1372,6 +1373,7 @@ class Sender:
         )
         if self._idempotence is not None:
             self._idempotence.split(batch, parts)
+        self._metrics.batch_split()
         log.info(
             "split a too-large batch of %d records for %s-%d into %d batches",
             len(records),

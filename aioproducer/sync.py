@@ -51,6 +51,7 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import error_copy
 from aioproducer.metadata import validate_topic
+from aioproducer.metric_catalog import Metric
 from aioproducer.producer import Producer, run_on_send
 from aioproducer.records import (
     ProducerRecord,
@@ -719,8 +720,14 @@ class SyncProducer:
         return result
 
     def metrics(self) -> dict[str, float]:
-        """Producer metrics under the Java client's names (see the metrics page)."""
+        """Producer-wide metrics by their Java names (see the metrics page)."""
         result: dict[str, float] = self._call(self._producer.metrics)
+        return result
+
+    def metrics_detailed(self) -> list[Metric]:
+        """Every metric with its group, tags, unit and meaning: see
+        :meth:`Producer.metrics_detailed <aioproducer.Producer.metrics_detailed>`."""
+        result: list[Metric] = self._call(self._producer.metrics_detailed)
         return result
 
     def close(self, timeout: float | None = None) -> None:

@@ -67,6 +67,7 @@ from aioproducer.errors import (
 )
 from aioproducer.futures import BatchResults, RecordFuture, error_copy
 from aioproducer.metadata import Metadata, validate_topic
+from aioproducer.metric_catalog import PRODUCER_GROUP, TOPIC_GROUP, Metric, metric_entries
 from aioproducer.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
@@ -676,7 +677,7 @@ class InMemoryProducer(Producer):
         # With acks=0 no broker says where the record went: the producer reports offset -1.
         reported = -1 if self._config.acks == 0 else offset
         pending.batch.complete(reported, -1)
-        self._metrics.records_sent(1)
+        self._metrics.records_sent(stored.topic, 1)
         self._acknowledge(
             RecordMetadata(
                 stored.topic,
@@ -693,7 +694,7 @@ class InMemoryProducer(Producer):
         """Fail a record with ``error``; it is not stored."""
         record = pending.record
         pending.batch.fail(error)
-        self._metrics.records_failed(1)
+        self._metrics.records_failed(record.topic, 1)
         self._acknowledge(
             RecordMetadata(
                 record.topic,
@@ -841,6 +842,20 @@ class InMemoryProducer(Producer):
         metrics = self._metrics.snapshot(memory, memory, 0.0, 0)
         metrics.update(dict.fromkeys(CONNECTION_METRICS, 0.0))
         return metrics
+
+    def metrics_detailed(self) -> list[Metric]:
+        """:meth:`metrics` as :class:`~aioproducer.metric_catalog.Metric` entries, plus the
+        per-topic record counts (``producer-topic-metrics``), as
+        :meth:`Producer.metrics_detailed <aioproducer.Producer.metrics_detailed>`; there
+        are no brokers, so no ``producer-node-metrics``."""
+        if self._state is ProducerState.CREATED:
+            return []
+        client_id = self._config.client_id
+        entries = metric_entries(PRODUCER_GROUP, {"client-id": client_id}, self.metrics())
+        for topic, values in sorted(self._metrics.topic_snapshots().items()):
+            tags = {"client-id": client_id, "topic": topic}
+            entries += metric_entries(TOPIC_GROUP, tags, values)
+        return entries
 
     # ---- transactions -----------------------------------------------------------------------
 

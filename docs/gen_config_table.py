@@ -2,6 +2,7 @@
 
 * ``docs/configuration.md``: every option of :func:`aioproducer.config.options_table`.
 * ``docs/errors.md``: every class in ``aioproducer.errors.__all__``.
+* ``docs/metrics.md``: every metric of :data:`aioproducer.metric_catalog.DEFINITIONS`, by group.
 
 Each table lives between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers.
 
@@ -133,10 +134,43 @@ def broker_errors_markdown() -> str:
     return "\n".join(rows)
 
 
+def metrics_markdown(group: str) -> str:
+    """The metrics of ``group``, one row per metric."""
+    _find_package()
+    from aioproducer.metric_catalog import DEFINITIONS
+
+    rows = [
+        "| Metric | Prometheus | Kind | Unit | Meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for metric in DEFINITIONS:
+        if metric.group == group:
+            rows.append(
+                f"| `{metric.name}` | `{metric.prometheus_name}` | {metric.kind} "
+                f"| {metric.unit} | {_cell(metric.description)} |"
+            )
+    return "\n".join(rows)
+
+
 GENERATED: dict[str, tuple[str, str, Callable[[], str]]] = {
     "options-table": ("configuration.md", "options-table", options_markdown),
     "errors-client-table": ("errors.md", "errors-client-table", client_errors_markdown),
     "errors-broker-table": ("errors.md", "errors-broker-table", broker_errors_markdown),
+    "metrics-producer-table": (
+        "metrics.md",
+        "metrics-producer-table",
+        lambda: metrics_markdown("producer-metrics"),
+    ),
+    "metrics-topic-table": (
+        "metrics.md",
+        "metrics-topic-table",
+        lambda: metrics_markdown("producer-topic-metrics"),
+    ),
+    "metrics-node-table": (
+        "metrics.md",
+        "metrics-node-table",
+        lambda: metrics_markdown("producer-node-metrics"),
+    ),
 }
 
 

@@ -61,6 +61,7 @@ from aioproducer.errors import (
     KafkaError,
     SslError,
 )
+from aioproducer.metrics import NodeMetrics
 from aioproducer.net import handshake
 from aioproducer.net.handshake import security_protocol_name
 from aioproducer.net.tls import ssl_context_for
@@ -71,6 +72,7 @@ from aioproducer.net.writers import (
     native_writer_for,
 )
 from aioproducer.protocol.api import Request, Response
+from aioproducer.protocol.framing import SIZE_PREFIX_LENGTH, read_frame_size
 from aioproducer.protocol.session import MIN_FRAME_SIZE, Session
 
 if TYPE_CHECKING:
@@ -194,6 +196,8 @@ class BrokerConnection(asyncio.Protocol):
             a response freed a slot while the connection was at ``max_in_flight``, or the
             transport's write buffer drained (see :attr:`writable`).
         clock: the monotonic clock (seconds) used to time requests out.
+        metrics: the broker's counters (requests, responses and bytes each way); None
+            counts nothing.
 
     Attributes:
         node_id: the broker's node id.
@@ -214,8 +218,10 @@ class BrokerConnection(asyncio.Protocol):
         on_close: OnClose | None = None,
         on_capacity: OnCapacity | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.node_id = node_id
+        self._metrics = metrics
         self.host = host
         self.port = port
         self.finalized_features: dict[str, int] = {}
@@ -626,6 +632,9 @@ class BrokerConnection(asyncio.Protocol):
             self._shutdown(None, exc)
             raise error from exc
         self.last_used = now
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.request_sent(read_frame_size(parts[0]) + SIZE_PREFIX_LENGTH)
         if not expects_response:
             future.set_result(None)
         return future
@@ -811,6 +820,9 @@ class BrokerConnection(asyncio.Protocol):
         session = self._session
         was_full = session.in_flight_count() >= self._max_in_flight
         outcomes, failure = session.receive_data(data)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.data_received(len(data), len(outcomes))
         for future, response in outcomes:
             if not future.done():  # else the caller cancelled it
                 future.set_result(response)

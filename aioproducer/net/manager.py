@@ -21,6 +21,7 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
 )
+from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import BrokerConnection, ConnectionState, FinalizedFeatures
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
 
@@ -104,6 +105,8 @@ class ConnectionManager:
             the client's credentials or certificate.
         clock: the monotonic clock (seconds) shared with the sender.
         rng: the random source for the backoff jitter.
+        metrics: where each broker's connections count their requests, responses and
+            bytes (:meth:`ProducerMetrics.node`); None counts nothing.
     """
 
     def __init__(
@@ -115,8 +118,10 @@ class ConnectionManager:
         on_auth_failure: Callable[[int, KafkaError], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._metrics = metrics
         self._on_state_change = on_state_change
         self._on_disconnect = on_disconnect
         self._on_auth_failure = on_auth_failure
@@ -167,7 +172,7 @@ class ConnectionManager:
         ``successful-reauthentication-total``, ``failed-reauthentication-total``)."""
         open_count = 0
         reauthentications = self._reauthentications_closed
-        for node in self._nodes.values():
+        for node in list(self._nodes.values()):
             connection = node.connection
             if connection is not None and node.task is None and not connection.closed:
                 open_count += 1
@@ -218,6 +223,16 @@ class ConnectionManager:
         if connection is not None and connection.is_ready:
             return connection
         return None
+
+    def in_flight_by_node(self) -> dict[int, int]:
+        """Requests awaiting a response on each open connection, by node id."""
+        counts: dict[int, int] = {}
+        # A copy: metrics may be read from another thread while the loop changes the nodes.
+        for node in list(self._nodes.values()):
+            connection = node.connection
+            if connection is not None and not connection.closed:
+                counts[node.node_id] = connection.in_flight_count()
+        return counts
 
     def connections(self) -> list[BrokerConnection]:
         """Every ready connection, bootstrap ones included."""
@@ -348,6 +363,7 @@ class ConnectionManager:
             on_close=lambda conn, cause: self._connection_closed(node, conn, cause),
             on_capacity=lambda conn: self._notify(),
             clock=self._clock,
+            metrics=self._metrics.node(node.node_id) if self._metrics is not None else None,
         )
         node.connection = connection
         setup_timeout_ms = self._setup_timeout.backoff_ms(node.failed_attempts)

@@ -11,6 +11,7 @@ from bench.micro import (
     buffer_pool,
     crc,
     future_idioms,
+    metrics,
     partitioner,
     produce_request,
     record_batch,
@@ -26,6 +27,7 @@ SUITES = (
     ("Produce request encoding / response decoding (protocol/)", produce_request.collect),
     ("Producer.send fast path (producer.py)", send_path.collect),
     ("Waiting for many record futures (futures.py)", future_idioms.collect),
+    ("Metrics (metrics.py)", metrics.collect),
 )
 
 

@@ -133,6 +133,11 @@ def _check_fastapi_app(records: list[Any]) -> None:
     assert clicks[0].headers == [("kind", b"click")]
 
 
+def _check_fastapi_prometheus(records: list[Any]) -> None:
+    orders = sorted(json.loads(r.value)["order_id"] for r in records)
+    assert orders == [f"o-{n}" for n in range(5)]
+
+
 def _check_spark_to_kafka(records: list[Any]) -> None:
     # The data source and the foreachPartition fallback each write every row once.
     assert len(records) == 2 * SPARK_EXAMPLE_ROWS
@@ -158,6 +163,7 @@ SPARK_EXAMPLE_ROWS = 2000
 
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
     "fastapi_app.py": (5, _check_fastapi_app, "the producer delivered everything"),
+    "fastapi_prometheus.py": (5, _check_fastapi_prometheus, "the scrape says 5 records reached"),
     "spark_to_kafka.py": (2 * SPARK_EXAMPLE_ROWS, _check_spark_to_kafka, "rows/s"),
     "basic_send.py": (11, _check_basic_send, "last record: partition"),
     "send_many.py": (10_000, _check_send_many, "10000 records acknowledged"),
@@ -816,6 +822,18 @@ def test_perf_payload_file_throttled_with_metrics(
         result.stdout, flags=re.MULTILINE,
     )
     assert sent is not None and float(sent[1]) == 600.0, explain(result)
+    # As the Java tool, the per-topic and per-broker groups too.
+    per_topic = re.search(
+        r"^producer-topic-metrics:record-send-total:"
+        rf"\{{client-id=perf-producer-client, topic={re.escape(topic)}\}}\s+: (\S+)$",
+        result.stdout, flags=re.MULTILINE,
+    )
+    assert per_topic is not None and float(per_topic[1]) == 600.0, explain(result)
+    assert re.search(
+        r"^producer-node-metrics:request-total:\{client-id=perf-producer-client, "
+        r"node-id=node-\d+\}\s+: [1-9]",
+        result.stdout, flags=re.MULTILINE,
+    ), explain(result)
     records = read_back(tansu.bootstrap_servers, topic, expected=600)
     assert len(records) == 600
     assert {r.value for r in records} <= {b"red", b"green", b"blue"}
