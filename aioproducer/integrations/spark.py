@@ -507,6 +507,8 @@ def _items(
     if layout.value == "string":
         values = _encoded(values)
     keys = columns.get("key")
+    if keys is not None and keys.count(None) == len(keys):
+        keys = None  # no row has a key: plain values take send_many's fastest path
     if keys is not None and layout.key == "string":
         keys = _encoded(keys)
     simple = not (layout.topic or layout.partition or layout.headers or layout.timestamp)
@@ -569,6 +571,8 @@ def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str,
         columns: dict[str, list[Any]] = {}
         for name in names:
             column = batch.column(name)
+            if name == "key" and column.null_count == batch.num_rows:
+                continue  # no key in the batch: see _items
             if name == "timestamp" and layout.timestamp != "millis":
                 micros = column.cast("int64").to_pylist()
                 columns[name] = [None if t is None else t // 1000 for t in micros]

@@ -783,3 +783,27 @@ def test_consecutive_spark_writes_share_a_producer_per_python_worker(
     for topic in (topics[0], topics[1], topics[3]):
         assert _stored_values(mock_cluster.bootstrap_servers, topic, 4000) == expected
 
+
+def test_a_key_column_of_nulls_sends_records_without_keys(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: sink_module._ProducerCache
+) -> None:
+    # Spark's sink writes a null key for a null cell; a chunk whose keys are all null takes
+    # send_many's path for plain values, with the same records.
+    topic = new_topic(tansu, partitions=3)
+    sink = SinkOptions(topic, {"bootstrap.servers": tansu.bootstrap_servers})
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    layout = sink_module._layout(schema, topic)
+    nulls = pa.RecordBatch.from_pydict(
+        {"key": pa.array([None] * 3, pa.string()), "value": [b"a0", b"a1", b"a2"]}
+    )
+    mixed = pa.RecordBatch.from_pydict(
+        {"key": pa.array([None, "k"], pa.string()), "value": [b"b0", b"b1"]}
+    )
+    assert sink_module._write_partition(sink, layout, iter([nulls, mixed])) == 5
+    rows = [{"key": None, "value": b"c0"}, {"key": None, "value": b"c1"}]
+    assert sink_module._write_partition(sink, layout, iter(rows)) == 2
+    records = read_back(tansu.bootstrap_servers, topic, expected=7)
+    assert sorted((r.value, r.key) for r in records) == [
+        (b"a0", None), (b"a1", None), (b"a2", None), (b"b0", None), (b"b1", b"k"),
+        (b"c0", None), (b"c1", None),
+    ]
