@@ -192,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {w: [] for w in writers}
     try:
         # Warm-up, not measured: each writer once on a slice, so that the Python workers
-        # are up and the JVM's JIT has seen the sink before the timed writes.
-        warm = df.limit(min(options.rows, 50_000))
+        # are up and the JVM's JIT has seen the sink before the timed writes. The slice
+        # keeps every partition (a limit() would be one task, which starts one worker).
+        warm = df.sample(fraction=min(1.0, 50_000 / options.rows), seed=1)
         for writer in writers:
             topic = f"spark-warmup-{writer}-{uuid.uuid4().hex[:8]}"
             broker.create_topic(topic, options.partitions)

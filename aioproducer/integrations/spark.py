@@ -33,11 +33,34 @@ Options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), ``topic`` (over
 column), and any producer option by its Java name behind ``kafka.`` (``kafka.acks``,
 ``kafka.compression.type``, ``kafka.enable.idempotence``...). ``kafka.key.serializer`` and
 ``kafka.value.serializer`` are refused, as Spark refuses them: keys and values are bytes.
+``spark.kafka.producer.cache.timeout`` (Spark's name and time format, ``"10m"`` by default)
+is how long a Python worker keeps a producer no task uses.
 
-Each partition task runs one :class:`~aioproducer.Producer` on an event loop of its own
-(uvloop when installed), sends its rows with ``send_many`` and returns only once every record
-is acknowledged; a delivery error fails the task. Kafka cannot take records back, so delivery
-is at least once: a task that Spark retries sends its records again.
+Like Spark's own sink, which keeps one producer per executor and set of producer options,
+each Python worker process keeps one :class:`~aioproducer.Producer` per set of options,
+running on an event loop (uvloop when installed) in a daemon thread of its own; Spark runs
+one task at a time in a worker and reuses workers (``spark.python.worker.reuse``, true by
+default), so consecutive tasks and jobs share its connections, metadata and producer id.
+Each task reads its input in its own thread, hands every chunk to ``send_many`` on that
+loop, and returns only once its own records are acknowledged (it does not wait for records
+other tasks sent); the first delivery error of its records fails it. After a task fails,
+the producer goes on serving the next tasks, and what the failed task had buffered is still
+sent; a producer that failed for good (fenced, refused credentials, closed, its sender
+crashed) is closed at once, dropping what it held, and the next task builds a new one. A
+producer no task used for the cache timeout is closed, after delivering what it holds, and so
+is every cached producer at interpreter exit (a worker Spark stops with ``os._exit`` or a
+kill skips that; every task has had its records acknowledged by then anyway).
+
+A ``kafka.transactional.id`` is never shared between tasks (a producer holds one
+transaction at a time): each task builds a producer of its own, closed when it ends. The
+sink opens no transactions, so such a write fails in its tasks with
+:class:`~aioproducer.errors.IllegalStateError`, as Spark's sink fails without
+``initTransactions``. Options given as Python objects to :func:`write_dataframe` (a
+callable, an ``ssl.SSLContext``), which each task unpickles anew and which cannot be
+compared, also give each task a producer of its own.
+
+Kafka cannot take records back, so delivery is at least once: a task that Spark retries
+sends its records again.
 
 A row that cannot be a record (a timestamp before 1970, a negative partition or one the topic
 does not have, a null topic, a null header) fails its task with an aioproducer
@@ -49,29 +72,43 @@ input (0-based), the Spark partition and the column; the producer's own error is
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import copy
 import datetime
 import logging
+import os
 import re
 import sys
+import threading
+import time
 from collections import deque
-from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord
+from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord, ProducerState
 from aioproducer.appender import check_headers, record_size
 from aioproducer.config import _names_a_secret
 from aioproducer.errors import (
+    AuthenticationError,
+    ClusterAuthorizationFailedError,
     ConfigurationError,
+    IllegalStateError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    InvalidProducerEpochError,
     InvalidTopicError,
     KafkaError,
+    ProducerClosedError,
+    ProducerFencedError,
     RecordTooLargeError,
+    SenderCrashedError,
     SerializationError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from aioproducer.metadata import validate_topic
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
@@ -144,6 +181,35 @@ _SEND_MANY_ITEM = re.compile(r"^send_many item \d+: ")
 
 # ---- options and columns: plain data, pickled to the executors --------------------------------
 
+_CACHE_TIMEOUT_OPTION = "spark.kafka.producer.cache.timeout"
+_DEFAULT_CACHE_TIMEOUT_S = 600.0  # Spark's default for its own sink's producers: 10 minutes
+
+# Spark's time strings (JavaUtils.timeStringAs): a number and a unit, milliseconds when none.
+_TIME_UNITS = {
+    "us": 1e-6, "micros": 1e-6, "ms": 1e-3, "millis": 1e-3, "s": 1.0, "sec": 1.0,
+    "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
+}  # fmt: skip
+_TIME_STRING = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+
+
+def _cache_timeout(value: Any, where: str) -> float:
+    """``spark.kafka.producer.cache.timeout`` in seconds, from Spark's spelling ("10m",
+    "600s", "600000": milliseconds when no unit is given).
+
+    Raises:
+        ConfigurationError: not a time Spark would take.
+    """
+    match = _TIME_STRING.match(str(value).lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS):
+        raise ConfigurationError(
+            f"{where} {_CACHE_TIMEOUT_OPTION!r}={value!r} is not a time: give a number and a "
+            "unit, as Spark takes it ('10m', '600s', '500ms'; a bare number is milliseconds)"
+        )
+    number, unit = match.groups()
+    return int(number) * _TIME_UNITS[unit or "ms"]
+
+
+
 def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the value of every option whose name speaks of a password, secret,
     token or key (``ssl.key.password``, ``sasl.oauth.token.provider``) shown as ``***``.
@@ -164,18 +230,21 @@ class SinkOptions:
         topic: the topic for every row, or None to read each row's ``topic`` column.
         config: producer options by Java name (``"bootstrap.servers"``, ``"linger.ms"``).
         options: producer options by snake_case name, from :func:`write_dataframe`.
+        cache_timeout: seconds a Python worker keeps a producer no task uses before it
+            closes it (``spark.kafka.producer.cache.timeout``, 10 minutes by default).
     """
 
     topic: str | None
     config: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
+    cache_timeout: float = _DEFAULT_CACHE_TIMEOUT_S
 
     def __repr__(self) -> str:
         # A %r in a log line, a traceback's locals or a debugger must not show a password,
         # a secret, a token or a key.
         return (
             f"SinkOptions(topic={self.topic!r}, config={_masked(self.config)!r}, "
-            f"options={_masked(self.options)!r})"
+            f"options={_masked(self.options)!r}, cache_timeout={self.cache_timeout!r})"
         )
 
     @classmethod
@@ -189,9 +258,12 @@ class SinkOptions:
         topic: str | None = None
         config: dict[str, Any] = {}
         unknown: list[str] = []
+        cache_timeout = _DEFAULT_CACHE_TIMEOUT_S
         for raw_name, value in options.items():
             name = raw_name.lower()
-            if name.startswith("kafka."):
+            if name == _CACHE_TIMEOUT_OPTION:
+                cache_timeout = _cache_timeout(value, "option")
+            elif name.startswith("kafka."):
                 java = name[len("kafka.") :]
                 if java in _FORBIDDEN:
                     raise ConfigurationError(
@@ -214,7 +286,7 @@ class SinkOptions:
             raise ConfigurationError(
                 "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
             )
-        sink = cls(topic, config)
+        sink = cls(topic, config, cache_timeout=cache_timeout)
         sink.check()
         return sink
 
@@ -435,6 +507,8 @@ def _items(
     if layout.value == "string":
         values = _encoded(values)
     keys = columns.get("key")
+    if keys is not None and keys.count(None) == len(keys):
+        keys = None  # no row has a key: plain values take send_many's fastest path
     if keys is not None and layout.key == "string":
         keys = _encoded(keys)
     simple = not (layout.topic or layout.partition or layout.headers or layout.timestamp)
@@ -497,6 +571,8 @@ def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str,
         columns: dict[str, list[Any]] = {}
         for name in names:
             column = batch.column(name)
+            if name == "key" and column.null_count == batch.num_rows:
+                continue  # no key in the batch: see _items
             if name == "timestamp" and layout.timestamp != "millis":
                 micros = column.cast("int64").to_pylist()
                 columns[name] = [None if t is None else t // 1000 for t in micros]
@@ -750,7 +826,377 @@ async def _refused_item(
     return None
 
 
-# ---- one partition: one producer on one event loop -------------------------------------------
+# ---- one task's records on a producer -------------------------------------------------------
+
+
+class _TaskRecords:
+    """The records one task hands a producer, which other tasks may share: each chunk goes
+    to ``send_many``, and the task waits for its own records' acknowledgements, not for
+    other tasks'. Runs on the producer's event loop."""
+
+    def __init__(self, producer: Producer, layout: _Layout) -> None:
+        self.producer = producer
+        self.layout = layout
+        self.sent = 0
+        self._pending: deque[BatchResults] = deque()
+
+    async def send(self, topic: str, items: list[Any]) -> None:
+        """Buffer one chunk's records (waiting for buffer memory: the backpressure on
+        Spark's input); raise the first delivery error of an earlier chunk once it is known.
+
+        Raises:
+            _RowRefused: the producer refused an item for a fault of its own row.
+            KafkaError: anything else the producer raised (the producer's error).
+        """
+        producer = self.producer
+        try:
+            results = await producer.send_many(topic, items)
+        except (KafkaError, TypeError, ValueError) as exc:
+            try:
+                refused = await _refused_item(producer, self.layout, items, exc)
+            except Exception:  # the search must not hide the producer's error
+                log.debug("could not find the row send_many refused", exc_info=True)
+                refused = None
+            if refused is None:
+                raise
+            raise _RowRefused(*refused, exc) from None
+        self._pending.append(results)
+        self.sent += len(items)
+        # Fail early, and let go of the results of acknowledged chunks.
+        pending = self._pending
+        while pending and pending[0].done():
+            await pending.popleft()
+
+    async def wait(self) -> int:
+        """Wait until every record of this task is acknowledged; return how many there are.
+
+        The producer sends what it holds now (a flush) rather than after ``linger.ms``, but
+        the task waits for its own records only: once they are acknowledged, the flush
+        stops waiting for records other tasks may be sending through the same producer.
+
+        Raises:
+            KafkaError: the first delivery error of the task's records, in the order sent.
+        """
+        flushing = asyncio.ensure_future(self.producer.flush())
+        try:
+            pending = self._pending
+            while pending:
+                await pending.popleft()
+        finally:
+            if not flushing.done():
+                flushing.cancel()
+            # A flush that failed (a closed producer) says nothing the records do not.
+            await asyncio.gather(flushing, return_exceptions=True)
+        return self.sent
+
+
+# ---- one producer per Python worker process and set of options ------------------------------
+
+# Errors after which a producer cannot send again: it is replaced, not reused.
+_FATAL = (
+    AuthenticationError,
+    ClusterAuthorizationFailedError,
+    IllegalStateError,
+    InvalidProducerEpochError,
+    ProducerClosedError,
+    ProducerFencedError,
+    SenderCrashedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
+)
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as a hashable key part, or raise TypeError when it is not plain data."""
+    if value is None or type(value) in (str, bytes, int, float, bool):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    raise TypeError(type(value).__name__)
+
+
+class _CacheKey(tuple):  # type: ignore[type-arg]
+    """The producer options a cached producer was built with, passwords included: a cached
+    producer is reused only with the very same credentials. Shown masked."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        config, options = self
+        return f"_CacheKey(config={_masked(dict(config))!r}, options={_masked(dict(options))!r})"
+
+    __str__ = __repr__
+
+
+def _cache_key(sink: SinkOptions) -> _CacheKey | None:
+    """The key of the producer ``sink``'s tasks share, or None when they must not share one:
+    a transactional id (a transaction belongs to one task, and a producer holds one
+    transaction at a time), or options that are Python objects rather than plain data (a
+    callable, an ``ssl.SSLContext``), which each task unpickles anew and which cannot be
+    compared."""
+    try:
+        key = _CacheKey((_frozen(sink.config), _frozen(sink.options)))
+    except TypeError:
+        return None
+    for given in (sink.config, sink.options):
+        if any(given.get(name) is not None for name in ("transactional.id", "transactional_id")):
+            return None
+    return key
+
+
+@dataclass(eq=False)
+class _Entry:
+    """A cached producer, the tasks using it, and since when it has been idle."""
+
+    producer: Producer
+    started: concurrent.futures.Future[None]
+    timeout: float
+    users: int = 0
+    idle_since: float = 0.0
+    evicted: bool = False
+
+
+@dataclass(frozen=True)
+class _CacheStatistics:
+    """What the producer cache of this process holds: for diagnostics and tests."""
+
+    built: int  # producers built since the process started
+    cached: int  # producers in the cache now
+    in_use: int  # tasks sending through a cached producer now
+
+
+class _ProducerCache:
+    """The producers of one Python worker process, one per set of options, as Spark's
+    ``CachedKafkaProducer`` keeps one per executor JVM.
+
+    They run on one event loop (uvloop when installed) in a daemon thread of their own;
+    tasks hand it their records from their own threads. A producer idle for its timeout
+    (``spark.kafka.producer.cache.timeout``, 10 minutes by default) is closed; one that
+    failed for good (fenced, refused credentials, closed) is replaced; at exit every one is
+    flushed and closed.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[_CacheKey, _Entry] = {}
+        self._built = 0
+        self._loop = _new_loop()
+        thread = threading.Thread(
+            target=self._run_loop, name="aioproducer-spark-producers", daemon=True
+        )
+        thread.start()
+        self._exit_hook = False
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on the producers' loop; return its result in this thread."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # this thread was interrupted: so is the coroutine
+            raise
+
+    def statistics(self) -> _CacheStatistics:
+        """Producers built, cached and in use in this process."""
+        with self._lock:
+            return _CacheStatistics(
+                self._built, len(self._entries), sum(e.users for e in self._entries.values())
+            )
+
+    # ---- lending producers to tasks ---------------------------------------------------------
+
+    def acquire(self, key: _CacheKey, sink: SinkOptions) -> _Entry:
+        """The producer for ``key``, started (built on first use); the caller must
+        :meth:`release` it.
+
+        Raises:
+            KafkaError: the producer could not start (it is not cached).
+        """
+        self.expire_idle()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.producer.state not in (
+                ProducerState.CREATED, ProducerState.RUNNING
+            ):
+                self._evict(key, entry)
+                entry = None
+            if entry is None:
+                producer = sink.producer()
+                started = asyncio.run_coroutine_threadsafe(producer.start(), self._loop)
+                entry = _Entry(producer, started, sink.cache_timeout)
+                self._entries[key] = entry
+                self._built += 1
+                if not self._exit_hook:
+                    atexit.register(self.close)
+                    self._exit_hook = True
+            entry.timeout = sink.cache_timeout
+            entry.users += 1
+        try:
+            entry.started.result()
+        except BaseException:
+            self.release(key, entry, failed=True)
+            raise
+        return entry
+
+    def release(self, key: _CacheKey, entry: _Entry, error: BaseException | None = None,
+                failed: bool = False) -> None:  # fmt: skip
+        """A task is done with ``entry``'s producer. After ``error``, a fatal error or a
+        producer that no longer runs, the producer is evicted: the next task builds a new
+        one. What the failed task left in the producer's buffer is still sent."""
+        with self._lock:
+            entry.users -= 1
+            if failed or isinstance(error, _FATAL) or (
+                entry.producer.state is not ProducerState.RUNNING
+            ):
+                self._evict(key, entry)
+            if entry.users == 0:
+                entry.idle_since = self._clock()
+                if entry.evicted:
+                    self._close(entry)
+                else:
+                    self._loop.call_soon_threadsafe(
+                        self._loop.call_later, entry.timeout, self.expire_idle
+                    )
+
+    def evict(self, key: _CacheKey, entry: _Entry) -> None:
+        """Take ``entry`` out of the cache: the next task builds a new producer. It is
+        closed once no task uses it."""
+        with self._lock:
+            self._evict(key, entry)
+
+    def _evict(self, key: _CacheKey, entry: _Entry) -> None:
+        if self._entries.get(key) is entry:
+            del self._entries[key]
+        if not entry.evicted:
+            entry.evicted = True
+            log.info("aioproducer: a Spark producer was replaced (%r)", entry.producer)
+            if entry.users == 0:
+                self._close(entry)
+
+    def _close(self, entry: _Entry, timeout: float | None = 0) -> concurrent.futures.Future[None]:
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(entry.started)
+            try:
+                await entry.producer.close(timeout)
+            except Exception as exc:  # it failed already; the tasks saw why
+                log.debug("closing a Spark producer: %r", exc)
+
+        return asyncio.run_coroutine_threadsafe(close(), self._loop)
+
+    def expire_idle(self) -> list[concurrent.futures.Future[None]]:
+        """Close the producers no task has used for their timeout; they deliver what
+        they hold first. Returns the closings under way."""
+        now = self._clock()
+        closing = []
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if entry.users == 0 and now - entry.idle_since >= entry.timeout:
+                    del self._entries[key]
+                    entry.evicted = True
+                    closing.append(self._close(entry, timeout=None))
+        return closing
+
+    def close_all(self) -> None:
+        """Flush and close every cached producer (at exit)."""
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+            for entry in entries:
+                entry.evicted = True
+            closing = [self._close(entry, timeout=None) for entry in entries]
+        for future in closing:
+            with contextlib.suppress(Exception):
+                future.result()
+
+    def close(self) -> None:
+        """Flush and close every cached producer, then stop the loop (at exit)."""
+        self.close_all()
+        atexit.unregister(self.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # ---- one task's write -------------------------------------------------------------------
+
+    def write(
+        self,
+        key: _CacheKey,
+        sink: SinkOptions,
+        layout: _Layout,
+        chunks: Iterator[Mapping[str, list[Any]]],
+    ) -> int:
+        """Send every chunk through the cached producer for ``key`` and wait for the
+        records' acknowledgements; return their count.
+
+        Raises:
+            KafkaError: the first delivery error of this task's records, or the error of
+                the first row that cannot be a record.
+        """
+        position = 0  # rows of the task's input before the chunk at hand
+        try:
+            first = next(chunks, None)
+            if first is None:
+                return 0  # an empty partition needs no producer
+            entry: _Entry | None = self.acquire(key, sink)
+            error: BaseException | None = None
+            try:
+                assert entry is not None
+                task = _TaskRecords(entry.producer, layout)
+                for columns in _prepend(first, chunks):
+                    topic, items = _items(layout, sink.topic, columns)
+                    if not items:
+                        continue
+                    try:
+                        self.run(task.send(topic, items))
+                    except _FATAL as exc:
+                        if task.sent or (exc.accepted is not None and len(exc.accepted)):
+                            raise
+                        # The cached producer had failed before this task took it (its
+                        # InitProducerId was refused, say): a new one sends instead.
+                        log.info("aioproducer: a cached producer failed (%r); using a new one",
+                                 exc)  # fmt: skip
+                        self.release(key, entry, exc)
+                        entry = None
+                        entry = self.acquire(key, sink)
+                        task = _TaskRecords(entry.producer, layout)
+                        self.run(task.send(topic, items))
+                    position += len(items)
+                return self.run(task.wait())
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                if entry is not None:
+                    self.release(key, entry, error)
+        except _RowRefused as refused:
+            raise _row_error(position + refused.index, refused.column, refused.error) from (
+                refused.error
+            )
+
+
+_cache: _ProducerCache | None = None
+_cache_pid = -1
+_cache_lock = threading.Lock()
+
+
+def _producers() -> _ProducerCache:
+    """This process's producer cache (a new one in a forked child: threads do not survive
+    a fork)."""
+    global _cache, _cache_pid
+    with _cache_lock:
+        if _cache is None or _cache_pid != os.getpid():
+            _cache = _ProducerCache()
+            _cache_pid = os.getpid()
+        return _cache
+
+
+# ---- one partition, with a producer of its own ----------------------------------------------
 
 
 async def _produce(
@@ -759,9 +1205,10 @@ async def _produce(
     chunks: Iterator[Mapping[str, list[Any]]],
     producer: Producer | None = None,
 ) -> int:
-    """Send every chunk; return the count once all are acknowledged, or raise the first
-    delivery error, or the error of the first row that cannot be a record. The records go
-    through ``producer`` (not started yet) or, when None, a new one with ``sink``'s options."""
+    """Send every chunk through a producer of the task's own; return the count once all are
+    acknowledged, or raise the first delivery error, or the error of the first row that
+    cannot be a record. The records go through ``producer`` (not started yet) or, when
+    None, a new one with ``sink``'s options; it is closed at the end."""
     position = 0  # rows of the task's input before the chunk at hand
     try:
         first = next(chunks, None)
@@ -770,34 +1217,15 @@ async def _produce(
         if producer is None:
             producer = sink.producer()
         await producer.start()
-        sent = 0
-        pending: deque[BatchResults] = deque()
+        task = _TaskRecords(producer, layout)
         try:
             for columns in _prepend(first, chunks):
                 topic, items = _items(layout, sink.topic, columns)
                 if not items:
                     continue
-                # send_many waits for buffer memory: that is the backpressure on Spark's input.
-                try:
-                    results = await producer.send_many(topic, items)
-                except (KafkaError, TypeError, ValueError) as exc:
-                    try:
-                        refused = await _refused_item(producer, layout, items, exc)
-                    except Exception:  # the search must not hide the producer's error
-                        log.debug("could not find the row send_many refused", exc_info=True)
-                        refused = None
-                    if refused is None:
-                        raise
-                    raise _RowRefused(*refused, exc) from None
-                pending.append(results)
-                sent += len(items)
+                await task.send(topic, items)
                 position += len(items)
-                # Fail early, and let go of the futures of acknowledged chunks.
-                while pending and pending[0].done():
-                    await pending.popleft()
-            await producer.flush()
-            while pending:
-                await pending.popleft()
+            sent = await task.wait()
         except BaseException:
             # The task fails and Spark may retry it; what is still buffered need not be
             # sent (the retry sends every row again).
@@ -811,14 +1239,17 @@ async def _produce(
         )
 
 
-def _uvloop_runner() -> Any:
-    if sys.platform == "win32" or sys.version_info < (3, 11):
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when installed."""
+    if sys.platform != "win32":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
+    return asyncio.new_event_loop()
 
 
 def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
@@ -826,12 +1257,10 @@ def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        runner = _uvloop_runner()
-        if runner is None:
+        if sys.version_info < (3, 11):
             return asyncio.run(coroutine)
-        with runner:
-            result: _T = runner.run(coroutine)
-            return result
+        with asyncio.Runner(loop_factory=_new_loop) as runner:
+            return runner.run(coroutine)
     # This thread runs an event loop already (a notebook driver, say), where a coroutine
     # cannot be run to completion: give it a thread of its own.
     with concurrent.futures.ThreadPoolExecutor(1, "aioproducer-spark") as pool:
@@ -840,7 +1269,13 @@ def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
 
 
 def _write_partition(sink: SinkOptions, layout: _Layout, iterator: Iterator[Any]) -> int:
-    return _run(_produce(sink, layout, _chunks(layout, iterator)))
+    """One task's write: through this process's cached producer for ``sink``'s options, or
+    a producer of the task's own when they must not share one (see :func:`_cache_key`)."""
+    chunks = _chunks(layout, iterator)
+    key = _cache_key(sink)
+    if key is None:
+        return _run(_produce(sink, layout, chunks))
+    return _producers().write(key, sink, layout, chunks)
 
 
 # ---- the PySpark 4 data source --------------------------------------------------------------
@@ -968,8 +1403,7 @@ def register(spark: Any) -> None:
 
 
 def _write_rows(sink: SinkOptions, layout: _Layout, counter: Any, rows: Iterator[Any]) -> None:
-    written = _run(_produce(sink, layout, _row_chunks(layout, rows)))
-    counter.add(written)
+    counter.add(_write_partition(sink, layout, rows))
 
 
 def write_dataframe(
@@ -1000,7 +1434,13 @@ def write_dataframe(
     """
     import functools
 
-    sink = SinkOptions(topic, dict(config or {}), dict(options))
+    timeout = df.sparkSession.conf.get(_CACHE_TIMEOUT_OPTION, None)
+    sink = SinkOptions(
+        topic,
+        dict(config or {}),
+        dict(options),
+        _DEFAULT_CACHE_TIMEOUT_S if timeout is None else _cache_timeout(timeout, "Spark conf"),
+    )
     sink.check()
     layout = _layout(df.schema, topic)
     counter = df.sparkSession.sparkContext.accumulator(0)

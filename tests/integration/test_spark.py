@@ -15,8 +15,12 @@ batches and Rows as Spark hands them over), without a Spark job each.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import itertools
 import json
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,12 +46,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from aioproducer import ProducerState
 from aioproducer.embedded import EmbeddedBroker
 from aioproducer.errors import (
+    ConfigurationError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    InvalidRecordError,
     InvalidTopicError,
     KafkaError,
+    ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
     UnknownTopicOrPartitionError,
@@ -59,6 +67,7 @@ from aioproducer.integrations.spark import (
     write_dataframe_on_driver,
 )
 from aioproducer.testing import InMemoryProducer
+from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import ConsumedRecord, read_back
 from tests.support.spark import local_spark
 
@@ -537,3 +546,264 @@ def test_sink_options_never_show_a_jaas_line() -> None:
     text = repr(sink)
     assert "hunter2" not in text and "'sasl.jaas.config': '***'" in text
     assert "hunter2" not in repr(sink.producer().config)
+
+
+# ---- one producer per Python worker -------------------------------------------------------------
+
+
+@pytest.fixture
+def producers(monkeypatch: pytest.MonkeyPatch) -> Iterator[sink_module._ProducerCache]:
+    """A fresh producer cache for this process, as a Python worker starts with."""
+    cache = sink_module._ProducerCache()
+    monkeypatch.setattr(sink_module, "_cache", cache)
+    monkeypatch.setattr(sink_module, "_cache_pid", os.getpid())
+    yield cache
+    cache.close()
+
+
+_VALUES = StructType([StructField("value", BinaryType())])
+
+
+def _values_batch(start: int, count: int) -> Any:
+    return pa.RecordBatch.from_pydict(
+        {"value": [f"v{i}".encode() for i in range(start, start + count)]}
+    )
+
+
+def _task(sink: SinkOptions, *batches: Any) -> int:
+    """One partition task's write in this process, as a Python worker runs it."""
+    layout = sink_module._layout(_VALUES, sink.topic)
+    return sink_module._write_partition(sink, layout, iter(batches))
+
+
+def _stored_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    return sorted(r.value or b"" for r in read_back(bootstrap, topic, expected=expected))
+
+
+def _expected_values(*ranges: range) -> list[bytes]:
+    return sorted(f"v{i}".encode() for r in ranges for i in r)
+
+
+def test_tasks_of_a_worker_share_one_producer_per_set_of_options(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: sink_module._ProducerCache
+) -> None:
+    topic = new_topic(tansu, partitions=2)
+    options = {"kafka.bootstrap.servers": tansu.bootstrap_servers, "topic": topic}
+    sink = SinkOptions.parse(options)
+    assert _task(sink, _values_batch(0, 300), _values_batch(300, 200)) == 500
+    assert _task(SinkOptions.parse(options), _values_batch(500, 100)) == 100
+    assert _task(sink) == 0  # an empty partition takes no producer
+    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=1, in_use=0)
+    # Other options get a producer of their own.
+    other = SinkOptions.parse({**options, "kafka.client.id": "another"})
+    assert _task(other, _values_batch(600, 10)) == 10
+    assert producers.statistics() == sink_module._CacheStatistics(built=2, cached=2, in_use=0)
+    assert _stored_values(tansu.bootstrap_servers, topic, 610) == _expected_values(range(610))
+    # The key holds the passwords, to tell the producers apart, and never shows them.
+    secured = {**options, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+               "kafka.sasl.username": "alice", "kafka.sasl.password": "hunter2"}
+    key = sink_module._cache_key(SinkOptions.parse(secured))
+    assert key is not None
+    assert key != sink_module._cache_key(SinkOptions.parse({**secured, "kafka.sasl.password": "x"}))
+    assert "hunter2" not in repr(key) + str(key) and "'sasl.password': '***'" in repr(key)
+    # A transactional id is never shared: each task keeps a producer of its own.
+    assert sink_module._cache_key(
+        SinkOptions.parse({**options, "kafka.transactional.id": "spark-job"})
+    ) is None
+    # Neither are options that are Python objects, which each task unpickles anew.
+    assert sink_module._cache_key(SinkOptions(topic, {}, {"partitioner": lambda *a: 0})) is None
+
+
+@pytest.mark.mock_cluster
+def test_a_delivery_error_fails_its_task_and_the_next_task_reuses_the_producer(
+    mock_cluster: MockCluster, producers: sink_module._ProducerCache
+) -> None:
+    topic = f"cache-delivery-{uuid.uuid4().hex[:8]}"
+    mock_cluster.create_topic(topic, 1)
+    sink = SinkOptions.parse({"kafka.bootstrap.servers": mock_cluster.bootstrap_servers,
+                              "topic": topic,
+                              "kafka.max.in.flight.requests.per.connection": "1"})
+    assert _task(sink, _values_batch(0, 50)) == 50
+    mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.INVALID_RECORD])
+    with pytest.raises(InvalidRecordError):
+        _task(sink, _values_batch(1000, 50))
+    # The error was that task's: the producer goes on, for the next task.
+    assert _task(sink, _values_batch(50, 50)) == 50
+    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=1, in_use=0)
+    stored = _stored_values(mock_cluster.bootstrap_servers, topic, 100)
+    assert stored == _expected_values(range(100))
+
+
+def test_a_producer_that_failed_for_good_is_replaced(
+    tansu: EmbeddedBroker,
+    new_topic: TopicFactory,
+    producers: sink_module._ProducerCache,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = new_topic(tansu, partitions=2)
+    sink = SinkOptions.parse({"kafka.bootstrap.servers": tansu.bootstrap_servers,
+                              "topic": topic})
+    key = sink_module._cache_key(sink)
+    assert key is not None
+    assert _task(sink, _values_batch(0, 10)) == 10
+    # Fenced while a task sends its second chunk: the task fails with it, and the producer
+    # leaves the cache and is closed.
+    entry = producers.acquire(key, sink)
+    producers.release(key, entry)
+    first = entry.producer
+    send_many = first.send_many
+    calls = itertools.count()
+
+    async def fenced_on_the_second_chunk(topic: str, items: Any, **kwargs: Any) -> Any:
+        if next(calls) == 1:
+            raise ProducerFencedError("fenced by a newer producer with the same id")
+        return await send_many(topic, items, **kwargs)
+
+    monkeypatch.setattr(first, "send_many", fenced_on_the_second_chunk)
+    with pytest.raises(ProducerFencedError):
+        _task(sink, _values_batch(10, 10), _values_batch(20, 10))
+    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=0, in_use=0)
+    producers.run(asyncio.sleep(0.1))  # its close, scheduled on the loop, runs
+    assert first.state is ProducerState.CLOSED
+    # The next task builds a new producer.
+    assert _task(sink, _values_batch(30, 10)) == 10
+    assert producers.statistics().built == 2
+    # A cached producer that failed for good while idle (fenced, with nothing to send) is
+    # replaced by the next task, which finds it so before any of its rows is taken.
+    entry = producers.acquire(key, sink)
+    producers.release(key, entry)
+
+    async def fenced(topic: str, items: Any, **kwargs: Any) -> Any:
+        raise ProducerFencedError("fenced by a newer producer with the same id")
+
+    monkeypatch.setattr(entry.producer, "send_many", fenced)
+    assert _task(sink, _values_batch(40, 5)) == 5
+    assert producers.statistics() == sink_module._CacheStatistics(built=3, cached=1, in_use=0)
+    # So is one closed while idle.
+    entry = producers.acquire(key, sink)
+    producers.release(key, entry)
+    producers.run(entry.producer.close())
+    assert _task(sink, _values_batch(45, 5)) == 5
+    assert producers.statistics() == sink_module._CacheStatistics(built=4, cached=1, in_use=0)
+    stored = sorted(
+        r.value or b""
+        for r in read_back(tansu.bootstrap_servers, topic, expected=30, extra_wait=0.5)
+    )
+    # The fenced task's first chunk was buffered before the fence; the fenced producer was
+    # closed at once, so it may or may not have reached Kafka.
+    assert set(_expected_values(range(10), range(30, 50))) <= set(stored)
+    assert set(stored) <= set(_expected_values(range(50)))
+
+
+def test_idle_producers_expire_and_all_are_closed_at_exit(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    cache = sink_module._ProducerCache(clock=lambda: now[0])
+    monkeypatch.setattr(sink_module, "_cache", cache)
+    monkeypatch.setattr(sink_module, "_cache_pid", os.getpid())
+    topic = new_topic(tansu)
+    options = {"kafka.bootstrap.servers": tansu.bootstrap_servers, "topic": topic,
+               "spark.kafka.producer.cache.timeout": "5m"}
+    sink = SinkOptions.parse(options)
+    assert sink.cache_timeout == 300
+    assert _task(sink, _values_batch(0, 10)) == 10
+    now[0] += 299
+    assert cache.expire_idle() == []
+    assert _task(sink, _values_batch(10, 10)) == 10  # used again: idle from now on
+    now[0] += 299
+    assert cache.expire_idle() == []
+    assert cache.statistics().cached == 1
+    now[0] += 1
+    closing = cache.expire_idle()
+    assert len(closing) == 1
+    closing[0].result(timeout=30)
+    assert cache.statistics() == sink_module._CacheStatistics(built=1, cached=0, in_use=0)
+    # At exit every cached producer delivers what it holds and closes: here, what a task
+    # that failed left in the buffer (linger.ms keeps it there).
+    lingering = SinkOptions.parse({**options, "kafka.linger.ms": "60000"})
+    monkeypatch.setattr(sink_module, "_ROWS_PER_CHUNK", 2)
+    rows = [{"value": b"v20", "partition": 0}, {"value": b"v21", "partition": 0},
+            {"value": b"v22", "partition": 7}]
+    schema = _schema_of(rows)
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"^row 2, column 'partition'"):
+        sink_module._write_partition(lingering, sink_module._layout(schema, topic), iter(rows))
+    assert cache.statistics().cached == 1  # a row's fault is not the producer's
+    cache.close()
+    assert _stored_values(tansu.bootstrap_servers, topic, 22) == _expected_values(range(22))
+
+
+def test_the_cache_timeout_takes_spark_time_strings() -> None:
+    def timeout(value: str) -> float:
+        return SinkOptions.parse({"kafka.bootstrap.servers": "k:9092", "topic": "t",
+                                  "spark.kafka.producer.cache.timeout": value}).cache_timeout
+
+    assert SinkOptions.parse({"kafka.bootstrap.servers": "k:9092"}).cache_timeout == 600
+    assert [timeout(v) for v in ("10m", "90s", "2h", "1500", "250ms", "1d")] == [
+        600, 90, 7200, 1.5, 0.25, 86400
+    ]
+    with pytest.raises(ConfigurationError, match=r"cache\.timeout'='soon' is not a time"):
+        timeout("soon")
+
+
+@pytest.mark.mock_cluster
+def test_consecutive_spark_writes_share_a_producer_per_python_worker(
+    spark: SparkSession, mock_cluster: MockCluster
+) -> None:
+    topics = [f"cache-spark-{n}-{uuid.uuid4().hex[:8]}" for n in range(4)]
+    for topic in topics:
+        mock_cluster.create_topic(topic, 2)
+    df = spark.range(4000, numPartitions=4).selectExpr("CAST(CONCAT('v', id) AS BINARY) AS value")
+
+    def save(topic: str) -> None:
+        (df.write.format("aioproducer")
+         .option("kafka.bootstrap.servers", mock_cluster.bootstrap_servers)
+         .option("topic", topic)
+         .option("kafka.max.in.flight.requests.per.connection", "1")
+         .mode("append")
+         .save())  # fmt: skip
+
+    def producer_ids_asked() -> int:
+        requests = mock_cluster.get_requests()
+        return sum(1 for r in requests if r.api_key == ApiKey.INIT_PRODUCER_ID)
+
+    mock_cluster.start_request_tracking()
+    save(topics[0])
+    save(topics[1])
+    # Eight tasks on local[2]'s two Python workers: one producer (one producer id) each.
+    assert 1 <= producer_ids_asked() <= 2
+    # A delivery error fails its task, and so the job; the next write succeeds. (How many
+    # producer ids it takes is not the point: the producer that failed a batch bumps its
+    # epoch, and Spark may kill the worker of a task cancelled with the job.)
+    mock_cluster.push_request_errors(ApiKey.PRODUCE, [ErrorCode.INVALID_RECORD])
+    with pytest.raises(Exception, match="InvalidRecordError"):
+        save(topics[2])
+    save(topics[3])
+    expected = sorted(f"v{i}".encode() for i in range(4000))
+    for topic in (topics[0], topics[1], topics[3]):
+        assert _stored_values(mock_cluster.bootstrap_servers, topic, 4000) == expected
+
+
+def test_a_key_column_of_nulls_sends_records_without_keys(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: sink_module._ProducerCache
+) -> None:
+    # Spark's sink writes a null key for a null cell; a chunk whose keys are all null takes
+    # send_many's path for plain values, with the same records.
+    topic = new_topic(tansu, partitions=3)
+    sink = SinkOptions(topic, {"bootstrap.servers": tansu.bootstrap_servers})
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    layout = sink_module._layout(schema, topic)
+    nulls = pa.RecordBatch.from_pydict(
+        {"key": pa.array([None] * 3, pa.string()), "value": [b"a0", b"a1", b"a2"]}
+    )
+    mixed = pa.RecordBatch.from_pydict(
+        {"key": pa.array([None, "k"], pa.string()), "value": [b"b0", b"b1"]}
+    )
+    assert sink_module._write_partition(sink, layout, iter([nulls, mixed])) == 5
+    rows = [{"key": None, "value": b"c0"}, {"key": None, "value": b"c1"}]
+    assert sink_module._write_partition(sink, layout, iter(rows)) == 2
+    records = read_back(tansu.bootstrap_servers, topic, expected=7)
+    assert sorted((r.value, r.key) for r in records) == [
+        (b"a0", None), (b"a1", None), (b"a2", None), (b"b0", None), (b"b1", b"k"),
+        (b"c0", None), (b"c1", None),
+    ]
