@@ -681,7 +681,7 @@ class Producer:
     ) -> RecordFuture:
         # send() with a span: it starts here, carries its context in the record's headers
         # and ends when the record is acknowledged or failed (or now, if send() raises).
-        span = telemetry.start_send(topic, key, partition)
+        span = telemetry.start_send(topic, key, value, partition)
         try:
             headers = span.inject(headers)
             result = appender.append(topic, value, key, partition, timestamp_ms, headers)

@@ -55,7 +55,7 @@ class SendSpan(Protocol):
 class SendTelemetry(Protocol):
     """What a producer with telemetry calls on each ``send()`` and ``send_many()``."""
 
-    def start_send(self, topic: Any, key: Any, partition: Any) -> SendSpan:
+    def start_send(self, topic: Any, key: Any, value: Any, partition: Any) -> SendSpan:
         """A span for one record of ``send()``, with the arguments as given (unchecked)."""
         ...
 

@@ -18,7 +18,8 @@ The spans follow the OpenTelemetry semantic conventions for messaging (Kafka), v
   ``messaging.system`` ``"kafka"``, ``messaging.operation.type`` and
   ``messaging.operation.name`` ``"send"``, ``messaging.destination.name``,
   ``messaging.client.id``, ``server.address`` and ``server.port`` (the first bootstrap
-  server), ``messaging.kafka.message.key`` when the key is a ``str``; once the broker
+  server), ``messaging.kafka.message.key`` when the key is a ``str``,
+  ``messaging.kafka.message.tombstone`` for a record without a value; once the broker
   acknowledged the record, ``messaging.destination.partition.id`` and
   ``messaging.kafka.offset``. The span starts in ``send()`` and ends when the record is
   acknowledged or fails, not when ``send()`` returns.
@@ -237,10 +238,12 @@ class _ProducerTelemetry:
         span = self._tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
         return _Span(span)
 
-    def start_send(self, topic: Any, key: Any, partition: Any) -> _Span:
+    def start_send(self, topic: Any, key: Any, value: Any, partition: Any) -> _Span:
         attributes = dict(self._attributes)
         if isinstance(key, str):
             attributes["messaging.kafka.message.key"] = key
+        if value is None:
+            attributes["messaging.kafka.message.tombstone"] = True
         if type(partition) is int and partition >= 0:
             attributes["messaging.destination.partition.id"] = str(partition)
         return self._start(topic, attributes)

@@ -74,7 +74,7 @@ async def test_a_span_per_record_ends_when_the_record_is_acknowledged(
         provider,
     ) as producer:
         first = await producer.send(topic, b"one", key="order-1")
-        second = await producer.send(topic, b"two", key=None, partition=2)
+        second = await producer.send(topic, None, key=None, partition=2)  # a tombstone
         # Buffered (linger_ms is long): no span has ended yet.
         assert exporter.get_finished_spans() == ()
         await producer.flush()
@@ -89,6 +89,9 @@ async def test_a_span_per_record_ends_when_the_record_is_acknowledged(
         attributes = dict(span.attributes or {})
         assert attributes.pop("messaging.kafka.message.key", None) == (
             "order-1" if record is metadata[0] else None
+        )
+        assert attributes.pop("messaging.kafka.message.tombstone", None) == (
+            None if record is metadata[0] else True
         )
         assert attributes == {
             "messaging.system": "kafka",
