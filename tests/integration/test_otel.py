@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from aioproducer import Producer, ProducerRecord
+from aioproducer import Producer, ProducerRecord, SyncProducer
 from aioproducer.errors import InvalidRecordError, UnknownTopicOrPartitionError
 from aioproducer.integrations import otel
 from aioproducer.integrations.otel import AioproducerInstrumentor
@@ -279,3 +279,29 @@ async def test_without_instrumentation_no_header_is_added(
         await (await producer.send_many(topic, [b"bulk"]))
     records = read_back(tansu.bootstrap_servers, topic, expected=2)
     assert [r.headers for r in records] == [[], []]
+
+
+def test_sync_producer_records_are_children_of_the_calling_threads_span(
+    tansu: Any, new_topic: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    topic = new_topic(tansu)
+    instrumentor = AioproducerInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        with SyncProducer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+            with provider.get_tracer("app").start_as_current_span("request") as parent:
+                future = producer.send(topic, b"one")
+                many = producer.send_many(topic, [b"two", b"three"])  # waits for them
+            future.result(timeout=30)
+            assert len(many) == 2
+    finally:
+        instrumentor.uninstrument()
+    sends = [s for s in exporter.get_finished_spans() if s.name == f"send {topic}"]
+    assert len(sends) == 2
+    for span in sends:
+        assert span.parent is not None
+        assert span.parent.span_id == parent.get_span_context().span_id
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert {traceparent(r.headers)[0] for r in records} == {
+        f"{parent.get_span_context().trace_id:032x}"
+    }
