@@ -24,7 +24,8 @@ The spans follow the OpenTelemetry semantic conventions for messaging (Kafka), v
   ``messaging.kafka.offset``. The span starts in ``send()`` and ends when the record is
   acknowledged or fails, not when ``send()`` returns.
 - ``send_many()``: one span for the call, with ``messaging.batch.message_count``; it ends
-  when every record is acknowledged or one failed. Each record carries the span's context.
+  once every record is acknowledged or failed (as failed, with the first failed record's
+  error, if any did). Each record carries the span's context.
 - A failure (``send()`` raises, or the record fails later) sets ``error.type`` to the
   error's class (``aioproducer.errors.RecordTooLargeError``), records the exception and
   sets the span's status to ERROR.
