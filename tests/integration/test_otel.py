@@ -5,6 +5,7 @@ the metrics a metric reader collects."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -305,3 +306,38 @@ def test_sync_producer_records_are_children_of_the_calling_threads_span(
     assert {traceparent(r.headers)[0] for r in records} == {
         f"{parent.get_span_context().trace_id:032x}"
     }
+
+
+async def test_a_collection_in_another_thread_reads_the_metrics_on_the_loop(
+    tansu: Any, new_topic: Any
+) -> None:
+    # A periodic exporter collects in its own thread; the metrics change on the loop's.
+    topic = new_topic(tansu)
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    readers: list[int] = []
+    try:
+        producer = AioproducerInstrumentor.instrument_producer(
+            Producer(bootstrap_servers=tansu.bootstrap_servers), meter_provider=meter_provider
+        )
+        async with producer:
+            await (await producer.send(topic, b"x"))
+            metrics = producer.metrics
+
+            def watched() -> dict[str, float]:
+                readers.append(threading.get_ident())
+                return metrics()
+
+            producer.metrics = watched  # type: ignore[method-assign]
+            data = await asyncio.to_thread(reader.get_metrics_data)
+    finally:
+        meter_provider.shutdown()
+    assert data is not None
+    names = {
+        metric.name
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert "kafka.producer.record_send_total" in names
+    assert readers and set(readers) == {threading.get_ident()}
