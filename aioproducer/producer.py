@@ -53,6 +53,7 @@ from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
 from aioproducer.sender import Sender
+from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
 from aioproducer.transactions import (
     ConsumerGroupMetadata,
     IdempotenceManager,
@@ -111,6 +112,8 @@ class Producer:
         self._loop_running: Callable[[], bool] = _false
         self._reports = DeliveryReports()
         self._drop_reported = False
+        # Tracing (aioproducer.telemetry): None, the default, costs send() one check.
+        self._telemetry: SendTelemetry | None = default_for(self)
 
     # ---- properties -----------------------------------------------------------------------
 
@@ -252,6 +255,8 @@ class Producer:
             raise
         if self._transactions is not None:
             await self._initialize_transactions()
+        if self._telemetry is not None:
+            self._telemetry.started(self)
 
     def _on_sender_abandoned(self, dropped: int) -> None:
         # The sender task was cancelled (asyncio.run() cancels what is left when the main
@@ -653,14 +658,49 @@ class Producer:
         # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
         if get_ident() != self._loop_thread or not self._loop_running():
             self._check_loop()
+        if self._telemetry is not None:
+            return await self._send_traced(
+                self._telemetry, appender, topic, value, key, partition, timestamp_ms, headers
+            )
         result = appender.append(topic, value, key, partition, timestamp_ms, headers)
         if result:
             return result
+        return await self._append_pending(result)
+
+    async def _append_pending(self, result: RecordFuture | PendingRecord) -> RecordFuture:
+        # send()'s slow path: the record waits for memory or metadata.
+        appender = self._appender
+        assert appender is not None
         assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
         if result.needs_memory:
             # Only memory is missing (buffer_memory is full): the compiled wait.
             return await appender.append_when_memory_frees(result, self._max_block)
         return await self._append_wait(result)
+
+    async def _send_traced(
+        self,
+        telemetry: SendTelemetry,
+        appender: RecordAppender,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+    ) -> RecordFuture:
+        # send() with a span: it starts here, carries its context in the record's headers
+        # and ends when the record is acknowledged or failed (or now, if send() raises).
+        span = telemetry.start_send(topic, key, value, partition)
+        try:
+            headers = span.inject(headers)
+            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            future = result if result else await self._append_pending(result)
+        except BaseException as exc:
+            span.failed(exc)
+            raise
+        assert isinstance(future, RecordFuture)
+        span.record_appended(future)
+        return future
 
     async def send_and_wait(
         self,
@@ -704,6 +744,11 @@ class Producer:
         topic = appender.validate_topic(topic)
         partition = check_partition(partition)
         sequence = items if isinstance(items, list | tuple) else list(items)
+        span: SendSpan | None = None
+        if self._telemetry is not None:
+            # One span for the call; each record carries its context (see telemetry.py).
+            span = self._telemetry.start_send_many(topic, len(sequence), partition)
+            sequence = span.inject_items(topic, sequence)
         results = BatchResults()
         now_ms = int(time.time() * 1000)
         index = run_end = 0
@@ -721,13 +766,18 @@ class Producer:
                     else:
                         future = await self._append_wait(pending)
                     results.add_future(future)
-        except KafkaError as exc:
-            # The items before the refused one are buffered: say which item it was, and
-            # hand the caller those records' results.
-            refused = len(results)
-            exc.args = (f"send_many item {refused}: {exc.message}", *exc.args[1:])
-            exc.accepted = results
+        except BaseException as exc:
+            if isinstance(exc, KafkaError):
+                # The items before the refused one are buffered: say which item it was, and
+                # hand the caller those records' results.
+                refused = len(results)
+                exc.args = (f"send_many item {refused}: {exc.message}", *exc.args[1:])
+                exc.accepted = results
+            if span is not None:
+                span.failed(exc)
             raise
+        if span is not None:
+            span.records_appended(results)
         return results
 
     # ---- confluent-kafka style: produce, poll, init_transactions -------------------------------

@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import itertools
 import logging
@@ -60,6 +61,7 @@ from aioproducer.records import (
     check_partition,
     check_timestamp,
 )
+from aioproducer.telemetry import attached as attached_telemetry
 
 __all__ = ["SyncProducer"]
 
@@ -78,6 +80,19 @@ _portal_numbers = itertools.count(1)
 _T = TypeVar("_T")
 _Item = tuple[Any, ...]
 _SEND, _SEND_MANY, _FLUSH, _CLOSE, _CALL = range(5)
+
+
+def _enter(context: contextvars.Context | None) -> list[tuple[Any, Any]]:
+    """Set the variables of a calling thread's ``context`` in the current one (the loop
+    thread's task); :func:`_leave` restores them."""
+    if context is None:
+        return []
+    return [(variable, variable.set(value)) for variable, value in context.items()]
+
+
+def _leave(entered: list[tuple[Any, Any]]) -> None:
+    for variable, token in reversed(entered):
+        variable.reset(token)
 
 
 def _uvloop_available() -> bool:
@@ -243,15 +258,24 @@ class SyncProducer:
         producer = self._producer
         kind = item[0]
         if kind == _SEND:
-            _, topic, value, key, partition, timestamp_ms, headers, _ = item
-            record = await producer.send(
-                topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
-            )
+            _, topic, value, key, partition, timestamp_ms, headers, context, _ = item
+            entered = _enter(context)
+            try:
+                record = await producer.send(
+                    topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
+                    headers=headers,
+                )
+            finally:
+                _leave(entered)
             self._outstanding.add(target)
             record.add_done_callback(functools.partial(self._settle, target))
         elif kind == _SEND_MANY:
-            _, topic, records, partition, _ = item
-            results = await producer.send_many(topic, records, partition=partition)
+            _, topic, records, partition, context, _ = item
+            entered = _enter(context)
+            try:
+                results = await producer.send_many(topic, records, partition=partition)
+            finally:
+                _leave(entered)
             self._await_in_loop(_await(results), target)
         elif kind == _FLUSH:
             # Its own task: sends from other threads go on while this one waits.
@@ -266,6 +290,13 @@ class SyncProducer:
             target.set_result(None)
             return True
         return False
+
+    def _context(self) -> contextvars.Context | None:
+        # With tracing (aioproducer.telemetry), the calling thread's context goes along with
+        # its records: the span current here is the parent of theirs.
+        if attached_telemetry(self._producer) is None:
+            return None
+        return contextvars.copy_context()
 
     def _settle(self, target: concurrent.futures.Future[RecordMetadata], record: Any) -> None:
         self._outstanding.discard(target)
@@ -447,7 +478,9 @@ class SyncProducer:
             topic, value, key, partition, timestamp_ms, headers
         )
         future: concurrent.futures.Future[RecordMetadata] = _RecordFuture()
-        self._enqueue((_SEND, topic, value, key, partition, timestamp_ms, headers, future))
+        self._enqueue(
+            (_SEND, topic, value, key, partition, timestamp_ms, headers, self._context(), future)
+        )
         return future
 
     def _prepared(
@@ -517,7 +550,7 @@ class SyncProducer:
         future: concurrent.futures.Future[RecordMetadataSequence] = _RecordFuture()
         records = items if isinstance(items, list | tuple) else list(items)
         records = [self._prepared_item(topic, index, item) for index, item in enumerate(records)]
-        self._enqueue((_SEND_MANY, topic, records, partition, future))
+        self._enqueue((_SEND_MANY, topic, records, partition, self._context(), future))
         return future
 
     def _prepared_item(self, topic: str, index: int, item: Any) -> Any:

@@ -159,6 +159,15 @@ def _check_transactions(records: list[Any]) -> None:
     assert b"order-2" not in by_key
 
 
+def _check_otel_tracing(records: list[Any]) -> None:
+    # Every record carries a W3C traceparent of the one trace the example printed.
+    trace_ids = {dict(r.headers)["traceparent"].split(b"-")[1] for r in records}
+    assert len(trace_ids) == 1
+    assert sorted(r.value for r in records) == [
+        b"audit 1", b"audit 2", b"item 0", b"item 1", b"item 2",
+    ]
+
+
 SPARK_EXAMPLE_ROWS = 2000
 
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
@@ -171,6 +180,7 @@ EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
     "interceptors.py": (100, _check_interceptors, "failed: 0"),
     "confluent_style.py": (10, _check_confluent_style, "delivered: 10 of 10"),
     "transactions.py": (4, _check_transactions, "order-2: aborted (card declined)"),
+    "otel_tracing.py": (5, _check_otel_tracing, "(PRODUCER): 2 records"),
 }
 
 

@@ -1,0 +1,132 @@
+"""OpenTelemetry without a broker: how it is turned on and off, what a producer without it
+imports, how the trace context joins each form of headers, and metrics that appear late."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+
+from aioproducer import Producer, ProducerState, telemetry
+from aioproducer.integrations import otel
+from aioproducer.integrations.otel import AioproducerInstrumentor
+
+CARRIER = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+ADDED = ("traceparent", CARRIER["traceparent"].encode())
+
+
+@pytest.fixture
+def instrumentor() -> Iterator[AioproducerInstrumentor]:
+    instrumentor = AioproducerInstrumentor()
+    yield instrumentor
+    instrumentor.uninstrument()
+
+
+def test_a_producer_without_tracing_imports_no_opentelemetry() -> None:
+    code = (
+        "import sys, aioproducer\n"
+        "producer = aioproducer.Producer(bootstrap_servers='localhost:9092')\n"
+        "print(producer._telemetry is None)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.splitlines() == ["True", "[]"], result.stderr
+
+
+def test_instrument_traces_the_producers_built_afterwards(
+    instrumentor: AioproducerInstrumentor,
+) -> None:
+    before = Producer(bootstrap_servers="localhost:9092")
+    instrumentor.instrument(tracer_provider=TracerProvider())
+    assert instrumentor.is_instrumented_by_opentelemetry
+    assert AioproducerInstrumentor() is instrumentor
+    after = Producer(bootstrap_servers="localhost:9092")
+    assert telemetry.attached(before) is None
+    assert telemetry.attached(after) is not None
+    instrumentor.instrument()  # a second time does nothing
+    instrumentor.uninstrument()
+    assert not instrumentor.is_instrumented_by_opentelemetry
+    assert telemetry.attached(after) is None
+    assert telemetry.attached(Producer(bootstrap_servers="localhost:9092")) is None
+
+
+def test_one_producer_is_instrumented_and_uninstrumented() -> None:
+    producer = Producer(bootstrap_servers="localhost:9092")
+    assert AioproducerInstrumentor.instrument_producer(producer) is producer
+    assert telemetry.attached(producer) is not None
+    assert AioproducerInstrumentor.uninstrument_producer(producer) is producer
+    assert telemetry.attached(producer) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (None, [ADDED]),
+        ([("a", b"1")], [("a", b"1"), ADDED]),
+        ((("a", b"1"),), [("a", b"1"), ADDED]),
+        ({"a": b"1"}, [("a", b"1"), ADDED]),
+        ((pair for pair in [("a", b"1")]), [("a", b"1"), ADDED]),
+        ([("a", b"1"), ("traceparent", b"mine")], [("a", b"1"), ("traceparent", b"mine")]),
+    ],
+    ids=["none", "list", "tuple", "dict", "iterator", "own-traceparent"],
+)
+def test_the_context_joins_every_form_of_headers(headers: Any, expected: Any) -> None:
+    original = json.dumps(headers, default=repr) if isinstance(headers, list | dict) else None
+    assert otel._with_context(headers, CARRIER) == expected
+    if original is not None:
+        assert json.dumps(headers, default=repr) == original  # not changed in place
+
+
+@pytest.mark.parametrize("headers", ["text", b"bytes", 42])
+def test_headers_send_refuses_are_left_for_it_to_refuse(headers: Any) -> None:
+    assert otel._with_context(headers, CARRIER) is headers
+
+
+def test_metric_names_that_appear_later_become_instruments() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    values = {"record-send-total": 3.0}
+
+    class StandIn:
+        # What the bridge reads of a producer (a class: the bridge keeps weak references).
+        state = ProducerState.CREATED
+        config = SimpleNamespace(client_id="late")
+
+        def metrics(self) -> dict[str, float]:
+            return dict(values)
+
+    stand_in: Any = StandIn()
+    bridge = otel._MetricsBridge(otel._meter(provider))
+    bridge.add(stand_in)
+    bridge.add_instruments(values)
+    values["topic.orders.record-send-total"] = 2.0  # a name metrics() did not have before
+
+    def collected() -> dict[str, float]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        return {
+            metric.name: metric.data.data_points[0].value
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+
+    assert collected() == {"kafka.producer.record_send_total": 3.0}
+    adding = bridge._adding
+    assert adding is not None
+    adding.join()
+    assert collected() == {
+        "kafka.producer.record_send_total": 3.0,
+        "kafka.producer.topic.orders.record_send_total": 2.0,
+    }
+    provider.shutdown()
