@@ -241,14 +241,22 @@ class Producer:
         self._state = ProducerState.RUNNING
         # Without a transaction to check, a running producer needs no state check per record.
         self._appender.open = self._transactions is None
+        # With no time left (max_block_ms=0, or a slow bootstrap), the first answers still
+        # get one request's time, as each bootstrap server got one whole attempt.
+        remaining = deadline - time.monotonic()
         try:
-            await self._sender.wait_ready(deadline - time.monotonic())
+            await self._sender.wait_ready(
+                remaining if remaining > 0 else cfg.request_timeout_ms / 1000.0
+            )
         except asyncio.TimeoutError:
+            missing, cause = self._sender.not_ready_reason()
             await self.close(timeout=0)
-            raise RequestTimedOutError(
-                f"start() got no metadata{' and producer id' if self._idempotence else ''} "
-                f"from {cfg.bootstrap_servers} within max_block_ms ({cfg.max_block_ms} ms)"
-            ) from None
+            error = RequestTimedOutError(
+                f"start() did not get {missing} from {', '.join(cfg.bootstrap_servers)} within "
+                f"max_block_ms ({cfg.max_block_ms} ms)"
+                + (f"; the last attempt failed: {cause}" if cause is not None else "")
+            )
+            raise error from cause
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.close(timeout=0)

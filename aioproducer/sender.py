@@ -246,6 +246,9 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         # Resolved by _check_ready for wait_ready().
         self._ready_waiter: asyncio.Future[None] | None = None
+        # The last failure of a Metadata or InitProducerId request (see not_ready_reason).
+        self._last_metadata_error: BaseException | None = None
+        self._last_init_error: BaseException | None = None
         self._init_backoff_until = 0.0
         self._transactions = idempotence if isinstance(idempotence, TransactionManager) else None
         self._transaction_flush = False
@@ -359,8 +362,10 @@ class Sender:
                 exc = self._force_close_error or ProducerClosedError(
                     "the producer was closed before the record was delivered"
                 )
+                self._handle_arrived_answers()
                 self._abort_all(exc)
         except asyncio.CancelledError:
+            self._handle_arrived_answers()
             dropped = self._abort_all(
                 ProducerClosedError("the producer's sender task was cancelled")
             )
@@ -382,9 +387,12 @@ class Sender:
             error = SenderCrashedError(f"the sender task crashed: {exc!r}")
             error.__cause__ = exc
             self._check_ready(error)
+            self._handle_arrived_answers()
             self._abort_all(error)
             raise
         finally:
+            # Nothing handles answers any more: let go of their futures and batches.
+            self._awaiting = []
             # A loop closing under a destroyed task refuses new callbacks: nobody waits then.
             with contextlib.suppress(RuntimeError):
                 self._check_ready(ProducerClosedError("the producer closed before it was ready"))
@@ -393,6 +401,12 @@ class Sender:
                 # A job still running finishes on its own; its buffer is returned then.
                 self._offload_pool.shutdown(wait=False)
                 self._offload_pool = None
+
+    def _handle_arrived_answers(self) -> None:
+        """Before failing what is left: answers that arrived but no step handled yet
+        (acknowledged records keep their metadata rather than a close or cancel error)."""
+        with contextlib.suppress(Exception):
+            self.handle_responses(self._clock())
 
     def _has_pending_work(self) -> bool:
         if self._transactions is not None and self._transactions.has_pending_work():
@@ -455,7 +469,7 @@ class Sender:
             idempotence.maybe_resolve_sequences()
             if transactions is None:
                 idempotence.bump_epoch_if_needed()
-                if idempotence.needs_producer_id:
+                if idempotence.needs_producer_id and self.fatal_error is None:
                     delay = min(delay, self._maybe_init_producer_id(now))
         accumulator = self._accumulator
         cluster = self._metadata.cluster
@@ -670,6 +684,13 @@ class Sender:
         self.wakeup()
         await asyncio.wait_for(asyncio.shield(waiter), max(0.0, timeout))
 
+    def not_ready_reason(self) -> tuple[str, BaseException | None]:
+        """What :meth:`wait_ready` still waits for ("metadata" or "a producer id") and the
+        last error of that request, if one failed."""
+        if not self._metadata.cluster.brokers:
+            return "metadata", self._last_metadata_error
+        return "a producer id", self._last_init_error
+
     def _is_ready(self) -> bool:
         if not self._metadata.cluster.brokers:
             return False
@@ -706,6 +727,7 @@ class Sender:
         try:
             future = connection.send(request)
         except KafkaError as exc:
+            self._last_metadata_error = exc
             metadata.update_failed(now, exc)
             return self._backoff_base
         self._await_answer(future, self._on_metadata_response)
@@ -714,12 +736,15 @@ class Sender:
     def _on_metadata_response(self, future: asyncio.Future[Any], now: float) -> None:
         if future.cancelled() or future.exception() is not None:
             cause = None if future.cancelled() else future.exception()
-            self._metadata.update_failed(now, cause or KafkaConnectionError("metadata cancelled"))
+            failure = cause or KafkaConnectionError("metadata cancelled")
+            self._last_metadata_error = failure
+            self._metadata.update_failed(now, failure)
             return
         response: MetadataResponse = future.result()
         brokers, topics = metadata_from_response(response)
         if not brokers:
-            self._metadata.update_failed(now, KafkaConnectionError("metadata without brokers"))
+            self._last_metadata_error = KafkaConnectionError("metadata without brokers")
+            self._metadata.update_failed(now, self._last_metadata_error)
             return
         self._metadata.update(
             brokers,
@@ -768,6 +793,7 @@ class Sender:
                 self._init_producer_id_failed(error, now)
                 return 0.0
             log.debug("InitProducerId could not be sent: %s", exc)
+            self._last_init_error = exc
             self._init_backoff_until = now + self._backoff_base
             return self._backoff_base
         idempotence.init_in_flight = True
@@ -803,6 +829,7 @@ class Sender:
             self._check_ready()
         else:
             log.warning("InitProducerId failed, retrying: %s", exc)
+            self._last_init_error = exc
             self._init_backoff_until = now + self._backoff_base
 
     # ---- transactions -------------------------------------------------------------------------

@@ -19,8 +19,10 @@ from aioproducer import Producer
 from aioproducer.errors import (
     ClusterAuthorizationFailedError,
     ConfigurationError,
+    CoordinatorLoadInProgressError,
     KafkaConnectionError,
     ProducerClosedError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from aioproducer.protocol.api import ApiKey
@@ -379,3 +381,28 @@ async def test_start_retries_a_passing_producer_id_error_and_fails_on_a_lasting_
     assert refused.state.value == "closed"
     with pytest.raises(ProducerClosedError):
         await refused.send(topic, b"never")
+
+
+async def test_start_that_runs_out_of_time_says_what_it_waited_for_and_why(
+    mock_cluster: Any,
+) -> None:
+    mock_cluster.push_request_errors(
+        ApiKey.INIT_PRODUCER_ID, [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 1000
+    )
+    producer = Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, max_block_ms=1500, retry_backoff_ms=50
+    )
+    with pytest.raises(RequestTimedOutError) as raised:
+        await asyncio.wait_for(producer.start(), PATIENCE)
+    message = str(raised.value)
+    assert "did not get a producer id" in message and "max_block_ms (1500 ms)" in message
+    assert mock_cluster.bootstrap_servers.split(",")[0] in message
+    assert isinstance(raised.value.__cause__, CoordinatorLoadInProgressError)
+    assert producer.state.value == "closed"
+
+
+async def test_start_with_max_block_ms_zero_still_gets_its_first_answers(tansu: Any) -> None:
+    # As each bootstrap server gets one whole attempt with no time left, the first
+    # Metadata and InitProducerId answers get one request's time.
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers, max_block_ms=0) as producer:
+        assert producer.state.value == "running"

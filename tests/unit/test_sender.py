@@ -4,13 +4,15 @@ Real parts: RecordAccumulator, BufferPool, Metadata, IdempotenceManager, Produce
 ProducerConfig and the protocol dataclasses. Fake parts: the ConnectionManager and the
 BrokerConnections, which record every request (and decode its record batches the moment it
 is sent) and hand back futures the test resolves with real response objects. Each test calls
-``sender.run_once(now)`` step by step and lets the event loop run the response callbacks;
+``sender.run_once(now)`` step by step, answering requests by resolving their futures
+(``handle_responses(now)``, or the next step, handles them; no event loop turn is needed);
 only the close and crash tests start the sender task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import random
@@ -38,6 +40,7 @@ from aioproducer.errors import (
     RecordTooLargeError,
     SenderCrashedError,
     TopicAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
@@ -1375,6 +1378,39 @@ async def test_a_refused_new_producer_id_fails_what_waits_and_every_later_send()
     h.sender.handle_responses(h.now)
     assert isinstance(waiting.exception(), ClusterAuthorizationFailedError)
     assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
+
+
+async def test_after_a_fatal_producer_id_error_no_init_producer_id_is_tried_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A broker that cannot take InitProducerId at all: one attempt, one error, then the
+    # sender waits to be closed instead of trying at every step.
+    h = Harness(idempotent=True, linger_ms=0)
+    for node in NODES:
+        h.conn(node).send_error = UnsupportedVersionError("node does not support InitProducerId")
+    caplog.set_level(logging.ERROR, logger="aioproducer.sender")
+    delays = [h.step(h.now + 0.01 * i) for i in range(4)]
+    assert isinstance(h.sender.fatal_error, UnsupportedVersionError)
+    assert "enable_idempotence=False" in str(h.sender.fatal_error)
+    failures = [r for r in caplog.records if "InitProducerId failed" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert all(delay > 0 for delay in delays[1:]), delays
+
+
+async def test_an_answer_that_arrived_before_a_force_close_is_still_handled() -> None:
+    # The broker acknowledged the record; close(timeout) runs out in the same loop turn,
+    # before the sender's next step: the record keeps its offset, not a close error.
+    h = Harness(linger_ms=0)
+    future = h.append(0, b"acknowledged")
+    task = h.sender.start()
+    await wait_until(lambda: len(h.produce_requests()) == 1)
+    h.last_produce(1).future.set_result(
+        ProduceResponse(topics=[ProduceTopicResponse(TOPIC, [ok(0, 7)])])
+    )
+    h.sender.force_close(ProducerClosedError("closed with a timeout"))
+    await asyncio.wait_for(task, 10)
+    assert future.result().offset == 7
+    assert h.memory_is_back()
 
 
 async def test_duplicate_sequence_number_counts_as_success() -> None:
