@@ -154,12 +154,20 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         (
             "record-size-avg",
             "bytes",
-            "Average size of a record in the batches sent (before compression).",
+            "Average size of a record in the batches sent, before compression (its own "
+            "bytes; the batch header is not counted).",
         ),
         ("request-total", "requests", "Produce requests sent."),
         ("request-rate", "requests/s", "Produce requests sent per second."),
-        ("outgoing-byte-total", "bytes", "Bytes of Produce requests sent."),
-        ("outgoing-byte-rate", "bytes/s", "Bytes of Produce requests sent per second."),
+        (
+            "outgoing-byte-total",
+            "bytes",
+            "Bytes of record batches sent in Produce requests, as sent (compressed; a retry "
+            "counts again). Unlike the Java client's, requests of other kinds and the "
+            "request headers are not counted here: the per-broker group's "
+            "outgoing-byte-total counts every request frame.",
+        ),
+        ("outgoing-byte-rate", "bytes/s", "Those bytes per second."),
         (
             "buffer-available-bytes",
             "bytes",

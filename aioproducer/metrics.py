@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
+
 __all__ = ["CONNECTION_METRICS", "NodeMetrics", "ProducerMetrics", "TopicMetrics"]
 
 #: The connection metrics the connection manager adds (Java's selector metrics, which the
@@ -75,10 +77,11 @@ class _Windowed:
         return 0.0 if value == float("-inf") else value
 
     def rate(self, now: float) -> float:
-        """Sum per second over the elapsed part of the two windows."""
+        """Sum per second over the elapsed part of the current window plus one whole
+        window: Java's ``Rate`` with two samples, which counts a window not yet lived as
+        elapsed, so the first seconds of a producer show no spike."""
         self._roll(now)
-        elapsed = (now - self._start) + (self._window if self._previous[1] else 0.0)
-        elapsed = max(elapsed, 1.0)
+        elapsed = (now - self._start) + self._window
         return (self._current[0] + self._previous[0]) / elapsed
 
 
@@ -291,7 +294,11 @@ class ProducerMetrics:
         self._batch_size.record(size, now)
         self._compression_rate.record(size / uncompressed if uncompressed else 1.0, now)
         self._queue_time.record(queue_time * 1000.0, now)
-        self._record_size.record_many(uncompressed, records, uncompressed / max(records, 1), now)
+        # The records' own bytes: the batch's header is not a record's.
+        record_bytes = max(0, uncompressed - RECORD_BATCH_OVERHEAD)
+        self._record_size.record_many(
+            record_bytes, records, record_bytes / max(records, 1), now
+        )
 
     def batch_sent(self, topic: str, size: int, uncompressed: int, now: float) -> None:
         """A batch of ``topic`` of ``size`` bytes (``uncompressed`` before compression) went

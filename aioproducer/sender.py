@@ -543,7 +543,8 @@ class Sender:
                     batch,
                     f"expiring {batch.record_count} record(s) for {batch.topic}-"
                     f"{batch.partition}: {now - batch.created:.3f} s passed since the batch was "
-                    "created, more than delivery_timeout_ms",
+                    f"created, more than delivery_timeout_ms ({self._config.delivery_timeout_ms} "
+                    "ms)",
                 ),
                 now,
                 answered=False,
@@ -1280,13 +1281,18 @@ class Sender:
         if self._idempotence is not None:
             self._idempotence.on_final_failure(batch, str(exc), answered=answered)
         if not logged:
+            if node is None:
+                leader = self._metadata.cluster.leader_for(batch.topic, batch.partition)
+                where = f"leader {leader}" if leader >= 0 else "no known leader"
+            else:
+                where = f"broker {node}"
             log.warning(
-                "failed to deliver %d record(s) to %s-%d (broker %s) after %d attempt(s): %s",
+                "failed to deliver %d record(s) to %s-%d (%s) %s: %s",
                 batch.record_count,
                 batch.topic,
                 batch.partition,
-                "unknown" if node is None else node,
-                batch.attempts + 1,
+                where,
+                f"after {batch.attempts + 1} attempt(s)" if batch.drained else "before it was sent",
                 exc,
             )
         if batch.fail(exc):

@@ -1,7 +1,7 @@
 """A FastAPI service that publishes to Kafka and serves its producer's metrics to Prometheus.
 
 The lifespan starts the producer and registers it with aioproducer's Prometheus collector;
-``/metrics`` serves the registry (prometheus_client's ASGI app), read at each scrape. Needs
+``GET /metrics`` serves the registry in Prometheus's text format, read at each scrape. Needs
 the ``fastapi`` and ``prometheus`` extras.
 
 Run it in-process (an embedded broker, a few requests and a scrape through FastAPI's
@@ -20,8 +20,8 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, make_asgi_app
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
@@ -60,7 +60,12 @@ def create_app(
             lifespan=report_metrics,
         ),
     )
-    app.mount("/metrics", make_asgi_app(registry))
+
+    # A route rather than app.mount("/metrics", make_asgi_app(...)): a mount answers
+    # /metrics with a redirect to /metrics/, which not every scraper follows.
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/orders")
     async def create_order(order: Order, producer: ProducerDep) -> dict[str, int]:
@@ -89,7 +94,7 @@ def main(bootstrap_servers: str, topic: str) -> None:
         for n in range(5):
             order = {"order_id": f"o-{n}", "customer": f"c-{n % 2}"}
             print("POST /orders ->", client.post("/orders", json=order).json())
-        scrape = client.get("/metrics/")
+        scrape = client.get("/metrics", follow_redirects=False)
         print("GET /metrics ->", scrape.status_code)
         delivered = 0.0
         for family in text_string_to_metric_families(scrape.text):

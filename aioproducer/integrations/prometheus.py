@@ -78,6 +78,15 @@ class MetricSource(Protocol):
         ...
 
 
+def _is_closed(producer: MetricSource) -> bool:
+    """True for a producer that was closed (a Producer, InMemoryProducer or SyncProducer)."""
+    closed = getattr(producer, "closed", None)
+    if isinstance(closed, bool):
+        return closed
+    state = getattr(producer, "state", None)
+    return getattr(state, "value", None) == "closed"
+
+
 def _family(definition: MetricDefinition) -> CounterMetricFamily | GaugeMetricFamily:
     name = definition.prometheus_name
     documentation = (
@@ -96,8 +105,9 @@ class ProducerCollector(Collector):
     Each scrape reads every producer's :meth:`~aioproducer.Producer.metrics_detailed`;
     producers are told apart by the ``client_id`` label, so two producers added to one
     collector must have different ``client_id`` options. A producer not started yet reports
-    nothing; one whose metrics cannot be read (a closed
-    :class:`~aioproducer.SyncProducer`) is left out of that scrape.
+    nothing; a closed one is dropped at the next scrape (its series end, as the Java
+    client's metrics leave JMX when it closes), and a new producer may take its
+    ``client_id`` at once.
 
     Most code calls :func:`register` instead, which keeps one collector per registry.
 
@@ -122,7 +132,7 @@ class ProducerCollector(Collector):
         client_id = producer.config.client_id
         with self._lock:
             known = self._producers.get(client_id)
-            if known is not None and known is not producer:
+            if known is not None and known is not producer and not _is_closed(known):
                 raise ConfigurationError(
                     f"another producer with client_id {client_id!r} is registered already: "
                     "give each producer its own client_id to tell their metrics apart"
@@ -154,6 +164,9 @@ class ProducerCollector(Collector):
         families: dict[tuple[str, str], CounterMetricFamily | GaugeMetricFamily] = {}
         by_key = {(d.group, d.name): d for d in DEFINITIONS}
         for producer in self.producers:
+            if _is_closed(producer):
+                self.remove(producer)
+                continue
             try:
                 entries = producer.metrics_detailed()
             except KafkaError as exc:

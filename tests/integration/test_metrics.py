@@ -210,3 +210,24 @@ def test_a_sync_producer_reports_its_metrics_until_it_is_closed(
     # Closed: a scrape leaves it out instead of failing.
     assert list(collector.collect()) == []
     assert len(read_back(tansu.bootstrap_servers, topic, expected=3)) == 3
+
+
+async def test_a_closed_producer_leaves_the_scrape_and_its_client_id_free(
+    tansu: Any, new_topic: Any
+) -> None:
+    # A service that restarts its producer (same client_id) keeps one set of series: the
+    # closed producer's series end, and the new producer registers without an error.
+    topic = new_topic(tansu, partitions=1)
+    target = CollectorRegistry()
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers, client_id="svc") as old:
+        prometheus.register(old, target)
+        await old.send_and_wait(topic, b"old")
+    name = "kafka_producer_topic_record_send_total"
+    assert target.get_sample_value(name, {"client_id": "svc", "topic": topic}) is None
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers, client_id="svc") as new:
+        prometheus.register(new, target)
+        for _ in range(2):
+            await new.send_and_wait(topic, b"new")
+        assert target.get_sample_value(name, {"client_id": "svc", "topic": topic}) == 2
+        prometheus.unregister(new, target)
+    assert len(read_back(tansu.bootstrap_servers, topic, expected=3)) == 3
