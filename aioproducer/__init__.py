@@ -19,7 +19,12 @@ from aioproducer.records import (
     TimestampType,
 )
 from aioproducer.sync import SyncProducer
-from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
+from aioproducer.transactions import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    TransactionState,
+)
+from aioproducer.two_phase import complete_prepared_transaction, fetch_committed_offsets
 
 __version__ = "0.1.0"
 
@@ -29,6 +34,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "DeliveredMessage",
     "Header",
+    "PreparedTransaction",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",
@@ -41,5 +47,7 @@ __all__ = [
     "TransactionState",
     "UnsecuredTokenProvider",
     "__version__",
+    "complete_prepared_transaction",
+    "fetch_committed_offsets",
     "read_properties",
 ]
