@@ -1,0 +1,144 @@
+"""Exactly once from Spark to Apache Kafka (``delivery.guarantee`` ``exactly_once``).
+
+A batch write of many rows in which one task fails once, mid-partition (a UDF raises on
+its first attempt), and Spark runs it again: a consumer reading committed data gets every
+row exactly once, while a read_uncommitted consumer also sees the rows of the failed
+attempt, written and then aborted: the transactions did the work. With the default
+(at least once), the same job leaves those rows twice in what every consumer reads.
+
+Records are read back with confluent-kafka's consumer (tests.support.readback).
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.kafka import KafkaBroker
+from tests.support.readback import read_back
+from tests.support.spark import local_spark
+
+pytestmark = pytest.mark.kafka
+
+pyspark = pytest.importorskip("pyspark")
+
+NewTopic = Callable[..., str]
+
+_ROWS = 100_000
+_SPARK_PARTITIONS = 4
+# Partition 1 fails on its first attempt at this row, after thousands of its rows went out.
+_FAIL_AT = 25_000 + 20_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    # local[2,4]: a failed task is tried again (plain local mode never retries a task).
+    with local_spark(
+        "aioproducer-exactly-once",
+        master="local[2,4]",
+        **{"spark.sql.execution.arrow.maxRecordsPerBatch": "2000"},
+    ) as session:
+        yield session
+
+
+def _failing_once(spark: Any) -> Any:
+    """``_ROWS`` rows in ``_SPARK_PARTITIONS`` partitions, keyed and valued by their id; the
+    task of Spark partition 1 raises at row ``_FAIL_AT`` on its first attempt."""
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import LongType
+
+    fail_at = _FAIL_AT
+
+    def fail_once(value: int) -> int:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if value == fail_at and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("injected failure on the task's first attempt")
+        return value
+
+    ids = udf(fail_once, LongType())
+    return (
+        spark.range(0, _ROWS, 1, _SPARK_PARTITIONS)
+        .select(ids(col("id")).alias("id"))
+        .selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    )
+
+
+def _write(df: Any, broker: KafkaBroker, topic: str, guarantee: str) -> None:
+    (
+        df.write.format("aioproducer")
+        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+        .option("topic", topic)
+        .option("delivery.guarantee", guarantee)
+        .option("kafka.linger.ms", "5")
+        .mode("append")
+        .save()
+    )
+
+
+def _counts(broker: KafkaBroker, topic: str, isolation_level: str) -> collections.Counter[bytes]:
+    records = read_back(
+        broker.bootstrap_servers,
+        topic,
+        expected=_ROWS,
+        isolation_level=isolation_level,
+        extra_wait=1.0,
+        timeout=120.0,
+    )
+    return collections.Counter(r.value for r in records if r.value is not None)
+
+
+def test_a_task_that_fails_once_leaves_every_row_exactly_once(
+    spark: Any, kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    topic = new_topic(kafka, partitions=3)
+    _write(_failing_once(spark), kafka, topic, "exactly_once")
+    committed = _counts(kafka, topic, "read_committed")
+    expected = {str(i).encode() for i in range(_ROWS)}
+    assert set(committed) == expected
+    duplicated = [value for value, count in committed.items() if count > 1]
+    assert not duplicated, f"{len(duplicated)} rows were committed more than once"
+    # The failed attempt's rows were written, in a transaction that was aborted.
+    everything = _counts(kafka, topic, "read_uncommitted")
+    assert sum(everything.values()) > _ROWS
+    assert set(everything) == expected
+
+
+def test_at_least_once_duplicates_what_the_failed_attempt_sent(
+    spark: Any, kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    # What exactly_once prevents: the same job with the default guarantee.
+    topic = new_topic(kafka, partitions=3)
+    _write(_failing_once(spark), kafka, topic, "at_least_once")
+    committed = _counts(kafka, topic, "read_committed")
+    assert set(committed) == {str(i).encode() for i in range(_ROWS)}
+    assert sum(committed.values()) > _ROWS
+
+
+def test_exactly_once_options_are_checked_on_the_driver(
+    spark: Any, kafka: KafkaBroker
+) -> None:
+    from pyspark.errors import PySparkException
+
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+
+    def save(**options: str) -> None:
+        writer = df.write.format("aioproducer").option(
+            "kafka.bootstrap.servers", kafka.bootstrap_servers
+        )
+        for name, value in options.items():
+            writer = writer.option(name, value)
+        writer.mode("append").save()
+
+    with pytest.raises(PySparkException, match=r"'at_least_once' \(the default\) or"):
+        save(topic="t", **{"delivery.guarantee": "twice"})
+    with pytest.raises(PySparkException, match=r"kafka\.transactional\.id"):
+        save(
+            topic="t",
+            **{"delivery.guarantee": "exactly_once", "kafka.transactional.id": str(uuid.uuid4())},
+        )
