@@ -6,21 +6,34 @@ row exactly once, while a read_uncommitted consumer also sees the rows of the fa
 attempt, written and then aborted: the transactions did the work. With the default
 (at least once), the same job leaves those rows twice in what every consumer reads.
 
+A streaming query (its own process) is killed in the middle of committing a micro-batch,
+after one partition's transaction was committed, and restarted from its checkpoint: Spark
+replays the micro-batch, the committed partition is not written again (its marker offset
+says so), the others are, and every row is read exactly once.
+
 Records are read back with confluent-kafka's consumer (tests.support.readback).
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import read_back
-from tests.support.spark import local_spark
+from tests.support.spark import ROOT, local_spark
+from tests.support.spark_crash import CRASH_FLAG
 
 pytestmark = pytest.mark.kafka
 
@@ -142,3 +155,69 @@ def test_exactly_once_options_are_checked_on_the_driver(
             topic="t",
             **{"delivery.guarantee": "exactly_once", "kafka.transactional.id": str(uuid.uuid4())},
         )
+
+
+# Only turns a hang into a failure.
+_QUERY_HANG = 600.0
+
+
+def _run_query(
+    args: list[str], env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.spark_crash", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the test kills all of it
+        )
+
+
+def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_restart(
+    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka, partitions=3)
+    files, per_file = 4, 3000
+    source = tmp_path / "input"
+    source.mkdir()
+    for number in range(files):
+        lines = (json.dumps({"id": number * per_file + i}) for i in range(per_file))
+        (source / f"part-{number}.json").write_text("\n".join(lines) + "\n")
+    args = [str(source), str(tmp_path / "checkpoint"), topic, kafka.bootstrap_servers]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(CRASH_FLAG, None)
+    log = tmp_path / "query.log"
+    flag = tmp_path / "crashed"
+
+    first = _run_query(args, {**env, CRASH_FLAG: str(flag)}, log)
+    try:
+        deadline = time.monotonic() + _QUERY_HANG
+        while not flag.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert flag.exists(), f"the query did not reach its commit:\n{log.read_text()[-3000:]}"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+    restarted = _run_query(args, env, log)
+    try:
+        assert restarted.wait(_QUERY_HANG) == 0, log.read_text()[-3000:]
+    finally:
+        if restarted.poll() is None:
+            os.killpg(restarted.pid, signal.SIGKILL)
+            restarted.wait()
+    total = files * per_file
+    records = read_back(
+        kafka.bootstrap_servers,
+        topic,
+        expected=total,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+        timeout=120.0,
+    )
+    committed = collections.Counter(r.value for r in records if r.value is not None)
+    assert set(committed) == {str(i).encode() for i in range(total)}
+    duplicated = [value for value, count in committed.items() if count > 1]
+    assert not duplicated, f"{len(duplicated)} rows were committed more than once"
