@@ -297,7 +297,9 @@ async def fetch_committed_offsets(
     Args:
         group_id: the consumer group.
         partitions: ``(topic, partition)`` pairs.
-        config, timeout, options: as for :func:`complete_prepared_transaction`.
+        config: connection options, as for :func:`complete_prepared_transaction`.
+        timeout: seconds for the whole request; ``max_block_ms`` by default.
+        **options: connection options by snake_case name.
 
     Returns:
         ``{(topic, partition): offset}`` for every partition asked for; -1 where the group

@@ -6,6 +6,9 @@ row exactly once, while a read_uncommitted consumer also sees the rows of the fa
 attempt, written and then aborted: the transactions did the work. With the default
 (at least once), the same job leaves those rows twice in what every consumer reads.
 
+``examples/spark_exactly_once.py`` (a task that fails once, retried) writes every order
+once, as read by a consumer reading committed data.
+
 A streaming query (its own process) is killed in the middle of committing a micro-batch,
 after one partition's transaction was committed, and restarted from its checkpoint: Spark
 replays the micro-batch, the committed partition is not written again (its marker offset
@@ -221,3 +224,36 @@ def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_r
     assert set(committed) == {str(i).encode() for i in range(total)}
     duplicated = [value for value, count in committed.items() if count > 1]
     assert not duplicated, f"{len(duplicated)} rows were committed more than once"
+
+
+def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewTopic) -> None:
+    topic = new_topic(kafka, partitions=3)
+    rows = 2000
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_EXAMPLE_ROWS=str(rows))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "spark_exactly_once.py"),
+            "--bootstrap-servers",
+            kafka.bootstrap_servers,
+            "--topic",
+            topic,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=_QUERY_HANG,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"exactly once: {rows} rows committed" in result.stdout
+    records = read_back(
+        kafka.bootstrap_servers,
+        topic,
+        expected=rows,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    orders = collections.Counter(json.loads(r.value)["order"] for r in records if r.value)
+    assert sorted(orders) == list(range(rows))
+    assert set(orders.values()) == {1}
