@@ -11,6 +11,8 @@ FindCoordinator + EndTxn.
 - A wrong epoch is refused with a clear error, and so is a transaction a newer producer
   with the same transactional id aborted (the retry of a failed task): nothing is
   committed.
+- A prepared transaction that outlives transaction_timeout_ms is aborted by the
+  coordinator; completing it then fails, saying so.
 - An offset committed inside the prepared transaction (the marker of a Spark micro-batch)
   becomes visible to fetch_committed_offsets only when the transaction commits.
 
@@ -24,11 +26,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import confluent_kafka
 import pytest
+from confluent_kafka.admin import OffsetSpec
 
 from aioproducer import (
     PreparedTransaction,
@@ -286,3 +291,49 @@ def test_an_offset_committed_in_a_prepared_transaction_is_seen_once_committed(
         }
 
     asyncio.run(scenario())
+
+
+def _ended(broker: KafkaBroker, topic: str) -> bool:
+    """No transaction is open on partition 0: its last stable offset is its end."""
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    ends = []
+    for level in (
+        confluent_kafka.IsolationLevel.READ_COMMITTED,
+        confluent_kafka.IsolationLevel.READ_UNCOMMITTED,
+    ):
+        futures = broker.admin().list_offsets(
+            {tp: OffsetSpec.latest()}, isolation_level=level, request_timeout=10
+        )
+        ends.append(futures[tp].result(timeout=10).offset)
+    return ends[0] == ends[1]
+
+
+def test_a_prepared_transaction_past_its_timeout_cannot_be_committed(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    topic = new_topic(any_kafka)
+    bootstrap = any_kafka.bootstrap_servers
+
+    async def prepare() -> PreparedTransaction:
+        async with Producer(
+            bootstrap_servers=bootstrap,
+            transactional_id=_transactional_id("2pc-timeout"),
+            transaction_timeout_ms=1000,
+        ) as producer:
+            await producer.begin_transaction()
+            await producer.send(topic, b"late", partition=0)
+            return await producer.prepare_transaction()
+
+    prepared = asyncio.run(prepare())
+    # The coordinator aborts it once the timeout passed (it looks twice a second on the
+    # test brokers).
+    deadline = time.monotonic() + _HANG
+    while not _ended(any_kafka, topic):
+        assert time.monotonic() < deadline, "the coordinator never aborted the transaction"
+        time.sleep(0.2)
+    with pytest.raises(KafkaError) as caught:
+        asyncio.run(complete_prepared_transaction(prepared, bootstrap_servers=bootstrap))
+    assert "stayed open longer than transaction_timeout_ms" in str(caught.value)
+    assert not caught.value.retriable
+    asyncio.run(_commit_one(any_kafka, topic, b"after"))
+    assert _values(any_kafka, topic, 1, "read_committed") == [b"after"]
