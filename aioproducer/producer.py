@@ -499,8 +499,8 @@ class Producer:
         producer started later with the same ``transactional_id`` aborts it too (that is
         how a retry fences a failed attempt). Completing it after either fails with a clear
         error; nothing is committed. Kafka's own prepared state that survives the timeout
-        (KIP-939, ``transaction.two.phase.commit.enable``) is not used: Kafka 4.x marks
-        the protocol version it needs unstable.
+        (KIP-939, ``transaction.two.phase.commit.enable``) is not used: Kafka 4.4 still
+        marks the InitProducerId version it needs (v6) unstable.
 
         Raises:
             IllegalStateError: no transaction is open, or an offset commit of it was not

@@ -21,8 +21,9 @@ producer's ``transaction_timeout_ms``, completing it fails with
 completion.
 
 KIP-939 (``transaction.two.phase.commit.enable``, InitProducerId v6 with
-``keepPreparedTxn``) would let a prepared transaction outlive the timeout; Kafka 4.x still
-marks InitProducerId v6 unstable, so this module does not use it.
+``keepPreparedTxn``) would let a prepared transaction outlive the timeout; Kafka 4.4 still
+marks InitProducerId v6 unstable (brokers advertise v5 unless
+``unstable.api.versions.enable``), so this module does not use it.
 
 :func:`fetch_committed_offsets` reads a consumer group's committed offsets (OffsetFetch),
 waiting for offsets an open transaction committed to be decided (``require_stable``).
