@@ -41,8 +41,7 @@ from typing import Any, TypeVar
 from aioproducer.backoff import ExponentialBackoff
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
-    IllegalStateError,
-    KafkaConnectionError,
+    ConfigurationError,
     KafkaError,
     RequestTimedOutError,
     error_for_code,
@@ -96,7 +95,7 @@ class _CoordinatorClient:
 
     def __init__(self, config: ProducerConfig, deadline: float) -> None:
         self._config = config
-        self._deadline = deadline
+        self.deadline = deadline
         self._changed = asyncio.Event()
         self._manager = ConnectionManager(config, self._changed.set)
         self._backoff = ExponentialBackoff(
@@ -108,7 +107,7 @@ class _CoordinatorClient:
         await self._manager.close()
 
     def _remaining(self, what: str) -> float:
-        remaining = self._deadline - time.monotonic()
+        remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise RequestTimedOutError(
                 f"{what} did not complete within the time given (timeout, or max_block_ms)"
@@ -116,9 +115,9 @@ class _CoordinatorClient:
         return remaining
 
     async def _any(self) -> BrokerConnection:
-        connection = await self._manager.bootstrap(self._deadline)
+        connection = await self._manager.bootstrap(self.deadline)
         if not self._brokers:
-            metadata = await self._request(connection, MetadataRequest([], False), "Metadata")
+            metadata = await self.request(connection, MetadataRequest([], False), "Metadata")
             self._brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
             self._manager.set_brokers(self._brokers)
         return connection
@@ -135,7 +134,7 @@ class _CoordinatorClient:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait)
 
-    async def _request(
+    async def request(
         self, connection: BrokerConnection, request: Request[_R], what: str
     ) -> _R:
         timeout = min(self._remaining(what), self._config.request_timeout_ms / 1000.0)
@@ -151,7 +150,7 @@ class _CoordinatorClient:
         attempts = 0
         while True:
             connection = await self._any()
-            response = await self._request(
+            response = await self.request(
                 connection, FindCoordinatorRequest([key], int(key_type)), what
             )
             entry = next((c for c in response.coordinators if c.key == key), None)
@@ -179,7 +178,9 @@ def _config(
 ) -> ProducerConfig:
     if isinstance(config, ProducerConfig):
         if options:
-            raise IllegalStateError("give options either as a ProducerConfig or as keywords")
+            raise ConfigurationError(
+                "give the connection options either as a ProducerConfig or as keywords, not both"
+            )
         return config
     return ProducerConfig.from_options(config, **options)
 
@@ -255,9 +256,10 @@ async def complete_prepared_transaction(
                 connection = await client.coordinator(
                     CoordinatorType.TRANSACTION, prepared.transactional_id
                 )
-                response: EndTxnResponse = await client._request(connection, request, what)
-            except KafkaConnectionError as exc:
-                if time.monotonic() >= client._deadline:
+                response: EndTxnResponse = await client.request(connection, request, what)
+            except KafkaError as exc:
+                # A lost connection, a request that timed out: again, until the deadline.
+                if not exc.retriable or time.monotonic() >= client.deadline:
                     raise
                 log.debug("%s: %s; retrying", what, exc)
                 attempts = await client.backoff(attempts, what)
@@ -325,9 +327,10 @@ async def fetch_committed_offsets(
         while True:
             try:
                 connection = await client.coordinator(CoordinatorType.GROUP, group_id)
-                response = await client._request(connection, request, what)
-            except KafkaConnectionError as exc:
-                if time.monotonic() >= client._deadline:
+                response = await client.request(connection, request, what)
+            except KafkaError as exc:
+                # A lost connection, a request that timed out: again, until the deadline.
+                if not exc.retriable or time.monotonic() >= client.deadline:
                     raise
                 log.debug("%s: %s; retrying", what, exc)
                 attempts = await client.backoff(attempts, what)
