@@ -169,10 +169,13 @@ class TransactionalCommitMessage(KafkaCommitMessage):
             task wrote nothing.
         already_written: a replayed micro-batch this partition had committed already:
             nothing was written again.
+        attempt: the task's attempt number; the driver aborts what the attempts before it
+            left open.
     """
 
     prepared: PreparedTransaction | None = None
     already_written: bool = False
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,12 +192,49 @@ class _Marker:
         return (self.topic, 0)
 
 
+def _transactional_id(prefix: str, partition: int, attempt: int) -> str:
+    """The transactional id of a task: ``<prefix>-<partition>`` for its first attempt,
+    ``<prefix>-<partition>-retry<n>`` for attempt ``n``. Each attempt has its own, so a
+    failed attempt still running (its Python worker outlives the task) cannot fence the
+    attempt that replaced it."""
+    base = f"{prefix}-{partition}"
+    return base if attempt == 0 else f"{base}-retry{attempt}"
+
+
+def _earlier_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
+    return [_transactional_id(prefix, partition, earlier) for earlier in range(attempt)]
+
+
+async def _fence(
+    sink: SinkOptions, transactional_ids: list[str]
+) -> list[tuple[str, BaseException]]:
+    """Start (then close) a transactional producer under each id: each start fences the
+    earlier producers with that id and aborts the transaction they left open. The
+    (id, error) of each that failed."""
+
+    async def fence(transactional_id: str) -> None:
+        producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+        await producer.start()
+        await producer.close()
+
+    results = await asyncio.gather(
+        *(fence(transactional_id) for transactional_id in transactional_ids),
+        return_exceptions=True,
+    )
+    return [
+        (transactional_id, result)
+        for transactional_id, result in zip(transactional_ids, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+
+
 async def _produce_prepared(
     sink: SinkOptions,
     layout: _Layout,
     chunks: Iterator[Mapping[str, list[Any]]],
     transactional_id: str,
     marker: _Marker | None,
+    earlier_attempts: list[str] | None = None,
 ) -> tuple[PreparedTransaction | None, int, bool]:
     """Send every chunk in one transaction under ``transactional_id`` and prepare it:
     (the prepared transaction, records sent, already written). An empty partition needs
@@ -202,6 +242,11 @@ async def _produce_prepared(
     written again; an empty micro-batch partition still starts the producer, to abort what
     a crashed run left open under its transactional id."""
     position = 0
+    if earlier_attempts:
+        # A retry: abort what the failed attempts left open now, rather than have
+        # consumers reading committed data wait for the driver's commit.
+        for earlier, error in await _fence(sink, earlier_attempts):
+            log.warning("could not abort the transaction of %r: %s", earlier, error)
     try:
         first = next(chunks, None)
         if first is None and marker is None:
@@ -270,6 +315,11 @@ async def _produce_prepared(
         )
 
 
+def _attempt_number() -> int:
+    context = _task_context()
+    return int(context.attemptNumber()) if context is not None else 0
+
+
 def _task_context() -> Any:
     try:
         from pyspark import TaskContext
@@ -321,8 +371,32 @@ async def _complete_all(
     return failures
 
 
-def _commit(sink: SinkOptions, messages: list[Any], what: str) -> None:
+def _abort_earlier_attempts(
+    sink: SinkOptions, prefix: str, messages: list[Any], what: str
+) -> None:
+    """Abort what failed attempts of the tasks left open: a failed attempt's Python worker
+    may outlive its task and prepare a transaction after the retry began its own."""
+    ids = [
+        transactional_id
+        for m in messages
+        if isinstance(m, TransactionalCommitMessage) and m.attempt > 0
+        for transactional_id in _earlier_attempts(prefix, m.partition_id, m.attempt)
+    ]
+    if not ids:
+        return
+    for transactional_id, error in _run(_fence(sink, ids)):
+        log.warning(
+            "%s: could not abort what a failed attempt left open under %r (the coordinator "
+            "aborts it after transaction.timeout.ms): %s",
+            what,
+            transactional_id,
+            error,
+        )
+
+
+def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
     failures = _run(_complete_all(sink, messages, True, what))
+    _abort_earlier_attempts(sink, prefix, messages, what)
     if not failures:
         return
     partition, first = failures[0]
@@ -338,7 +412,7 @@ def _commit(sink: SinkOptions, messages: list[Any], what: str) -> None:
     raise first
 
 
-def _abort(sink: SinkOptions, messages: list[Any], what: str) -> None:
+def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
     for partition, error in _run(_complete_all(sink, messages, False, what)):
         log.warning(
             "%s: the transaction of Spark partition %d could not be aborted (the coordinator "
@@ -347,6 +421,7 @@ def _abort(sink: SinkOptions, messages: list[Any], what: str) -> None:
             partition,
             error,
         )
+    _abort_earlier_attempts(sink, prefix, messages, what)
 
 
 class TransactionalBatchWriter(KafkaBatchWriter):
@@ -366,13 +441,18 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                 aborted).
         """
         partition = _partition_id()
-        transactional_id = f"{self.prefix}-{partition}"
+        attempt = _attempt_number()
         prepared, records, _ = _run(
             _produce_prepared(
-                self.sink, self.layout, _chunks(self.layout, iterator), transactional_id, None
+                self.sink,
+                self.layout,
+                _chunks(self.layout, iterator),
+                _transactional_id(self.prefix, partition, attempt),
+                None,
+                _earlier_attempts(self.prefix, partition, attempt),
             )
         )
-        return TransactionalCommitMessage(partition, records, prepared)
+        return TransactionalCommitMessage(partition, records, prepared, attempt=attempt)
 
     def commit(self, messages: list[Any]) -> None:
         """Commit every task's transaction.
@@ -381,11 +461,11 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             KafkaError: a transaction could not be committed (for example, it stayed open
                 longer than ``transaction.timeout.ms`` and the coordinator aborted it).
         """
-        _commit(self.sink, messages, "the exactly-once write")
+        _commit(self.sink, self.prefix, messages, "the exactly-once write")
 
     def abort(self, messages: list[Any]) -> None:
         """Abort every task's transaction: nothing of the write is committed."""
-        _abort(self.sink, messages, "the failed exactly-once write")
+        _abort(self.sink, self.prefix, messages, "the failed exactly-once write")
 
 
 class TransactionalStreamWriter(KafkaStreamWriter):
@@ -427,14 +507,20 @@ class TransactionalStreamWriter(KafkaStreamWriter):
                 "exactly once needs a micro-batch trigger, not continuous processing"
             )
         partition = _partition_id()
-        transactional_id = f"{self.prefix}-{partition}"
-        marker = _Marker(transactional_id, self.marker_topic, int(batch) + 1)
+        attempt = _attempt_number()
+        # One marker group per Spark partition, whatever the attempt.
+        marker = _Marker(f"{self.prefix}-{partition}", self.marker_topic, int(batch) + 1)
         prepared, records, already = _run(
             _produce_prepared(
-                self.sink, self.layout, _chunks(self.layout, iterator), transactional_id, marker
+                self.sink,
+                self.layout,
+                _chunks(self.layout, iterator),
+                _transactional_id(self.prefix, partition, attempt),
+                marker,
+                _earlier_attempts(self.prefix, partition, attempt),
             )
         )
-        return TransactionalCommitMessage(partition, records, prepared, already)
+        return TransactionalCommitMessage(partition, records, prepared, already, attempt)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         """Commit every task's transaction of the micro-batch.
@@ -444,8 +530,8 @@ class TransactionalStreamWriter(KafkaStreamWriter):
                 runs again when the query restarts (partitions committed already are not
                 written twice).
         """
-        _commit(self.sink, messages, f"micro-batch {batchId}")
+        _commit(self.sink, self.prefix, messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         """Abort every task's transaction of the failed micro-batch."""
-        _abort(self.sink, messages, f"the failed micro-batch {batchId}")
+        _abort(self.sink, self.prefix, messages, f"the failed micro-batch {batchId}")

@@ -9,6 +9,10 @@ attempt, written and then aborted: the transactions did the work. With the defau
 ``examples/spark_exactly_once.py`` (a task that fails once, retried) writes every order
 once, as read by a consumer reading committed data.
 
+A failed attempt whose Python worker outlives its task and prepares a transaction after the
+retry prepared its own (what Spark does when the input of a writer stops short) can neither
+fence the retry nor leave its transaction open once the driver committed.
+
 A streaming query (its own process) is killed in the middle of committing a micro-batch,
 after one partition's transaction was committed, and restarted from its checkpoint: Spark
 replays the micro-batch, the committed partition is not written again (its marker offset
@@ -109,9 +113,17 @@ def _counts(broker: KafkaBroker, topic: str, isolation_level: str) -> collection
     return collections.Counter(r.value for r in records if r.value is not None)
 
 
+@pytest.fixture(params=["kafka", "kafka_tv1"])
+def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
+    """Each Kafka node in turn: transaction.version 2 (the default), then 1."""
+    broker: KafkaBroker = request.getfixturevalue(request.param)
+    return broker
+
+
 def test_a_task_that_fails_once_leaves_every_row_exactly_once(
-    spark: Any, kafka: KafkaBroker, new_topic: NewTopic
+    spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic
 ) -> None:
+    kafka = any_kafka
     topic = new_topic(kafka, partitions=3)
     _write(_failing_once(spark), kafka, topic, "exactly_once")
     committed = _counts(kafka, topic, "read_committed")
@@ -257,3 +269,74 @@ def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewT
     orders = collections.Counter(json.loads(r.value)["order"] for r in records if r.value)
     assert sorted(orders) == list(range(rows))
     assert set(orders.values()) == {1}
+
+
+def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_lingers(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    import asyncio
+
+    from aioproducer.integrations.spark import SinkOptions, _Layout
+    from aioproducer.integrations.spark_transactions import (
+        TransactionalBatchWriter,
+        TransactionalCommitMessage,
+        _produce_prepared,
+        _transactional_id,
+    )
+
+    topic = new_topic(any_kafka)
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": any_kafka.bootstrap_servers,
+            "topic": topic,
+            "delivery.guarantee": "exactly_once",
+        }
+    )
+    layout = _Layout(
+        key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None
+    )
+    writer = TransactionalBatchWriter(sink, layout)
+
+    def attempt(number: int, values: list[bytes], earlier: list[str]) -> Any:
+        return asyncio.run(
+            _produce_prepared(
+                sink,
+                layout,
+                iter([{"value": values}]),
+                _transactional_id(writer.prefix, 0, number),
+                None,
+                earlier,
+            )
+        )
+
+    # The retry (attempt 1) writes the whole partition and prepares...
+    prepared, records, _ = attempt(1, [b"a", b"b", b"c"], [_transactional_id(writer.prefix, 0, 0)])
+    # ...then the failed attempt's worker, still running, prepares what it had read.
+    attempt(0, [b"a"], [])
+    writer.commit([TransactionalCommitMessage(0, records, prepared, attempt=1)])
+    committed = read_back(
+        any_kafka.bootstrap_servers,
+        topic,
+        expected=3,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    assert sorted(r.value for r in committed) == [b"a", b"b", b"c"]
+    # The late attempt's transaction was aborted by the commit: nothing holds consumers back.
+    everything = read_back(any_kafka.bootstrap_servers, topic, expected=4, extra_wait=0.5)
+    assert len(everything) == 4
+    admin = any_kafka.admin()
+    import confluent_kafka
+    from confluent_kafka.admin import OffsetSpec
+
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    ends = [
+        admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp]
+        .result(timeout=10)
+        .offset
+        for level in (
+            confluent_kafka.IsolationLevel.READ_COMMITTED,
+            confluent_kafka.IsolationLevel.READ_UNCOMMITTED,
+        )
+    ]
+    assert ends[0] == ends[1], "a transaction is still open"

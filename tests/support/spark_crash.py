@@ -41,7 +41,7 @@ class _CrashingStreamWriter(TransactionalStreamWriter):
             m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
         ]
         # One partition's transaction is committed, then the driver "dies".
-        _commit(self.sink, prepared[:1], f"micro-batch {batchId}")
+        _commit(self.sink, self.prefix, prepared[:1], f"micro-batch {batchId}")
         Path(flag).write_text(str(prepared[0].partition_id))
         parent = os.getppid()
         while os.getppid() == parent:
