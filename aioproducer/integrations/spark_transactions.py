@@ -14,26 +14,35 @@ data source (:class:`~aioproducer.integrations.spark.KafkaDataSource`), for batc
 How it works:
 
 1. Prepare (each partition task, on an executor): a transactional producer with the
-   transactional id ``<prefix>-<Spark partition id>`` starts. Starting it fences any
-   earlier producer with that id, an earlier attempt of the same task, and aborts the
-   transaction that attempt left open. The task sends its rows in one transaction, flushes,
-   and stops short of committing (:meth:`~aioproducer.Producer.prepare_transaction`); the
-   producer is closed with the transaction open, and the task returns the
-   :class:`~aioproducer.PreparedTransaction` (transactional id, producer id, epoch) in its
-   commit message. A task that fails aborts its transaction; one whose executor died leaves
-   it to be aborted by the retry.
+   transactional id ``<prefix>-<Spark partition id>`` starts (``-retry<n>`` appended for
+   attempt ``n`` of the task). Starting it fences any earlier producer with that id and
+   aborts the transaction it left open (a crashed run of a streaming query). A retry
+   first does the same for the ids of the attempts before it. The task sends its rows in
+   one transaction, flushes, and stops short of committing
+   (:meth:`~aioproducer.Producer.prepare_transaction`); the producer is closed with the
+   transaction open, and the task returns the :class:`~aioproducer.PreparedTransaction`
+   (transactional id, producer id, epoch) in its commit message. A task that fails aborts
+   its transaction.
 2. Commit (the driver, once every task succeeded): each prepared transaction is committed
    with :func:`~aioproducer.complete_prepared_transaction` (FindCoordinator + EndTxn under
-   the carried producer id and epoch). If the job fails instead, Spark's ``abort`` aborts
-   them.
+   the carried producer id and epoch); then the ids of the failed attempts before each
+   retried task are fenced again, aborting whatever they left open. If the job fails
+   instead, Spark's ``abort`` aborts the prepared transactions.
+
+Why an id per attempt: when a task's input fails (an exception upstream of the writer),
+Spark fails the task and starts the retry, but the failed attempt's Python worker may go on
+and prepare what it had read, after the retry began. Under one shared id it would fence the
+retry, and the driver's commit would be refused; under its own id it fences nobody, and the
+driver aborts its transaction.
 
 Streaming queries also make a replayed micro-batch harmless. Each task's transaction
 commits, with the data, the offset ``batch id + 1`` of partition 0 of the marker topic in
 the consumer group ``<prefix>-<Spark partition id>`` (TxnOffsetCommit). A task first reads
 that offset back (OffsetFetch, stable offsets only): a batch its partition already committed
 (the driver committed it but the query stopped before Spark recorded the batch as done) is
-not written again. The transactional ids are the same for every micro-batch, and a restarted
-query uses them again, so its tasks abort what a crashed run left open.
+not written again. The transactional ids are the same for every micro-batch (one marker
+group per Spark partition, whatever the attempt), and a restarted query uses them again, so
+its tasks abort what a crashed run left open.
 
 The prefix is the ``transactional.id.prefix`` option. Without it, a batch write makes a
 unique one (``aioproducer-spark-<random>``), and a streaming query derives one from its
@@ -50,8 +59,10 @@ Limits (see the docs page "Delivery guarantees of the Spark sink"):
   the job, or the micro-batch, fails and Spark runs it again. This mode sets
   ``kafka.transaction.timeout.ms`` to 15 minutes (the brokers' default
   ``transaction.max.timeout.ms``) unless it is given.
-- Speculative execution would run a second attempt of a task while the first runs: the
-  second fences the first, and the write fails rather than duplicating.
+- Speculative execution runs a second attempt of a task while the first runs; only the
+  attempt Spark keeps is committed, but a copy with a higher attempt number that loses is
+  not aborted by the driver: its transaction stays open (never committed) until
+  ``transaction.timeout.ms``, holding back consumers reading committed data.
 - A batch write whose driver commit fails part-way (one transaction committed, another
   timed out) is written in part; a streaming micro-batch in that case is completed by
   the replay after a restart, thanks to the markers.
