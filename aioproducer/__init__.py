@@ -20,7 +20,12 @@ from aioproducer.records import (
     TimestampType,
 )
 from aioproducer.sync import SyncProducer
-from aioproducer.transactions import ConsumerGroupMetadata, TransactionState
+from aioproducer.transactions import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    TransactionState,
+)
+from aioproducer.two_phase import complete_prepared_transaction, fetch_committed_offsets
 
 __version__ = "0.1.0"
 
@@ -31,6 +36,7 @@ __all__ = [
     "DeliveredMessage",
     "Header",
     "Metric",
+    "PreparedTransaction",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",
@@ -43,5 +49,7 @@ __all__ = [
     "TransactionState",
     "UnsecuredTokenProvider",
     "__version__",
+    "complete_prepared_transaction",
+    "fetch_committed_offsets",
     "read_properties",
 ]

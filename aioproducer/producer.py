@@ -57,6 +57,7 @@ from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
 from aioproducer.transactions import (
     ConsumerGroupMetadata,
     IdempotenceManager,
+    PreparedTransaction,
     TransactionManager,
     TransactionState,
     consumer_group_metadata,
@@ -502,6 +503,37 @@ class Producer:
         assert self._sender is not None
         self._sender.wakeup()
         await self._wait_transactional(future, "commit_transaction()")
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Flush the open transaction and stop short of committing it: the first phase of a
+        two-phase commit (Java's ``prepareTransaction``, KIP-939).
+
+        Every record of the transaction is sent and acknowledged, every partition and offset
+        added to it; it is then neither committed nor aborted. The producer may still
+        :meth:`commit_transaction` or :meth:`abort_transaction` it, or be closed with the
+        transaction left open (:meth:`close` aborts an open transaction, not a prepared
+        one), so that another process completes it from the returned
+        :class:`~aioproducer.PreparedTransaction` with
+        :func:`~aioproducer.complete_prepared_transaction`.
+
+        Limits: the transaction coordinator aborts a transaction open longer than
+        ``transaction_timeout_ms`` (counted from its first record), prepared or not, and a
+        producer started later with the same ``transactional_id`` aborts it too (that is
+        how a retry fences a failed attempt). Completing it after either fails with a clear
+        error; nothing is committed. Kafka's own prepared state that survives the timeout
+        (KIP-939, ``transaction.two.phase.commit.enable``) is not used: Kafka 4.4 still
+        marks the InitProducerId version it needs (v6) unstable.
+
+        Raises:
+            IllegalStateError: no transaction is open, or an offset commit of it was not
+                awaited.
+            KafkaError: a record of the transaction failed: abort it.
+            ProducerFencedError: a newer producer with the same transactional id took over.
+        """
+        transactions = self._require_transactions("prepare_transaction()")
+        transactions.check_prepare_allowed()
+        await self.flush()
+        return transactions.prepare_transaction()
 
     async def abort_transaction(self) -> None:
         """Abort the open transaction: records not yet sent fail with

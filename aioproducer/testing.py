@@ -81,6 +81,7 @@ from aioproducer.records import (
 from aioproducer.transactions import (
     _FATAL_BATCH_ERRORS,
     ConsumerGroupMetadata,
+    PreparedTransaction,
     TransactionState,
     consumer_group_metadata,
     normalize_offsets,
@@ -462,6 +463,11 @@ class InMemoryProducer(Producer):
         self._check_running()
         if self._txn_state is not None and self._txn_state is not TransactionState.IN_TRANSACTION:
             self._raise_if_failed("send")
+            if self._txn_state is TransactionState.PREPARED_TRANSACTION:
+                raise IllegalStateError(
+                    "cannot send: the transaction is prepared (prepare_transaction()); nothing "
+                    "more may be added to it, only committed or aborted"
+                )
             raise IllegalStateError(
                 "a transactional producer sends only inside a transaction: call "
                 "begin_transaction() first (or use `async with producer.transaction():`)"
@@ -900,6 +906,11 @@ class InMemoryProducer(Producer):
         self._raise_if_failed("begin a transaction")
         if self._txn_state is TransactionState.IN_TRANSACTION:
             raise IllegalStateError("a transaction is open already: commit or abort it first")
+        if self._txn_state is TransactionState.PREPARED_TRANSACTION:
+            raise IllegalStateError(
+                "a prepared transaction is open: commit or abort it first, or close the "
+                "producer and complete it elsewhere (complete_prepared_transaction)"
+            )
         self._txn_state = TransactionState.IN_TRANSACTION
         self._txn_partitions = set()
         self._txn_offsets = {}
@@ -916,7 +927,10 @@ class InMemoryProducer(Producer):
             # The producer delivers the transaction's records before it commits.
             self.complete_next(len(self._pending))
         self._raise_if_failed("commit the transaction")
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
+        if self._txn_state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.PREPARED_TRANSACTION,
+        ):
             raise IllegalStateError(
                 f"cannot commit: no transaction is open ({_state_name(self._txn_state)}); call "
                 "begin_transaction() first"
@@ -924,6 +938,33 @@ class InMemoryProducer(Producer):
         for group, offsets in self._txn_offsets.items():
             self._committed_offsets.setdefault(group, {}).update(offsets)
         self._end_transaction(_COMMITTED)
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """:meth:`aioproducer.Producer.prepare_transaction`: deliver the transaction's
+        records and stop short of committing. The transaction may then only be committed or
+        aborted (by this producer); :meth:`close` leaves it open, its records in
+        :meth:`uncommitted_records`. The :class:`~aioproducer.PreparedTransaction` has
+        producer id and epoch 0: nothing outside this object can complete it.
+
+        Raises:
+            KafkaError: a record of the transaction failed (:meth:`fail_next`): abort it.
+            IllegalStateError: no transaction is open.
+        """
+        self._require_transactions("prepare_transaction()")
+        if self._txn_state is TransactionState.IN_TRANSACTION:
+            self.complete_next(len(self._pending))
+        self._raise_if_failed("prepare the transaction")
+        if self._txn_state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot prepare: no transaction is open ({_state_name(self._txn_state)}); "
+                "call begin_transaction() first"
+            )
+        self._txn_state = TransactionState.PREPARED_TRANSACTION
+        transactional_id = self._config.transactional_id
+        assert transactional_id is not None
+        return PreparedTransaction(
+            transactional_id, 0, 0, empty=not (self._txn_partitions or self._txn_offsets)
+        )
 
     async def abort_transaction(self) -> None:
         """Abort the open transaction: its records go to :meth:`aborted_records` and its
@@ -938,6 +979,7 @@ class InMemoryProducer(Producer):
             self._raise_if_failed("abort the transaction")
         if self._txn_state not in (
             TransactionState.IN_TRANSACTION,
+            TransactionState.PREPARED_TRANSACTION,
             TransactionState.ABORTABLE_ERROR,
         ):
             raise IllegalStateError(

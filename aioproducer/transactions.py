@@ -69,6 +69,7 @@ __all__ = [
     "CoordinatorType",
     "IdempotenceManager",
     "PartitionSequenceState",
+    "PreparedTransaction",
     "TransactionAbortedError",
     "TransactionManager",
     "TransactionState",
@@ -527,6 +528,7 @@ class TransactionState(enum.Enum):
     INITIALIZING = "initializing"
     READY = "ready"
     IN_TRANSACTION = "in_transaction"
+    PREPARED_TRANSACTION = "prepared_transaction"
     COMMITTING_TRANSACTION = "committing_transaction"
     ABORTING_TRANSACTION = "aborting_transaction"
     ABORTABLE_ERROR = "abortable_error"
@@ -543,6 +545,15 @@ _TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
     _State.INITIALIZING: frozenset({_State.READY, _State.ABORTABLE_ERROR}),
     _State.READY: frozenset({_State.IN_TRANSACTION}),
     _State.IN_TRANSACTION: frozenset(
+        {
+            _State.COMMITTING_TRANSACTION,
+            _State.ABORTING_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+            _State.PREPARED_TRANSACTION,
+        }
+    ),
+    # Java's PREPARED_TRANSACTION (KIP-939): flushed, not committed; only its end is left.
+    _State.PREPARED_TRANSACTION: frozenset(
         {_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}
     ),
     # To INITIALIZING: the epoch bump before the first transactions v2 transaction.
@@ -553,6 +564,32 @@ _TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
     _State.ABORTABLE_ERROR: frozenset({_State.ABORTING_TRANSACTION, _State.ABORTABLE_ERROR}),
     _State.FATAL_ERROR: frozenset(),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A transaction that was flushed but not committed: what another process needs to
+    commit or abort it (:func:`aioproducer.complete_prepared_transaction`).
+
+    Made by :meth:`aioproducer.Producer.prepare_transaction`. Plain data: it pickles, and
+    its fields can be stored and read back.
+
+    Attributes:
+        transactional_id: the producer's ``transactional_id``.
+        producer_id: the producer id the transaction was written under.
+        producer_epoch: the producer epoch the transaction was written under; the
+            coordinator ends the transaction only for this epoch.
+        transaction_v2: the transaction used transactions v2 (KIP-890): it is ended with
+            EndTxn v5, as the producer would have.
+        empty: nothing was sent in the transaction: the coordinator has no transaction to
+            end, and completing it does nothing.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    transaction_v2: bool = False
+    empty: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -848,6 +885,7 @@ class TransactionManager(IdempotenceManager):
         """True between ``begin_transaction()`` and the end of its commit or abort."""
         return self._txn_state in (
             _State.IN_TRANSACTION,
+            _State.PREPARED_TRANSACTION,
             _State.COMMITTING_TRANSACTION,
             _State.ABORTING_TRANSACTION,
             _State.ABORTABLE_ERROR,
@@ -1003,6 +1041,11 @@ class TransactionManager(IdempotenceManager):
             return
         if self._txn_state is _State.IN_TRANSACTION:
             raise IllegalStateError("a transaction is open already: commit or abort it first")
+        if self._txn_state is _State.PREPARED_TRANSACTION:
+            raise IllegalStateError(
+                "a prepared transaction is open: commit or abort it first, or close the "
+                "producer and complete it elsewhere (complete_prepared_transaction)"
+            )
         if self.is_completing:
             raise IllegalStateError(
                 f"the previous transaction is still {self._txn_state.value.split('_')[0]}: call "
@@ -1018,6 +1061,11 @@ class TransactionManager(IdempotenceManager):
         if self._txn_state is _State.IN_TRANSACTION:
             return
         self._raise_if_failed("send")
+        if self._txn_state is _State.PREPARED_TRANSACTION:
+            raise IllegalStateError(
+                "cannot send: the transaction is prepared (prepare_transaction()); nothing "
+                "more may be added to it, only committed or aborted"
+            )
         if self.is_completing:
             doing = "committing" if self._txn_state is _State.COMMITTING_TRANSACTION else "aborting"
             raise IllegalStateError(
@@ -1054,13 +1102,56 @@ class TransactionManager(IdempotenceManager):
             assert self._completion_result is not None
             return self._completion_result
         self._raise_if_failed("commit the transaction")
-        if self._txn_state is not _State.IN_TRANSACTION:
+        if self._txn_state not in (_State.IN_TRANSACTION, _State.PREPARED_TRANSACTION):
             raise IllegalStateError(
                 f"cannot commit: no transaction is open ({self._txn_state.value}); call "
                 "begin_transaction() first"
             )
         self._transition(_State.COMMITTING_TRANSACTION)
         return self._begin_completion(committed=True)
+
+    def check_prepare_allowed(self) -> None:
+        """Raise unless a transaction is open and may be prepared."""
+        self._raise_if_failed("prepare the transaction")
+        if self._txn_state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot prepare: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+
+    def prepare_transaction(self) -> PreparedTransaction:
+        """Mark the open transaction prepared (Java's ``prepareTransaction``, KIP-939): every
+        record of it was acknowledged (the producer flushed first) and every partition and
+        offset added; from now on it may only be committed or aborted, by this producer or
+        by another process that has the returned :class:`PreparedTransaction`. Closing the
+        producer leaves it open.
+
+        Raises:
+            IllegalStateError: no transaction is open, or a coordinator request of it
+                (an offset commit not awaited) is still underway.
+            KafkaError: the transaction failed and must be aborted.
+        """
+        self.check_prepare_allowed()
+        if (
+            self._in_flight is not None
+            or self._pending
+            or self._new_partitions
+            or self._pending_partitions
+        ):
+            raise IllegalStateError(
+                "cannot prepare: a request of the transaction is still underway (await "
+                "send_offsets_to_transaction() before preparing)"
+            )
+        self._transition(_State.PREPARED_TRANSACTION)
+        prepared = PreparedTransaction(
+            self.transactional_id,
+            self.producer_id,
+            self.producer_epoch,
+            transaction_v2=self._transaction_v2,
+            empty=not self._transaction_started,
+        )
+        log.debug("transactional id %r: prepared %s", self.transactional_id, prepared)
+        return prepared
 
     def begin_abort(self, reason: KafkaError | None = None) -> asyncio.Future[None]:
         """Abort the open transaction; records not yet sent fail with ``reason``.
@@ -1078,7 +1169,11 @@ class TransactionManager(IdempotenceManager):
             return self._begin_completion(committed=False)
         if self._txn_state is _State.FATAL_ERROR:
             self._raise_if_failed("abort the transaction")
-        if self._txn_state not in (_State.IN_TRANSACTION, _State.ABORTABLE_ERROR):
+        if self._txn_state not in (
+            _State.IN_TRANSACTION,
+            _State.PREPARED_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+        ):
             raise IllegalStateError(
                 f"cannot abort: no transaction is open ({self._txn_state.value})"
             )
@@ -1165,6 +1260,13 @@ class TransactionManager(IdempotenceManager):
         """The producer is closing: abort an open transaction and give coordinator requests
         at most ``request_timeout_ms`` more."""
         self._close_deadline = now + self._request_timeout
+        if self._txn_state is _State.PREPARED_TRANSACTION:
+            log.info(
+                "transactional id %r: closing with a prepared transaction, left open for "
+                "complete_prepared_transaction() (the coordinator aborts it after "
+                "transaction_timeout_ms)",
+                self.transactional_id,
+            )
         if self._txn_state in (_State.IN_TRANSACTION, _State.ABORTABLE_ERROR):
             log.info(
                 "transactional id %r: aborting the open transaction because the producer is "
@@ -1283,6 +1385,7 @@ class TransactionManager(IdempotenceManager):
             return
         if state not in (
             _State.IN_TRANSACTION,
+            _State.PREPARED_TRANSACTION,
             _State.COMMITTING_TRANSACTION,
             _State.ABORTABLE_ERROR,
         ):

@@ -168,6 +168,15 @@ _ROWS_PER_CHUNK = 10_000
 # Options a Kafka sink user may pass that mean nothing here; Spark's sink ignores them too.
 _IGNORED_OPTIONS = frozenset({"includeheaders", "checkpointlocation", "path"})
 _FORBIDDEN = frozenset({"key.serializer", "value.serializer"})
+# The delivery guarantee and its settings (aioproducer.integrations.spark_transactions).
+_EXACTLY_ONCE_OPTIONS = frozenset(
+    {
+        "delivery.guarantee",
+        "transactional.id.prefix",
+        "transactional.marker.topic",
+        "checkpointlocation",
+    }
+)
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 _MILLISECOND = datetime.timedelta(milliseconds=1)
@@ -232,12 +241,21 @@ class SinkOptions:
         options: producer options by snake_case name, from :func:`write_dataframe`.
         cache_timeout: seconds a Python worker keeps a producer no task uses before it
             closes it (``spark.kafka.producer.cache.timeout``, 10 minutes by default).
+        delivery_guarantee: ``"at_least_once"`` (the default) or ``"exactly_once"``
+            (:mod:`aioproducer.integrations.spark_transactions`).
+        transactional_id_prefix: the ``transactional.id.prefix`` option (exactly once).
+        marker_topic: the ``transactional.marker.topic`` option (exactly once, streaming).
+        checkpoint_location: a streaming query's ``checkpointLocation`` option.
     """
 
     topic: str | None
     config: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
     cache_timeout: float = _DEFAULT_CACHE_TIMEOUT_S
+    delivery_guarantee: str = "at_least_once"
+    transactional_id_prefix: str | None = None
+    marker_topic: str | None = None
+    checkpoint_location: str | None = None
 
     def __repr__(self) -> str:
         # A %r in a log line, a traceback's locals or a debugger must not show a password,
@@ -259,6 +277,8 @@ class SinkOptions:
         config: dict[str, Any] = {}
         unknown: list[str] = []
         cache_timeout = _DEFAULT_CACHE_TIMEOUT_S
+        # Exactly once (aioproducer.integrations.spark_transactions).
+        exactly_once: dict[str, str] = {}
         for raw_name, value in options.items():
             name = raw_name.lower()
             if name == _CACHE_TIMEOUT_OPTION:
@@ -275,6 +295,8 @@ class SinkOptions:
                 config.setdefault("bootstrap.servers", value)
             elif name == "topic":
                 topic = value
+            elif name in _EXACTLY_ONCE_OPTIONS:
+                exactly_once[name] = value
             elif name not in _IGNORED_OPTIONS:
                 unknown.append(raw_name)
         if unknown:
@@ -287,6 +309,10 @@ class SinkOptions:
                 "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
             )
         sink = cls(topic, config, cache_timeout=cache_timeout)
+        if exactly_once:
+            from aioproducer.integrations.spark_transactions import exactly_once_options
+
+            sink = exactly_once_options(sink, exactly_once)
         sink.check()
         return sink
 
@@ -1387,11 +1413,21 @@ class KafkaDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         """The batch writer; validates options and columns on the driver."""
-        return KafkaBatchWriter(*self._writer_parts(schema, overwrite))
+        sink, layout = self._writer_parts(schema, overwrite)
+        if sink.delivery_guarantee == "exactly_once":
+            from aioproducer.integrations.spark_transactions import TransactionalBatchWriter
+
+            return TransactionalBatchWriter(sink, layout)
+        return KafkaBatchWriter(sink, layout)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         """The streaming writer; validates options and columns on the driver."""
-        return KafkaStreamWriter(*self._writer_parts(schema, overwrite))
+        sink, layout = self._writer_parts(schema, overwrite)
+        if sink.delivery_guarantee == "exactly_once":
+            from aioproducer.integrations.spark_transactions import TransactionalStreamWriter
+
+            return TransactionalStreamWriter(sink, layout)
+        return KafkaStreamWriter(sink, layout)
 
 
 def register(spark: Any) -> None:

@@ -30,6 +30,7 @@ class ApiKey(IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
@@ -48,6 +49,7 @@ NEVER_FLEXIBLE = 1 << 15
 FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.PRODUCE: 9,
     ApiKey.METADATA: 9,
+    ApiKey.OFFSET_FETCH: 6,
     ApiKey.FIND_COORDINATOR: 3,
     ApiKey.SASL_HANDSHAKE: NEVER_FLEXIBLE,
     ApiKey.API_VERSIONS: 3,

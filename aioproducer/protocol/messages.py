@@ -77,6 +77,10 @@ __all__ = [
     "MetadataResponsePartition",
     "MetadataResponseTopic",
     "NodeEndpoint",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
+    "OffsetFetchResponsePartition",
+    "OffsetFetchResponseTopic",
     "ProducePartitionData",
     "ProducePartitionResponse",
     "ProduceRequest",
@@ -1326,6 +1330,105 @@ class TxnOffsetCommitRequest(Request[TxnOffsetCommitResponse]):
         response = TxnOffsetCommitResponse(r.int32(), r.items(topic))
         r.skip_tags()
         return response
+
+
+# ---- OffsetFetch (9) ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartition:
+    """A group's committed offset for one partition (-1 when none is committed)."""
+
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopic:
+    """The committed offsets of one topic."""
+
+    name: str
+    partitions: list[OffsetFetchResponsePartition]
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse(Response):
+    """A group's committed offsets, and the group-level error code (v2+)."""
+
+    throttle_time_ms: int
+    topics: list[OffsetFetchResponseTopic]
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest(Request[OffsetFetchResponse]):
+    """Read one consumer group's committed offsets for the partitions named (v1-7).
+
+    ``require_stable`` (v7+, KIP-447) asks the group coordinator to answer
+    UNSTABLE_OFFSET_COMMIT (retriable) for a partition whose offset a transaction that is
+    still open has committed, rather than the offset committed before it. Versions 8 and
+    later batch groups (and v10 names topics by id); one group by topic name is what this
+    client needs, so it negotiates at most v7, which every broker since Kafka 2.5 serves.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.OFFSET_FETCH
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 7
+
+    group_id: str
+    topics: dict[str, list[int]]
+    require_stable: bool = False
+
+    def response_size_limit(self) -> int | None:
+        """An entry per topic and partition asked for, each with its metadata string."""
+        partitions = sum(len(p) for p in self.topics.values())
+        return _echo_limit(len(self.topics), partitions, _TOPIC_ALLOWANCE + 64)
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text(self.group_id)
+
+        def topic(w: _BodyWriter, item: tuple[str, list[int]]) -> None:
+            w.text(item[0])
+            w.int32_items(item[1])
+            w.tags()
+
+        w.items(sorted(self.topics.items()), topic)
+        if version >= 7:
+            w.boolean(self.require_stable)
+        else:
+            _require(not self.require_stable, self, version, "require_stable")
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> OffsetFetchResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+        throttle = r.int32() if version >= 3 else 0
+
+        def partition(r: _BodyReader) -> OffsetFetchResponsePartition:
+            index = r.int32()
+            offset = r.int64()
+            leader_epoch = r.int32() if version >= 5 else -1
+            entry = OffsetFetchResponsePartition(
+                index, offset, leader_epoch, r.nullable_text(), r.int16()
+            )
+            r.skip_tags()
+            return entry
+
+        def topic(r: _BodyReader) -> OffsetFetchResponseTopic:
+            entry = OffsetFetchResponseTopic(r.text(), r.items(partition))
+            r.skip_tags()
+            return entry
+
+        topics = r.items(topic)
+        error_code = r.int16() if version >= 2 else 0
+        r.skip_tags()
+        return OffsetFetchResponse(throttle, topics, error_code)
 
 
 # ---- SaslHandshake (17) and SaslAuthenticate (36) -----------------------------------------

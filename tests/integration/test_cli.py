@@ -199,9 +199,14 @@ def test_example_delivers_what_it_says(script: str, tansu: Any, new_topic: Any) 
     check(records)
 
 
+#: Examples that need Apache Kafka itself, each run by a test of its own on the ``kafka``
+#: node: spark_exactly_once.py in tests/integration/test_kafka_spark_exactly_once.py.
+KAFKA_EXAMPLES = {"spark_exactly_once.py"}
+
+
 def test_examples_are_all_tested() -> None:
     scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert scripts == set(EXAMPLE_CASES)
+    assert scripts == set(EXAMPLE_CASES) | KAFKA_EXAMPLES
 
 
 def test_example_starts_its_own_broker_without_bootstrap_servers() -> None:

@@ -14,9 +14,10 @@ _ENVIRONMENT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
 
 
 @contextlib.contextmanager
-def local_spark(app_name: str, **configs: str) -> Iterator[Any]:
-    """A ``local[2]`` session named ``app_name`` with ``configs`` (Spark's own names, given
-    as ``**{"spark.sql.shuffle.partitions": "2"}``), stopped on exit.
+def local_spark(app_name: str, master: str = "local[2]", **configs: str) -> Iterator[Any]:
+    """A ``local[2]`` session (or ``master``: ``"local[2,4]"`` lets Spark try a failed task
+    4 times) named ``app_name`` with ``configs`` (Spark's own names, given as
+    ``**{"spark.sql.shuffle.partitions": "2"}``), stopped on exit.
 
     Spark's Python workers run ``PYSPARK_PYTHON``, python3 on PATH by default: they are made
     to run this interpreter, which has pyarrow and (from the source tree, if not installed)
@@ -31,7 +32,7 @@ def local_spark(app_name: str, **configs: str) -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "1g")

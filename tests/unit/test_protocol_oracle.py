@@ -27,6 +27,12 @@ from kafka.protocol.admin.cluster import (  # noqa: E402
 from kafka.protocol.admin.cluster import (  # noqa: E402
     DescribeClusterResponse as KDescribeClusterResponse,
 )
+from kafka.protocol.consumer.group import (  # noqa: E402
+    OffsetFetchRequest as KOffsetFetchRequest,
+)
+from kafka.protocol.consumer.group import (  # noqa: E402
+    OffsetFetchResponse as KOffsetFetchResponse,
+)
 from kafka.protocol.metadata import (  # noqa: E402
     ApiVersionsRequest as KApiVersionsRequest,
 )
@@ -298,6 +304,51 @@ def _describe_cluster(v: int) -> tuple[Request, Any]:
     )
 
 
+def _offset_fetch(v: int) -> tuple[Request, Any]:
+    T = KOffsetFetchRequest.OffsetFetchRequestTopic
+    return (
+        m.OffsetFetchRequest("group", {"beta": [1], "alpha": [0, 3]}, require_stable=v >= 7),
+        KOffsetFetchRequest(
+            group_id="group",
+            topics=[
+                T(name="alpha", partition_indexes=[0, 3]),
+                T(name="beta", partition_indexes=[1]),
+            ],
+            require_stable=v >= 7,
+        ),
+    )
+
+
+def _offset_fetch_response() -> Any:
+    T = KOffsetFetchResponse.OffsetFetchResponseTopic
+    P = T.OffsetFetchResponsePartition
+    return KOffsetFetchResponse(
+        throttle_time_ms=5,
+        topics=[
+            T(
+                name="alpha",
+                partitions=[
+                    P(
+                        partition_index=0,
+                        committed_offset=42,
+                        committed_leader_epoch=3,
+                        metadata="m",
+                        error_code=0,
+                    ),
+                    P(
+                        partition_index=3,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata=None,
+                        error_code=88,
+                    ),
+                ],
+            )
+        ],
+        error_code=0,
+    )
+
+
 REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] = [
     (m.ProduceRequest, _produce),
     (m.MetadataRequest, _metadata),
@@ -310,6 +361,7 @@ REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] 
     (m.AddOffsetsToTxnRequest, _add_offsets),
     (m.EndTxnRequest, _end_txn),
     (m.TxnOffsetCommitRequest, _txn_offset_commit),
+    (m.OffsetFetchRequest, _offset_fetch),
     (m.SaslHandshakeRequest, _sasl_handshake),
     (m.SaslAuthenticateRequest, _sasl_authenticate),
     (m.DescribeClusterRequest, _describe_cluster),
@@ -603,6 +655,7 @@ RESPONSE_CASES: list[
         {},
     ),
     (m.TxnOffsetCommitRequest, _txn_offset_commit, _txn_offset_commit_response, {}),
+    (m.OffsetFetchRequest, _offset_fetch, _offset_fetch_response, {}),
     (
         m.SaslHandshakeRequest,
         _sasl_handshake,

@@ -464,6 +464,29 @@ async def test_closing_aborts_the_open_transaction() -> None:
     assert producer.records() == [] and len(producer.aborted_records()) == 1
 
 
+async def test_a_prepared_transaction_is_left_open_by_close_and_refuses_sends() -> None:
+    producer = await started(transactional_id="tx")
+    await producer.begin_transaction()
+    await producer.send("out", b"v")
+    prepared = await producer.prepare_transaction()
+    assert prepared.transactional_id == "tx" and not prepared.empty
+    assert producer.transaction_state is TransactionState.PREPARED_TRANSACTION
+    with pytest.raises(IllegalStateError, match="the transaction is prepared"):
+        await producer.send("out", b"w")
+    await producer.close()
+    assert producer.records() == [] and producer.aborted_records() == []
+    assert [r.value for r in producer.uncommitted_records("out")] == [b"v"]
+
+
+async def test_a_prepared_transaction_commits_like_an_open_one() -> None:
+    producer = await started(transactional_id="tx")
+    await producer.begin_transaction()
+    await producer.send("out", b"v")
+    await producer.prepare_transaction()
+    await producer.commit_transaction()
+    assert [r.value for r in producer.records("out")] == [b"v"]
+
+
 async def test_transaction_calls_need_a_transactional_id() -> None:
     producer = await started()
     assert producer.transaction_state is None

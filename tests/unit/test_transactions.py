@@ -52,6 +52,7 @@ from aioproducer.protocol.record_batch import RecordBatchBuilder
 from aioproducer.transactions import (
     ConsumerGroupMetadata,
     CoordinatorType,
+    PreparedTransaction,
     TransactionAbortedError,
     TransactionalRequest,
     TransactionalRequestKind,
@@ -1324,3 +1325,57 @@ async def test_the_first_init_producer_id_refused_for_authorization_stays_fatal(
     harness.answer(item, InitProducerIdResponse(0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1))
     assert isinstance(result.exception(), TransactionalIdAuthorizationFailedError)
     assert harness.txn.state is State.FATAL_ERROR
+
+
+# ---- prepared transactions (two-phase commit) ---------------------------------------------------
+
+
+async def test_a_prepared_transaction_carries_the_id_and_epoch_and_closing_leaves_it_open(
+    open_txn: Harness,
+) -> None:
+    open_txn.add(("t", 0))
+    prepared = open_txn.txn.prepare_transaction()
+    assert prepared == PreparedTransaction(TID, PRODUCER_ID, EPOCH, transaction_v2=False)
+    assert open_txn.txn.state is State.PREPARED_TRANSACTION
+    assert open_txn.txn.in_transaction
+    with pytest.raises(IllegalStateError, match="the transaction is prepared"):
+        open_txn.txn.check_send_allowed()
+    with pytest.raises(IllegalStateError, match="a prepared transaction is open"):
+        open_txn.txn.begin_transaction()
+    # Unlike an open transaction, a prepared one is not aborted by closing.
+    open_txn.txn.begin_close(open_txn.now)
+    assert open_txn.txn.state is State.PREPARED_TRANSACTION
+    assert open_txn.next() is None
+    assert not open_txn.txn.has_pending_work()
+
+
+async def test_a_prepared_transaction_can_still_be_committed_by_its_producer(
+    open_txn: Harness,
+) -> None:
+    open_txn.add(("t", 0))
+    open_txn.txn.prepare_transaction()
+    result = open_txn.txn.begin_commit()
+    item, request = open_txn.expect(Kind.END_TXN)
+    assert request.committed is True
+    open_txn.answer(item, EndTxnResponse(0, 0))
+    assert result.done() and result.exception() is None
+    assert open_txn.txn.state is State.READY
+
+
+async def test_preparing_needs_an_open_transaction_with_nothing_underway(
+    harness: Harness,
+) -> None:
+    harness.initialize()
+    with pytest.raises(IllegalStateError, match="cannot prepare: no transaction is open"):
+        harness.txn.prepare_transaction()
+    harness.txn.begin_transaction()
+    empty = harness.txn.prepare_transaction()
+    assert empty.empty
+    aborted = harness.txn.begin_abort()
+    assert harness.next() is None  # nothing was added: no EndTxn needed
+    assert aborted.done()
+    harness.txn.begin_transaction()
+    harness.txn.maybe_add_partition(("t", 0))  # AddPartitionsToTxn not sent yet
+    with pytest.raises(IllegalStateError, match="still underway"):
+        harness.txn.prepare_transaction()
+    assert harness.txn.state is State.IN_TRANSACTION

@@ -1,0 +1,548 @@
+"""Exactly once from Spark to Kafka: a two-phase commit over Kafka transactions.
+
+Chosen with ``.option("delivery.guarantee", "exactly_once")`` on the ``"aioproducer"``
+data source (:class:`~aioproducer.integrations.spark.KafkaDataSource`), for batch
+``df.write`` and Structured Streaming ``df.writeStream`` alike::
+
+    (df.write.format("aioproducer")
+       .option("kafka.bootstrap.servers", "host:9092")
+       .option("topic", "events")
+       .option("delivery.guarantee", "exactly_once")
+       .mode("append")
+       .save())
+
+How it works:
+
+1. Prepare (each partition task, on an executor): a transactional producer with the
+   transactional id ``<prefix>-<Spark partition id>`` starts (``-retry<n>`` appended for
+   attempt ``n`` of the task). Starting it fences any earlier producer with that id and
+   aborts the transaction it left open (a crashed run of a streaming query). A retry
+   first does the same for the ids of the attempts before it. The task sends its rows in
+   one transaction, flushes, and stops short of committing
+   (:meth:`~aioproducer.Producer.prepare_transaction`); the producer is closed with the
+   transaction open, and the task returns the :class:`~aioproducer.PreparedTransaction`
+   (transactional id, producer id, epoch) in its commit message. A task that fails aborts
+   its transaction.
+2. Commit (the driver, once every task succeeded): each prepared transaction is committed
+   with :func:`~aioproducer.complete_prepared_transaction` (FindCoordinator + EndTxn under
+   the carried producer id and epoch); then the ids of the failed attempts before each
+   retried task are fenced again, aborting whatever they left open. If the job fails
+   instead, Spark's ``abort`` aborts the prepared transactions.
+
+Why an id per attempt: when a task's input fails (an exception upstream of the writer),
+Spark fails the task and starts the retry, but the failed attempt's Python worker may go on
+and prepare what it had read, after the retry began. Under one shared id it would fence the
+retry, and the driver's commit would be refused; under its own id it fences nobody, and the
+driver aborts its transaction.
+
+Streaming queries also make a replayed micro-batch harmless. Each task's transaction
+commits, with the data, the offset ``batch id + 1`` of partition 0 of the marker topic in
+the consumer group ``<prefix>-<Spark partition id>`` (TxnOffsetCommit). A task first reads
+that offset back (OffsetFetch, stable offsets only): a batch its partition already committed
+(the driver committed it but the query stopped before Spark recorded the batch as done) is
+not written again. The transactional ids are the same for every micro-batch (one marker
+group per Spark partition, whatever the attempt), and a restarted query uses them again, so
+its tasks abort what a crashed run left open.
+
+The prefix is the ``transactional.id.prefix`` option. Without it, a batch write makes a
+unique one (``aioproducer-spark-<random>``), and a streaming query derives one from its
+``checkpointLocation`` option (so a restart from the checkpoint finds its ids again);
+a streaming query needs one of the two. The marker topic is the ``topic`` option, or the
+``transactional.marker.topic`` option when rows name their topic.
+
+Limits (see the docs page "Delivery guarantees of the Spark sink"):
+
+- Consumers see the records only when they read committed data
+  (``isolation.level=read_committed``); others see aborted attempts too.
+- The coordinator aborts a transaction open longer than ``transaction.timeout.ms`` (from
+  its first record to the driver's commit), and the commit then fails with a clear error:
+  the job, or the micro-batch, fails and Spark runs it again. This mode sets
+  ``kafka.transaction.timeout.ms`` to 15 minutes (the brokers' default
+  ``transaction.max.timeout.ms``) unless it is given.
+- Speculative execution runs a second attempt of a task while the first runs; only the
+  attempt Spark keeps is committed, but a copy with a higher attempt number that loses is
+  not aborted by the driver: its transaction stays open (never committed) until
+  ``transaction.timeout.ms``, holding back consumers reading committed data.
+- A batch write whose driver commit fails part-way (one transaction committed, another
+  timed out) is written in part; a streaming micro-batch in that case is completed by
+  the replay after a restart, thanks to the markers.
+- A replayed micro-batch must put the same rows in the same Spark partitions (a
+  deterministic source and plan, which Spark's checkpoints assume too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aioproducer import BatchResults, Producer, ProducerConfig
+from aioproducer.errors import ConfigurationError, KafkaError
+from aioproducer.integrations.spark import (
+    KafkaBatchWriter,
+    KafkaCommitMessage,
+    KafkaStreamWriter,
+    SinkOptions,
+    _chunks,
+    _items,
+    _Layout,
+    _partition_id,
+    _prepend,
+    _refused_item,
+    _row_error,
+    _RowRefused,
+    _run,
+)
+from aioproducer.metadata import validate_topic
+from aioproducer.transactions import PreparedTransaction
+from aioproducer.two_phase import complete_prepared_transaction, fetch_committed_offsets
+
+__all__ = [
+    "AT_LEAST_ONCE",
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "EXACTLY_ONCE",
+    "TransactionalBatchWriter",
+    "TransactionalCommitMessage",
+    "TransactionalStreamWriter",
+    "exactly_once_options",
+]
+
+log = logging.getLogger("aioproducer.integrations.spark")
+
+AT_LEAST_ONCE = "at_least_once"
+"""The ``delivery.guarantee`` by default: a retried task sends its rows again."""
+
+EXACTLY_ONCE = "exactly_once"
+"""The ``delivery.guarantee`` that writes each row once, through Kafka transactions."""
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""``transaction.timeout.ms`` in exactly-once mode unless ``kafka.transaction.timeout.ms``
+is given: 15 minutes, the brokers' default ``transaction.max.timeout.ms``."""
+
+# The local property Spark's micro-batch execution sets to the batch id for its tasks.
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:
+    """``sink`` with the delivery-guarantee options (lower-cased names) applied.
+
+    Raises:
+        ConfigurationError: an unknown guarantee, an empty prefix, an illegal marker topic,
+            or ``kafka.transactional.id`` with exactly once (the sink chooses the ids).
+    """
+    raw = options.get("delivery.guarantee", AT_LEAST_ONCE)
+    guarantee = raw.strip().lower().replace("-", "_")
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ConfigurationError(
+            f"option 'delivery.guarantee' is {raw!r}: use 'at_least_once' (the default) or "
+            "'exactly_once'"
+        )
+    prefix = options.get("transactional.id.prefix")
+    marker = options.get("transactional.marker.topic")
+    if guarantee == EXACTLY_ONCE:
+        if "transactional.id" in sink.config:
+            raise ConfigurationError(
+                "option 'kafka.transactional.id' cannot be set with delivery.guarantee "
+                "exactly_once: each task gets its own transactional id; set "
+                "'transactional.id.prefix' to choose how they start"
+            )
+        if prefix is not None and not prefix.strip():
+            raise ConfigurationError("option 'transactional.id.prefix' must not be empty")
+        if marker is not None:
+            try:
+                validate_topic(marker)
+            except KafkaError as exc:
+                raise ConfigurationError(f"option 'transactional.marker.topic': {exc}") from None
+    config = sink.config
+    if guarantee == EXACTLY_ONCE and "transaction.timeout.ms" not in config:
+        config = {**config, "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
+    return replace(
+        sink,
+        config=config,
+        delivery_guarantee=guarantee,
+        transactional_id_prefix=prefix,
+        marker_topic=marker,
+        checkpoint_location=options.get("checkpointlocation"),
+    )
+
+
+@dataclass(frozen=True)
+class TransactionalCommitMessage(KafkaCommitMessage):
+    """What an exactly-once partition task reports to the driver.
+
+    Attributes:
+        prepared: the task's prepared transaction, which the driver commits; None when the
+            task wrote nothing.
+        already_written: a replayed micro-batch this partition had committed already:
+            nothing was written again.
+        attempt: the task's attempt number; the driver aborts what the attempts before it
+            left open.
+    """
+
+    prepared: PreparedTransaction | None = None
+    already_written: bool = False
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class _Marker:
+    """The offset that records, inside a task's transaction, that a micro-batch's
+    partition was written: ``offset`` (batch id + 1) of ``topic``-0 in ``group``."""
+
+    group: str
+    topic: str
+    offset: int
+
+    @property
+    def partition(self) -> tuple[str, int]:
+        return (self.topic, 0)
+
+
+def _transactional_id(prefix: str, partition: int, attempt: int) -> str:
+    """The transactional id of a task: ``<prefix>-<partition>`` for its first attempt,
+    ``<prefix>-<partition>-retry<n>`` for attempt ``n``. Each attempt has its own, so a
+    failed attempt still running (its Python worker outlives the task) cannot fence the
+    attempt that replaced it."""
+    base = f"{prefix}-{partition}"
+    return base if attempt == 0 else f"{base}-retry{attempt}"
+
+
+def _earlier_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
+    return [_transactional_id(prefix, partition, earlier) for earlier in range(attempt)]
+
+
+async def _fence(
+    sink: SinkOptions, transactional_ids: list[str]
+) -> list[tuple[str, BaseException]]:
+    """Start (then close) a transactional producer under each id: each start fences the
+    earlier producers with that id and aborts the transaction they left open. The
+    (id, error) of each that failed."""
+
+    async def fence(transactional_id: str) -> None:
+        producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+        await producer.start()
+        await producer.close()
+
+    results = await asyncio.gather(
+        *(fence(transactional_id) for transactional_id in transactional_ids),
+        return_exceptions=True,
+    )
+    return [
+        (transactional_id, result)
+        for transactional_id, result in zip(transactional_ids, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+
+
+async def _produce_prepared(
+    sink: SinkOptions,
+    layout: _Layout,
+    chunks: Iterator[Mapping[str, list[Any]]],
+    transactional_id: str,
+    marker: _Marker | None,
+    earlier_attempts: list[str] | None = None,
+) -> tuple[PreparedTransaction | None, int, bool]:
+    """Send every chunk in one transaction under ``transactional_id`` and prepare it:
+    (the prepared transaction, records sent, already written). An empty partition needs
+    no transaction; a micro-batch partition whose ``marker`` is committed already is not
+    written again; an empty micro-batch partition still starts the producer, to abort what
+    a crashed run left open under its transactional id."""
+    position = 0
+    if earlier_attempts:
+        # A retry: abort what the failed attempts left open now, rather than have
+        # consumers reading committed data wait for the driver's commit.
+        for earlier, error in await _fence(sink, earlier_attempts):
+            log.warning("could not abort the transaction of %r: %s", earlier, error)
+    try:
+        first = next(chunks, None)
+        if first is None and marker is None:
+            return None, 0, False
+        producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+        # Starting fences any earlier producer with this id (an earlier attempt of this
+        # task, a crashed run of the query) and aborts the transaction it left open.
+        await producer.start()
+        try:
+            if marker is not None:
+                committed = await fetch_committed_offsets(
+                    marker.group, [marker.partition], config=producer.config
+                )
+                if committed[marker.partition] >= marker.offset:
+                    log.info(
+                        "transactional id %r: micro-batch %d was committed already; not "
+                        "writing it again",
+                        transactional_id,
+                        marker.offset - 1,
+                    )
+                    await producer.close()
+                    return None, 0, True
+            if first is None:
+                await producer.close()
+                return None, 0, False
+            await producer.begin_transaction()
+            sent = 0
+            pending: deque[BatchResults] = deque()
+            for columns in _prepend(first, chunks):
+                topic, items = _items(layout, sink.topic, columns)
+                if not items:
+                    continue
+                try:
+                    results = await producer.send_many(topic, items)
+                except (KafkaError, TypeError, ValueError) as exc:
+                    try:
+                        refused = await _refused_item(producer, layout, items, exc)
+                    except Exception:  # the search must not hide the producer's error
+                        log.debug("could not find the row send_many refused", exc_info=True)
+                        refused = None
+                    if refused is None:
+                        raise
+                    raise _RowRefused(*refused, exc) from None
+                pending.append(results)
+                sent += len(items)
+                position += len(items)
+                while pending and pending[0].done():
+                    await pending.popleft()
+            await producer.flush()
+            while pending:
+                await pending.popleft()
+            if marker is not None:
+                await producer.send_offsets_to_transaction(
+                    {marker.partition: marker.offset}, marker.group
+                )
+            prepared = await producer.prepare_transaction()
+        except BaseException:
+            # Closing aborts the open (not yet prepared) transaction.
+            await producer.close(timeout=0)
+            raise
+        await producer.close()
+        return prepared, sent, False
+    except _RowRefused as refused:
+        raise _row_error(position + refused.index, refused.column, refused.error) from (
+            refused.error
+        )
+
+
+def _attempt_number() -> int:
+    context = _task_context()
+    return int(context.attemptNumber()) if context is not None else 0
+
+
+def _task_context() -> Any:
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    return TaskContext.get()
+
+
+def _completion_config(sink: SinkOptions) -> ProducerConfig:
+    config = {k: v for k, v in sink.config.items() if k != "transactional.id"}
+    return ProducerConfig.from_options(config, **sink.options)
+
+
+async def _complete_all(
+    sink: SinkOptions,
+    messages: list[Any],
+    commit: bool,
+    what: str,
+) -> list[tuple[int, BaseException]]:
+    """Commit (or abort) every prepared transaction of ``messages`` at once; the
+    (partition, error) of each that failed."""
+    prepared = [
+        m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
+    ]
+    if not prepared:
+        return []
+    config = _completion_config(sink)
+    results = await asyncio.gather(
+        *(
+            complete_prepared_transaction(m.prepared, commit=commit, config=config)
+            for m in prepared
+            if m.prepared is not None
+        ),
+        return_exceptions=True,
+    )
+    failures = [
+        (m.partition_id, result)
+        for m, result in zip(prepared, results, strict=True)
+        if isinstance(result, BaseException)
+    ]
+    done = len(prepared) - len(failures)
+    log.info(
+        "%s: %s %d of %d partition transactions",
+        what,
+        "committed" if commit else "aborted",
+        done,
+        len(prepared),
+    )
+    return failures
+
+
+def _abort_earlier_attempts(
+    sink: SinkOptions, prefix: str, messages: list[Any], what: str
+) -> None:
+    """Abort what failed attempts of the tasks left open: a failed attempt's Python worker
+    may outlive its task and prepare a transaction after the retry began its own."""
+    ids = [
+        transactional_id
+        for m in messages
+        if isinstance(m, TransactionalCommitMessage) and m.attempt > 0
+        for transactional_id in _earlier_attempts(prefix, m.partition_id, m.attempt)
+    ]
+    if not ids:
+        return
+    for transactional_id, error in _run(_fence(sink, ids)):
+        log.warning(
+            "%s: could not abort what a failed attempt left open under %r (the coordinator "
+            "aborts it after transaction.timeout.ms): %s",
+            what,
+            transactional_id,
+            error,
+        )
+
+
+def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
+    failures = _run(_complete_all(sink, messages, True, what))
+    _abort_earlier_attempts(sink, prefix, messages, what)
+    if not failures:
+        return
+    partition, first = failures[0]
+    if not isinstance(first, KafkaError):
+        raise first
+    total = sum(1 for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared)
+    first.args = (
+        f"{what}: {len(failures)} of {total} partition transactions could not be committed "
+        f"(Spark partitions {', '.join(str(p) for p, _ in failures)}); partition "
+        f"{partition}: {first.message}",
+        *first.args[1:],
+    )
+    raise first
+
+
+def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
+    for partition, error in _run(_complete_all(sink, messages, False, what)):
+        log.warning(
+            "%s: the transaction of Spark partition %d could not be aborted (the coordinator "
+            "aborts it after transaction.timeout.ms): %s",
+            what,
+            partition,
+            error,
+        )
+    _abort_earlier_attempts(sink, prefix, messages, what)
+
+
+class TransactionalBatchWriter(KafkaBatchWriter):
+    """Writes a DataFrame exactly once (``delivery.guarantee`` ``exactly_once``): each task
+    prepares a transaction, the driver commits them all (see the module)."""
+
+    def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
+        super().__init__(sink, layout)
+        # One prefix per write, made on the driver (the tasks get it pickled).
+        self.prefix = sink.transactional_id_prefix or f"aioproducer-spark-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
+        """Send the partition's rows in a transaction and prepare it.
+
+        Raises:
+            KafkaError: a record was not delivered (the task fails; its transaction is
+                aborted).
+        """
+        partition = _partition_id()
+        attempt = _attempt_number()
+        prepared, records, _ = _run(
+            _produce_prepared(
+                self.sink,
+                self.layout,
+                _chunks(self.layout, iterator),
+                _transactional_id(self.prefix, partition, attempt),
+                None,
+                _earlier_attempts(self.prefix, partition, attempt),
+            )
+        )
+        return TransactionalCommitMessage(partition, records, prepared, attempt=attempt)
+
+    def commit(self, messages: list[Any]) -> None:
+        """Commit every task's transaction.
+
+        Raises:
+            KafkaError: a transaction could not be committed (for example, it stayed open
+                longer than ``transaction.timeout.ms`` and the coordinator aborted it).
+        """
+        _commit(self.sink, self.prefix, messages, "the exactly-once write")
+
+    def abort(self, messages: list[Any]) -> None:
+        """Abort every task's transaction: nothing of the write is committed."""
+        _abort(self.sink, self.prefix, messages, "the failed exactly-once write")
+
+
+class TransactionalStreamWriter(KafkaStreamWriter):
+    """Writes each micro-batch exactly once (``delivery.guarantee`` ``exactly_once``),
+    replays included (see the module)."""
+
+    def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
+        super().__init__(sink, layout)
+        prefix = sink.transactional_id_prefix
+        if prefix is None:
+            location = sink.checkpoint_location
+            if location is None:
+                raise ConfigurationError(
+                    "a streaming query with delivery.guarantee exactly_once needs option "
+                    "'transactional.id.prefix' (the same for every run of the query) or a "
+                    "'checkpointLocation' option to derive it from"
+                )
+            digest = hashlib.sha256(location.encode()).hexdigest()[:20]
+            prefix = f"aioproducer-spark-{digest}"
+        marker = sink.marker_topic or sink.topic
+        if marker is None:
+            raise ConfigurationError(
+                "a streaming query with delivery.guarantee exactly_once records each "
+                "micro-batch in a consumer group's offset for partition 0 of a topic: set "
+                "the 'topic' option, or 'transactional.marker.topic' when rows name their "
+                "topic"
+            )
+        self.prefix = prefix
+        self.marker_topic = marker
+
+    def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
+        """Send the partition's rows of the micro-batch in a transaction, with its marker,
+        and prepare it; a micro-batch this partition committed already is skipped."""
+        context = _task_context()
+        batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context is not None else None
+        if batch is None:
+            raise ConfigurationError(
+                f"no micro-batch id in the task (Spark local property {_BATCH_ID_PROPERTY}); "
+                "exactly once needs a micro-batch trigger, not continuous processing"
+            )
+        partition = _partition_id()
+        attempt = _attempt_number()
+        # One marker group per Spark partition, whatever the attempt.
+        marker = _Marker(f"{self.prefix}-{partition}", self.marker_topic, int(batch) + 1)
+        prepared, records, already = _run(
+            _produce_prepared(
+                self.sink,
+                self.layout,
+                _chunks(self.layout, iterator),
+                _transactional_id(self.prefix, partition, attempt),
+                marker,
+                _earlier_attempts(self.prefix, partition, attempt),
+            )
+        )
+        return TransactionalCommitMessage(partition, records, prepared, already, attempt)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        """Commit every task's transaction of the micro-batch.
+
+        Raises:
+            KafkaError: a transaction could not be committed: the micro-batch fails, and
+                runs again when the query restarts (partitions committed already are not
+                written twice).
+        """
+        _commit(self.sink, self.prefix, messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        """Abort every task's transaction of the failed micro-batch."""
+        _abort(self.sink, self.prefix, messages, f"the failed micro-batch {batchId}")

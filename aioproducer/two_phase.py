@@ -1,0 +1,360 @@
+"""Completing a prepared transaction from another process, and reading committed offsets.
+
+A transactional producer can stop short of committing: :meth:`Producer.prepare_transaction`
+flushes the transaction and returns a :class:`~aioproducer.PreparedTransaction` (the
+transactional id, producer id and epoch), and the producer may then be closed with the
+transaction still open. :func:`complete_prepared_transaction` commits or aborts it later,
+from any process, as the Java client's ``commitTransaction`` does after Flink's
+``resumeTransaction``: it finds the transaction coordinator (FindCoordinator) and sends
+EndTxn with the carried producer id and epoch. This is the second phase of a two-phase
+commit in which Kafka is a participant: a coordinator elsewhere (a Spark driver) decides,
+the producers only prepare.
+
+The coordinator ends the transaction only for the epoch it was written under: once a newer
+producer with the same transactional id started (which aborts what was open), or the
+coordinator aborted the transaction itself because it stayed open longer than the
+producer's ``transaction_timeout_ms``, completing it fails with
+:class:`~aioproducer.errors.ProducerFencedError` (or
+:class:`~aioproducer.errors.InvalidProducerEpochError` /
+:class:`~aioproducer.errors.InvalidTxnStateError`), never with a silent success.
+``transaction_timeout_ms`` must therefore cover the time from the first record to the
+completion.
+
+KIP-939 (``transaction.two.phase.commit.enable``, InitProducerId v6 with
+``keepPreparedTxn``) would let a prepared transaction outlive the timeout; Kafka 4.4 still
+marks InitProducerId v6 unstable (brokers advertise v5 unless
+``unstable.api.versions.enable``), so this module does not use it.
+
+:func:`fetch_committed_offsets` reads a consumer group's committed offsets (OffsetFetch),
+waiting for offsets an open transaction committed to be decided (``require_stable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from aioproducer.backoff import ExponentialBackoff
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import (
+    ConfigurationError,
+    KafkaError,
+    RequestTimedOutError,
+    error_for_code,
+)
+from aioproducer.net.connection import BrokerConnection
+from aioproducer.net.manager import ConnectionManager
+from aioproducer.protocol.api import Request, Response
+from aioproducer.protocol.error_codes import ErrorCode
+from aioproducer.protocol.messages import (
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    MetadataRequest,
+    OffsetFetchRequest,
+)
+from aioproducer.transactions import CoordinatorType, PreparedTransaction
+
+__all__ = ["complete_prepared_transaction", "fetch_committed_offsets"]
+
+log = logging.getLogger("aioproducer.two_phase")
+
+_R = TypeVar("_R", bound=Response)
+
+# The last EndTxn version of transactions v1 (a higher one tells the coordinator the client
+# follows transactions v2), as in aioproducer.transactions.
+_END_TXN_V1_MAX_VERSION = 4
+
+_COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+# Answers that mean "ask again shortly": the coordinator is loading its state, or is still
+# writing the markers of this (or the previous) transaction.
+_RETRY = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+    }
+)
+_FENCED = frozenset(
+    {
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.INVALID_TXN_STATE,
+    }
+)
+
+
+class _CoordinatorClient:
+    """Connections to a cluster for a few coordinator requests, with their retries."""
+
+    def __init__(self, config: ProducerConfig, deadline: float) -> None:
+        self._config = config
+        self.deadline = deadline
+        self._changed = asyncio.Event()
+        self._manager = ConnectionManager(config, self._changed.set)
+        self._backoff = ExponentialBackoff(
+            config.retry_backoff_ms, config.retry_backoff_max_ms, jitter=0.0
+        )
+        self._brokers: dict[int, tuple[str, int]] = {}
+
+    async def close(self) -> None:
+        await self._manager.close()
+
+    def _remaining(self, what: str) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise RequestTimedOutError(
+                f"{what} did not complete within the time given (timeout, or max_block_ms)"
+            )
+        return remaining
+
+    async def _any(self) -> BrokerConnection:
+        connection = await self._manager.bootstrap(self.deadline)
+        if not self._brokers:
+            metadata = await self.request(connection, MetadataRequest([], False), "Metadata")
+            self._brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+            self._manager.set_brokers(self._brokers)
+        return connection
+
+    async def _node(self, node_id: int, what: str) -> BrokerConnection:
+        while True:
+            connection = self._manager.ready(node_id)
+            if connection is not None:
+                return connection
+            self._changed.clear()
+            self._manager.ensure_connecting(node_id, time.monotonic())
+            delay = self._manager.connection_delay(node_id, time.monotonic())
+            wait = min(self._remaining(what), delay if 0 < delay < float("inf") else 1.0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait)
+
+    async def request(
+        self, connection: BrokerConnection, request: Request[_R], what: str
+    ) -> _R:
+        timeout = min(self._remaining(what), self._config.request_timeout_ms / 1000.0)
+        try:
+            return await asyncio.wait_for(connection.request(request), timeout)
+        except asyncio.TimeoutError:
+            connection.close(RequestTimedOutError(f"{what} timed out"))
+            raise RequestTimedOutError(f"{what} got no answer in time") from None
+
+    async def coordinator(self, key_type: CoordinatorType, key: str) -> BrokerConnection:
+        """A connection to the coordinator of ``key``."""
+        what = f"FindCoordinator for {key!r}"
+        attempts = 0
+        while True:
+            connection = await self._any()
+            response = await self.request(
+                connection, FindCoordinatorRequest([key], int(key_type)), what
+            )
+            entry = next((c for c in response.coordinators if c.key == key), None)
+            if entry is None and response.coordinators:
+                entry = response.coordinators[0]
+            code = entry.error_code if entry is not None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if code == 0 and entry is not None:
+                if entry.node_id not in self._brokers:
+                    self._brokers[entry.node_id] = (entry.host, entry.port)
+                    self._manager.set_brokers(self._brokers)
+                return await self._node(entry.node_id, what)
+            error = error_for_code(code, entry.error_message if entry is not None else None)
+            if not error.retriable:
+                raise error
+            attempts = await self.backoff(attempts, what)
+
+    async def backoff(self, attempts: int, what: str) -> int:
+        delay = self._backoff.backoff_ms(attempts) / 1000.0
+        await asyncio.sleep(min(delay, self._remaining(what)))
+        return attempts + 1
+
+
+def _config(
+    config: Mapping[str, Any] | ProducerConfig | None, options: dict[str, Any]
+) -> ProducerConfig:
+    if isinstance(config, ProducerConfig):
+        if options:
+            raise ConfigurationError(
+                "give the connection options either as a ProducerConfig or as keywords, not both"
+            )
+        return config
+    return ProducerConfig.from_options(config, **options)
+
+
+def _completion_error(prepared: PreparedTransaction, commit: bool, code: int) -> KafkaError:
+    action = "commit" if commit else "abort"
+    error = error_for_code(code)
+    error.args = (
+        f"cannot {action} the prepared transaction of transactional id "
+        f"{prepared.transactional_id!r} (producer id {prepared.producer_id}, epoch "
+        f"{prepared.producer_epoch}): the coordinator answered {error.error_name}, it no "
+        "longer has it open under that epoch. A newer producer with this transactional id "
+        "started (which aborted it), the coordinator aborted it because it stayed open "
+        "longer than transaction_timeout_ms, or it was completed already"
+        f"{' with the other outcome' if commit else ''}",
+    )
+    return error
+
+
+async def complete_prepared_transaction(
+    prepared: PreparedTransaction,
+    *,
+    commit: bool = True,
+    config: Mapping[str, Any] | ProducerConfig | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> None:
+    """Commit (or abort) a transaction another producer prepared, from any process.
+
+    Finds the transaction coordinator of ``prepared.transactional_id`` and sends it EndTxn
+    with the prepared producer id and epoch (EndTxn v5 for a transactions v2 transaction,
+    v4 at most otherwise), retrying while the coordinator moves, loads, or is still
+    writing markers. Completing again with the same outcome after a success is harmless
+    while no newer transaction of that transactional id has begun (the coordinator
+    recognises the retry). An ``empty`` prepared transaction needs no request.
+
+    Args:
+        prepared: what :meth:`Producer.prepare_transaction` returned.
+        commit: True to commit, False to abort.
+        config: connection options (``bootstrap_servers``, security settings), as for
+            :class:`~aioproducer.Producer`, or a :class:`~aioproducer.ProducerConfig`.
+        timeout: seconds for the whole completion; ``max_block_ms`` by default.
+        **options: connection options by snake_case name.
+
+    Raises:
+        ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError: the
+            coordinator no longer has the transaction open under that epoch: a newer
+            producer with the transactional id started, or the coordinator aborted it
+            after ``transaction_timeout_ms``, or it was completed with the other outcome.
+            The message says so; nothing was committed.
+        RequestTimedOutError: no answer within ``timeout``; the outcome is unknown, and
+            completing again (with the same outcome) is safe.
+        KafkaConnectionError: no bootstrap server answered.
+    """
+    if prepared.empty:
+        return
+    cfg = _config(config, options)
+    seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
+    client = _CoordinatorClient(cfg, time.monotonic() + seconds)
+    action = "commit" if commit else "abort"
+    what = f"EndTxn({action}) for transactional id {prepared.transactional_id!r}"
+    request = EndTxnRequest(
+        prepared.transactional_id,
+        prepared.producer_id,
+        prepared.producer_epoch,
+        commit,
+        version_cap=None if prepared.transaction_v2 else _END_TXN_V1_MAX_VERSION,
+    )
+    attempts = 0
+    try:
+        while True:
+            try:
+                connection = await client.coordinator(
+                    CoordinatorType.TRANSACTION, prepared.transactional_id
+                )
+                response: EndTxnResponse = await client.request(connection, request, what)
+            except KafkaError as exc:
+                # A lost connection, a request that timed out: again, until the deadline.
+                if not exc.retriable or time.monotonic() >= client.deadline:
+                    raise
+                log.debug("%s: %s; retrying", what, exc)
+                attempts = await client.backoff(attempts, what)
+                continue
+            code = response.error_code
+            if code == 0:
+                log.info(
+                    "transactional id %r: prepared transaction (producer id %d, epoch %d) %s",
+                    prepared.transactional_id,
+                    prepared.producer_id,
+                    prepared.producer_epoch,
+                    "committed" if commit else "aborted",
+                )
+                return
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                attempts = await client.backoff(attempts, what)
+                continue
+            if code in _FENCED:
+                raise _completion_error(prepared, commit, code)
+            raise error_for_code(code, where=what)
+    finally:
+        await client.close()
+
+
+async def fetch_committed_offsets(
+    group_id: str,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    config: Mapping[str, Any] | ProducerConfig | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> dict[tuple[str, int], int]:
+    """The offsets consumer group ``group_id`` committed for ``partitions`` (OffsetFetch).
+
+    Offsets that an open transaction committed are waited for until the transaction ends
+    (``require_stable``, KIP-447), so the answer reflects committed transactions only.
+
+    Args:
+        group_id: the consumer group.
+        partitions: ``(topic, partition)`` pairs.
+        config: connection options, as for :func:`complete_prepared_transaction`.
+        timeout: seconds for the whole request; ``max_block_ms`` by default.
+        **options: connection options by snake_case name.
+
+    Returns:
+        ``{(topic, partition): offset}`` for every partition asked for; -1 where the group
+        has no committed offset.
+
+    Raises:
+        KafkaError: the group coordinator refused (for example GROUP_AUTHORIZATION_FAILED).
+        RequestTimedOutError: no answer within ``timeout``.
+    """
+    wanted: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        wanted.setdefault(topic, []).append(partition)
+    if not wanted:
+        return {}
+    cfg = _config(config, options)
+    seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
+    client = _CoordinatorClient(cfg, time.monotonic() + seconds)
+    what = f"OffsetFetch for group {group_id!r}"
+    request = OffsetFetchRequest(group_id, wanted, require_stable=True)
+    attempts = 0
+    try:
+        while True:
+            try:
+                connection = await client.coordinator(CoordinatorType.GROUP, group_id)
+                response = await client.request(connection, request, what)
+            except KafkaError as exc:
+                # A lost connection, a request that timed out: again, until the deadline.
+                if not exc.retriable or time.monotonic() >= client.deadline:
+                    raise
+                log.debug("%s: %s; retrying", what, exc)
+                attempts = await client.backoff(attempts, what)
+                continue
+            codes = [response.error_code] + [
+                p.error_code for t in response.topics for p in t.partitions
+            ]
+            code = next((c for c in codes if c), 0)
+            if code == ErrorCode.GROUP_ID_NOT_FOUND:
+                code = 0  # no such group: nothing committed
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                attempts = await client.backoff(attempts, what)
+                continue
+            if code:
+                raise error_for_code(code, where=what)
+            found = {
+                (t.name, p.partition_index): p.committed_offset
+                for t in response.topics
+                for p in t.partitions
+            }
+            return {
+                (topic, p): found.get((topic, p), -1)
+                for topic, indexes in wanted.items()
+                for p in indexes
+            }
+    finally:
+        await client.close()

@@ -1,0 +1,342 @@
+"""Exactly once from Spark to Apache Kafka (``delivery.guarantee`` ``exactly_once``).
+
+A batch write of many rows in which one task fails once, mid-partition (a UDF raises on
+its first attempt), and Spark runs it again: a consumer reading committed data gets every
+row exactly once, while a read_uncommitted consumer also sees the rows of the failed
+attempt, written and then aborted: the transactions did the work. With the default
+(at least once), the same job leaves those rows twice in what every consumer reads.
+
+``examples/spark_exactly_once.py`` (a task that fails once, retried) writes every order
+once, as read by a consumer reading committed data.
+
+A failed attempt whose Python worker outlives its task and prepares a transaction after the
+retry prepared its own (what Spark does when the input of a writer stops short) can neither
+fence the retry nor leave its transaction open once the driver committed.
+
+A streaming query (its own process) is killed in the middle of committing a micro-batch,
+after one partition's transaction was committed, and restarted from its checkpoint: Spark
+replays the micro-batch, the committed partition is not written again (its marker offset
+says so), the others are, and every row is read exactly once.
+
+Records are read back with confluent-kafka's consumer (tests.support.readback).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.kafka import KafkaBroker
+from tests.support.readback import read_back
+from tests.support.spark import ROOT, local_spark
+from tests.support.spark_crash import CRASH_FLAG
+
+pytestmark = pytest.mark.kafka
+
+pyspark = pytest.importorskip("pyspark")
+
+NewTopic = Callable[..., str]
+
+_ROWS = 100_000
+_SPARK_PARTITIONS = 4
+# Partition 1 fails on its first attempt at this row, after thousands of its rows went out.
+_FAIL_AT = 25_000 + 20_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    # local[2,4]: a failed task is tried again (plain local mode never retries a task).
+    with local_spark(
+        "aioproducer-exactly-once",
+        master="local[2,4]",
+        **{"spark.sql.execution.arrow.maxRecordsPerBatch": "2000"},
+    ) as session:
+        yield session
+
+
+def _failing_once(spark: Any) -> Any:
+    """``_ROWS`` rows in ``_SPARK_PARTITIONS`` partitions, keyed and valued by their id; the
+    task of Spark partition 1 raises at row ``_FAIL_AT`` on its first attempt."""
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import LongType
+
+    fail_at = _FAIL_AT
+
+    def fail_once(value: int) -> int:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if value == fail_at and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("injected failure on the task's first attempt")
+        return value
+
+    ids = udf(fail_once, LongType())
+    return (
+        spark.range(0, _ROWS, 1, _SPARK_PARTITIONS)
+        .select(ids(col("id")).alias("id"))
+        .selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    )
+
+
+def _write(df: Any, broker: KafkaBroker, topic: str, guarantee: str) -> None:
+    (
+        df.write.format("aioproducer")
+        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+        .option("topic", topic)
+        .option("delivery.guarantee", guarantee)
+        .option("kafka.linger.ms", "5")
+        .mode("append")
+        .save()
+    )
+
+
+def _counts(broker: KafkaBroker, topic: str, isolation_level: str) -> collections.Counter[bytes]:
+    records = read_back(
+        broker.bootstrap_servers,
+        topic,
+        expected=_ROWS,
+        isolation_level=isolation_level,
+        extra_wait=1.0,
+        timeout=120.0,
+    )
+    return collections.Counter(r.value for r in records if r.value is not None)
+
+
+@pytest.fixture(params=["kafka", "kafka_tv1"])
+def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
+    """Each Kafka node in turn: transaction.version 2 (the default), then 1."""
+    broker: KafkaBroker = request.getfixturevalue(request.param)
+    return broker
+
+
+def test_a_task_that_fails_once_leaves_every_row_exactly_once(
+    spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    kafka = any_kafka
+    topic = new_topic(kafka, partitions=3)
+    _write(_failing_once(spark), kafka, topic, "exactly_once")
+    committed = _counts(kafka, topic, "read_committed")
+    expected = {str(i).encode() for i in range(_ROWS)}
+    assert set(committed) == expected
+    duplicated = [value for value, count in committed.items() if count > 1]
+    assert not duplicated, f"{len(duplicated)} rows were committed more than once"
+    # The failed attempt's rows were written, in a transaction that was aborted.
+    everything = _counts(kafka, topic, "read_uncommitted")
+    assert sum(everything.values()) > _ROWS
+    assert set(everything) == expected
+
+
+def test_at_least_once_duplicates_what_the_failed_attempt_sent(
+    spark: Any, kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    # What exactly_once prevents: the same job with the default guarantee.
+    topic = new_topic(kafka, partitions=3)
+    _write(_failing_once(spark), kafka, topic, "at_least_once")
+    committed = _counts(kafka, topic, "read_committed")
+    assert set(committed) == {str(i).encode() for i in range(_ROWS)}
+    assert sum(committed.values()) > _ROWS
+
+
+def test_exactly_once_options_are_checked_on_the_driver(
+    spark: Any, kafka: KafkaBroker
+) -> None:
+    from pyspark.errors import PySparkException
+
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+
+    def save(**options: str) -> None:
+        writer = df.write.format("aioproducer").option(
+            "kafka.bootstrap.servers", kafka.bootstrap_servers
+        )
+        for name, value in options.items():
+            writer = writer.option(name, value)
+        writer.mode("append").save()
+
+    with pytest.raises(PySparkException, match=r"'at_least_once' \(the default\) or"):
+        save(topic="t", **{"delivery.guarantee": "twice"})
+    with pytest.raises(PySparkException, match=r"kafka\.transactional\.id"):
+        save(
+            topic="t",
+            **{"delivery.guarantee": "exactly_once", "kafka.transactional.id": str(uuid.uuid4())},
+        )
+
+
+# Only turns a hang into a failure.
+_QUERY_HANG = 600.0
+
+
+def _run_query(
+    args: list[str], env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.spark_crash", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the test kills all of it
+        )
+
+
+def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_restart(
+    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka, partitions=3)
+    files, per_file = 4, 3000
+    source = tmp_path / "input"
+    source.mkdir()
+    for number in range(files):
+        lines = (json.dumps({"id": number * per_file + i}) for i in range(per_file))
+        (source / f"part-{number}.json").write_text("\n".join(lines) + "\n")
+    args = [str(source), str(tmp_path / "checkpoint"), topic, kafka.bootstrap_servers]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(CRASH_FLAG, None)
+    log = tmp_path / "query.log"
+    flag = tmp_path / "crashed"
+
+    first = _run_query(args, {**env, CRASH_FLAG: str(flag)}, log)
+    try:
+        deadline = time.monotonic() + _QUERY_HANG
+        while not flag.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert flag.exists(), f"the query did not reach its commit:\n{log.read_text()[-3000:]}"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+    restarted = _run_query(args, env, log)
+    try:
+        assert restarted.wait(_QUERY_HANG) == 0, log.read_text()[-3000:]
+    finally:
+        if restarted.poll() is None:
+            os.killpg(restarted.pid, signal.SIGKILL)
+            restarted.wait()
+    total = files * per_file
+    records = read_back(
+        kafka.bootstrap_servers,
+        topic,
+        expected=total,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+        timeout=120.0,
+    )
+    committed = collections.Counter(r.value for r in records if r.value is not None)
+    assert set(committed) == {str(i).encode() for i in range(total)}
+    duplicated = [value for value, count in committed.items() if count > 1]
+    assert not duplicated, f"{len(duplicated)} rows were committed more than once"
+
+
+def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewTopic) -> None:
+    topic = new_topic(kafka, partitions=3)
+    rows = 2000
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SPARK_EXAMPLE_ROWS=str(rows))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "spark_exactly_once.py"),
+            "--bootstrap-servers",
+            kafka.bootstrap_servers,
+            "--topic",
+            topic,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=_QUERY_HANG,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"exactly once: {rows} rows committed" in result.stdout
+    records = read_back(
+        kafka.bootstrap_servers,
+        topic,
+        expected=rows,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    orders = collections.Counter(json.loads(r.value)["order"] for r in records if r.value)
+    assert sorted(orders) == list(range(rows))
+    assert set(orders.values()) == {1}
+
+
+def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_lingers(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    import asyncio
+
+    from aioproducer.integrations.spark import SinkOptions, _Layout
+    from aioproducer.integrations.spark_transactions import (
+        TransactionalBatchWriter,
+        TransactionalCommitMessage,
+        _produce_prepared,
+        _transactional_id,
+    )
+
+    topic = new_topic(any_kafka)
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": any_kafka.bootstrap_servers,
+            "topic": topic,
+            "delivery.guarantee": "exactly_once",
+        }
+    )
+    layout = _Layout(
+        key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None
+    )
+    writer = TransactionalBatchWriter(sink, layout)
+
+    def attempt(number: int, values: list[bytes], earlier: list[str]) -> Any:
+        return asyncio.run(
+            _produce_prepared(
+                sink,
+                layout,
+                iter([{"value": values}]),
+                _transactional_id(writer.prefix, 0, number),
+                None,
+                earlier,
+            )
+        )
+
+    # The retry (attempt 1) writes the whole partition and prepares...
+    prepared, records, _ = attempt(1, [b"a", b"b", b"c"], [_transactional_id(writer.prefix, 0, 0)])
+    # ...then the failed attempt's worker, still running, prepares what it had read.
+    attempt(0, [b"a"], [])
+    writer.commit([TransactionalCommitMessage(0, records, prepared, attempt=1)])
+    committed = read_back(
+        any_kafka.bootstrap_servers,
+        topic,
+        expected=3,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    assert sorted(r.value for r in committed) == [b"a", b"b", b"c"]
+    # The late attempt's transaction was aborted by the commit: nothing holds consumers back.
+    everything = read_back(any_kafka.bootstrap_servers, topic, expected=4, extra_wait=0.5)
+    assert len(everything) == 4
+    admin = any_kafka.admin()
+    import confluent_kafka
+    from confluent_kafka.admin import OffsetSpec
+
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    ends = [
+        admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp]
+        .result(timeout=10)
+        .offset
+        for level in (
+            confluent_kafka.IsolationLevel.READ_COMMITTED,
+            confluent_kafka.IsolationLevel.READ_UNCOMMITTED,
+        )
+    ]
+    assert ends[0] == ends[1], "a transaction is still open"

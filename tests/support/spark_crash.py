@@ -1,0 +1,94 @@
+"""A streaming query writing exactly once to Kafka, run as its own process so a test can
+kill it: ``python -m tests.support.spark_crash <input dir> <checkpoint> <topic> <bootstrap>``.
+
+It reads the JSON files of ``<input dir>`` one per micro-batch (``maxFilesPerTrigger`` 1,
+``availableNow``), hash-partitions the rows into 3 Spark partitions and writes them with
+``delivery.guarantee`` ``exactly_once``, then exits.
+
+With ``AIOPRODUCER_TEST_CRASH_FLAG`` set to a path, the driver's commit of micro-batch 1
+commits the transaction of one partition only, creates that file and stops there (until
+its parent process dies): the test then kills the query, which leaves micro-batch 1 partly
+committed in Kafka and not recorded as done in the checkpoint. Run again without it, the
+query replays micro-batch 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aioproducer.integrations.spark import KafkaDataSource
+from aioproducer.integrations.spark_transactions import (
+    TransactionalCommitMessage,
+    TransactionalStreamWriter,
+    _commit,
+)
+
+CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
+CRASH_BATCH = 1
+
+
+class _CrashingStreamWriter(TransactionalStreamWriter):
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        flag = os.environ.get(CRASH_FLAG)
+        if flag is None or batchId != CRASH_BATCH:
+            super().commit(messages, batchId)
+            return
+        prepared = [
+            m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
+        ]
+        # One partition's transaction is committed, then the driver "dies".
+        _commit(self.sink, self.prefix, prepared[:1], f"micro-batch {batchId}")
+        Path(flag).write_text(str(prepared[0].partition_id))
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+
+class CrashingDataSource(KafkaDataSource):
+    """The aioproducer data source whose streaming commit can stop half done."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``"aioproducer_crash"``."""
+        return "aioproducer_crash"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        """The exactly-once streaming writer, with the crash of :data:`CRASH_FLAG`."""
+        sink, layout = self._writer_parts(schema, overwrite)
+        return _CrashingStreamWriter(sink, layout)
+
+
+def main(input_dir: str, checkpoint: str, topic: str, bootstrap: str) -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from tests.support.spark import local_spark
+
+    with local_spark("aioproducer-exactly-once-stream") as spark:
+        spark.dataSource.register(CrashingDataSource)
+        schema = StructType([StructField("id", LongType())])
+        rows = (
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", 1)
+            .json(input_dir)
+            .repartition(3, "id")
+            .selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+        )
+        query = (
+            rows.writeStream.format("aioproducer_crash")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .option("delivery.guarantee", "exactly_once")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
