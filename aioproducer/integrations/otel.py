@@ -34,12 +34,14 @@ Each record gets the headers of the global propagator (``opentelemetry.propagate
 ``traceparent`` by default) for the span, so a consumer continues the trace, unless the
 record has one of those headers already.
 
-The producer's :meth:`~aioproducer.Producer.metrics` are observed when the meter provider
-collects (nothing is done per record): each ``*-total`` name as a counter, every other name
-as a gauge, named ``kafka.producer.`` followed by the name with ``-`` as ``_``
-(``record-send-total`` is ``kafka.producer.record_send_total``), with the producer's
-``messaging.client.id`` as attribute. Names that appear in ``metrics()`` later are added
-for the collections after the one that first saw them.
+The producer's metrics (:meth:`~aioproducer.Producer.metrics_detailed`: producer-wide, per
+topic and per broker) are observed when the meter provider collects (nothing is done per
+record): each ``*-total`` name as a counter, every other name as a gauge, with its unit.
+Producer-wide ones are named ``kafka.producer.`` followed by the name with ``-`` as ``_``
+(``record-send-total`` is ``kafka.producer.record_send_total``); per-topic ones
+``kafka.producer.topic.`` and the name, with the topic as ``messaging.destination.name``;
+per-broker ones ``kafka.producer.node.`` and the name, with ``kafka.node.id``
+(``node-1``). Every observation has the producer's ``messaging.client.id``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from aioproducer import BatchResults, Producer, ProducerRecord, ProducerState, RecordFuture
 from aioproducer import telemetry as _telemetry
+from aioproducer.metric_catalog import (
+    DEFINITIONS,
+    NODE_GROUP,
+    PRODUCER_GROUP,
+    TOPIC_GROUP,
+    Metric,
+)
 
 __all__ = ["SCHEMA_URL", "AioproducerInstrumentor"]
 
@@ -362,8 +371,29 @@ def _with_context(headers: Any, carrier: dict[str, str]) -> Any:
     return pairs
 
 
+# Instrument names by metric group, and the OpenTelemetry attribute of each Java tag.
+_GROUP_PREFIX: dict[str, str] = {
+    PRODUCER_GROUP: _METRIC_PREFIX,
+    TOPIC_GROUP: _METRIC_PREFIX + "topic.",
+    NODE_GROUP: _METRIC_PREFIX + "node.",
+}
+_TAG_ATTRIBUTES: dict[str, str] = {
+    "topic": "messaging.destination.name",
+    "node-id": "kafka.node.id",
+}
+
+
+def _instrument_name(group: str, name: str) -> str:
+    """The OpenTelemetry instrument of a metric: ``kafka.producer.`` and the Java name with
+    underscores for the producer-wide group; ``kafka.producer.topic.`` and
+    ``kafka.producer.node.`` before it for the per-topic and per-broker groups."""
+    return _GROUP_PREFIX[group] + _UNSAFE.sub("_", name.lower())
+
+
 class _MetricsBridge:
-    """Observable instruments over the ``metrics()`` of producers, read at collection."""
+    """Observable instruments over the ``metrics_detailed()`` of producers, read at
+    collection: one instrument per metric of the catalog, made once, with the producer's
+    client id and the topic or broker as attributes."""
 
     def __init__(self, meter: Meter) -> None:
         self._meter = meter
@@ -373,12 +403,21 @@ class _MetricsBridge:
         ] = weakref.WeakKeyDictionary()
         # The metrics read at the current collection: one read per producer serves every
         # instrument's callback (they run one after the other, within a collection).
-        self._snapshots: weakref.WeakKeyDictionary[Producer, tuple[float, dict[str, float]]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._names: set[str] = set()
-        self._lock = threading.Lock()
-        self._adding: threading.Thread | None = None
+        self._snapshots: weakref.WeakKeyDictionary[
+            Producer, tuple[float, dict[tuple[str, str], list[Metric]]]
+        ] = weakref.WeakKeyDictionary()
+        for definition in DEFINITIONS:
+            callbacks = [self._callback(definition.group, definition.name)]
+            description = f"{definition.description} (aioproducer: {definition.name})"
+            name = _instrument_name(definition.group, definition.name)
+            if definition.kind == "counter":
+                meter.create_observable_counter(
+                    name, callbacks=callbacks, unit=definition.unit, description=description
+                )
+            else:
+                meter.create_observable_gauge(
+                    name, callbacks=callbacks, unit=definition.unit, description=description
+                )
 
     def add(self, producer: Producer) -> None:
         loop: asyncio.AbstractEventLoop | None = None
@@ -388,89 +427,57 @@ class _MetricsBridge:
             except RuntimeError:
                 loop = None
         self._producers[producer] = loop
-        if loop is not None:
-            self.add_instruments(producer.metrics())
 
     def started(self, producer: Producer) -> None:
         # Called in start(), on the producer's loop.
         if producer in self._producers:
             self._producers[producer] = asyncio.get_running_loop()
-            self.add_instruments(producer.metrics())
 
     def remove(self, producer: Producer) -> None:
         self._producers.pop(producer, None)
         self._snapshots.pop(producer, None)
 
-    def add_instruments(self, names: Iterable[str]) -> None:
-        """An instrument for each of ``names`` that has none yet."""
-        with self._lock:
-            new = [name for name in names if name not in self._names]
-            self._names.update(new)
-        for name in new:
-            instrument_name = _METRIC_PREFIX + _UNSAFE.sub("_", name.lower())
-            description = f"The producer metric {name} (aioproducer.Producer.metrics())"
-            callbacks = [self._callback(name)]
-            if name.endswith("-total"):
-                self._meter.create_observable_counter(
-                    instrument_name, callbacks=callbacks, description=description
-                )
-            else:
-                self._meter.create_observable_gauge(
-                    instrument_name, callbacks=callbacks, description=description
-                )
-
-    def _callback(self, name: str) -> Any:
+    def _callback(self, group: str, name: str) -> Any:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return self._observe(name)
+            return self._observe(group, name)
 
         return observe
 
-    def _observe(self, name: str) -> list[Observation]:
+    def _observe(self, group: str, name: str) -> list[Observation]:
         observations = []
         now = time.monotonic()
         for producer, loop in list(self._producers.items()):
             snapshot = self._snapshots.get(producer)
             if snapshot is not None and now - snapshot[0] < _SNAPSHOT_AGE:
-                values = snapshot[1]
+                entries = snapshot[1]
             else:
-                values = _read_metrics(producer, loop)
-                self._snapshots[producer] = (now, values)
-            value = values.get(name)
-            if value is not None:
+                entries = {}
+                for entry in _read_metrics(producer, loop):
+                    entries.setdefault((entry.group, entry.name), []).append(entry)
+                self._snapshots[producer] = (now, entries)
+            for entry in entries.get((group, name), ()):
                 attributes = {"messaging.client.id": producer.config.client_id}
-                observations.append(Observation(value, attributes))
-            if not self._names.issuperset(values):
-                self._add_later(values)
+                for tag, value in entry.tags.items():
+                    attribute = _TAG_ATTRIBUTES.get(tag)
+                    if attribute is not None:
+                        attributes[attribute] = value
+                observations.append(Observation(entry.value, attributes))
         return observations
 
-    def _add_later(self, names: Iterable[str]) -> None:
-        # Instruments cannot be made while a collection runs (it holds the meter's lock):
-        # another thread makes them, once the collection is over.
-        with self._lock:
-            if self._adding is not None and self._adding.is_alive():
-                return
-            thread = threading.Thread(
-                target=self.add_instruments,
-                args=(list(names),),
-                name="aioproducer-otel-metrics",
-                daemon=True,
-            )
-            self._adding = thread
-        thread.start()
 
-
-def _read_metrics(producer: Producer, loop: asyncio.AbstractEventLoop | None) -> dict[str, float]:
-    """``producer.metrics()``, read on the producer's loop when collected in another thread
-    (the loop updates them as it goes); empty when that loop is not running."""
+def _read_metrics(producer: Producer, loop: asyncio.AbstractEventLoop | None) -> list[Metric]:
+    """``producer.metrics_detailed()``, read on the producer's loop when collected in
+    another thread (the loop updates them as it goes); empty when that loop is not
+    running."""
     if loop is None or _running_loop() is loop:
-        return producer.metrics()
+        return producer.metrics_detailed()
     if loop.is_closed() or not loop.is_running():
-        return {}
-    result: concurrent.futures.Future[dict[str, float]] = concurrent.futures.Future()
+        return []
+    result: concurrent.futures.Future[list[Metric]] = concurrent.futures.Future()
 
     def read() -> None:
         try:
-            result.set_result(producer.metrics())
+            result.set_result(producer.metrics_detailed())
         except BaseException as exc:
             result.set_exception(exc)
 
@@ -478,7 +485,7 @@ def _read_metrics(producer: Producer, loop: asyncio.AbstractEventLoop | None) ->
         loop.call_soon_threadsafe(read)
         return result.result(_METRICS_WAIT)
     except (RuntimeError, concurrent.futures.TimeoutError):
-        return {}
+        return []
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -248,27 +248,43 @@ async def test_metrics_are_the_producers_metrics(tansu: Any, new_topic: Any) -> 
         async with producer:
             await asyncio.gather(*[await producer.send(topic, b"x") for _ in range(7)])
             data = reader.get_metrics_data()
-            expected = producer.metrics()
+            expected = producer.metrics_detailed()
     finally:
         meter_provider.shutdown()
     assert data is not None
-    collected: dict[str, tuple[float, dict[str, Any], bool]] = {}
+    collected: dict[tuple[str, str | None], tuple[float, dict[str, Any], bool]] = {}
     for resource_metrics in data.resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
             assert scope_metrics.scope.name == "aioproducer"
             for metric in scope_metrics.metrics:
-                (point,) = metric.data.data_points
                 monotonic = getattr(metric.data, "is_monotonic", False)
-                collected[metric.name] = (point.value, dict(point.attributes or {}), monotonic)
-    names = {f"kafka.producer.{name.replace('-', '_')}": name for name in expected}
+                for point in metric.data.data_points:
+                    attributes = dict(point.attributes or {})
+                    where = attributes.get("messaging.destination.name") or attributes.get(
+                        "kafka.node.id"
+                    )
+                    collected[(metric.name, where)] = (point.value, attributes, monotonic)
+    prefixes = {
+        "producer-metrics": "kafka.producer.",
+        "producer-topic-metrics": "kafka.producer.topic.",
+        "producer-node-metrics": "kafka.producer.node.",
+    }
+    names = {
+        (
+            prefixes[e.group] + e.name.replace("-", "_"),
+            e.tags.get("topic") or e.tags.get("node-id"),
+        ): e
+        for e in expected
+    }
     assert set(collected) == set(names)
-    for otel_name, name in names.items():
-        value, attributes, monotonic = collected[otel_name]
-        assert attributes == {"messaging.client.id": "metered"}
-        assert monotonic == name.endswith("-total")
-        if name.endswith("-total") or name.startswith("buffer-total"):
-            assert value == expected[name], name
-    assert collected["kafka.producer.record_send_total"][0] == 7
+    for key, entry in names.items():
+        value, attributes, monotonic = collected[key]
+        assert attributes["messaging.client.id"] == "metered"
+        assert monotonic == entry.name.endswith("-total")
+        if entry.name.endswith("-total") or entry.name.startswith("buffer-total"):
+            assert value == entry.value, key
+    assert collected[("kafka.producer.record_send_total", None)][0] == 7
+    assert collected[("kafka.producer.topic.record_send_total", topic)][0] == 7
 
 
 async def test_without_instrumentation_no_header_is_added(
@@ -322,13 +338,13 @@ async def test_a_collection_in_another_thread_reads_the_metrics_on_the_loop(
         )
         async with producer:
             await (await producer.send(topic, b"x"))
-            metrics = producer.metrics
+            metrics = producer.metrics_detailed
 
-            def watched() -> dict[str, float]:
+            def watched() -> list[Any]:
                 readers.append(threading.get_ident())
                 return metrics()
 
-            producer.metrics = watched  # type: ignore[method-assign]
+            producer.metrics_detailed = watched  # type: ignore[method-assign]
             data = await asyncio.to_thread(reader.get_metrics_data)
     finally:
         meter_provider.shutdown()

@@ -92,41 +92,53 @@ def test_headers_send_refuses_are_left_for_it_to_refuse(headers: Any) -> None:
     assert otel._with_context(headers, CARRIER) is headers
 
 
-def test_metric_names_that_appear_later_become_instruments() -> None:
+def test_topic_and_broker_metrics_are_instruments_with_their_attributes() -> None:
+    from aioproducer.metric_catalog import NODE_GROUP, PRODUCER_GROUP, TOPIC_GROUP, Metric
+
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    values = {"record-send-total": 3.0}
+
+    def entry(group: str, name: str, value: float, **tags: str) -> Metric:
+        return Metric(name, group, {"client-id": "seen", **tags}, value, "", "records", "counter")
+
+    entries = [
+        entry(PRODUCER_GROUP, "record-send-total", 5.0),
+        entry(TOPIC_GROUP, "record-send-total", 3.0, topic="orders"),
+        entry(TOPIC_GROUP, "record-send-total", 2.0, topic="clicks"),
+        entry(NODE_GROUP, "request-total", 4.0, **{"node-id": "node-1"}),
+    ]
 
     class StandIn:
         # What the bridge reads of a producer (a class: the bridge keeps weak references).
         state = ProducerState.CREATED
-        config = SimpleNamespace(client_id="late")
+        config = SimpleNamespace(client_id="seen")
 
-        def metrics(self) -> dict[str, float]:
-            return dict(values)
+        def metrics_detailed(self) -> list[Metric]:
+            return list(entries)
 
     stand_in: Any = StandIn()
     bridge = otel._MetricsBridge(otel._meter(provider))
     bridge.add(stand_in)
-    bridge.add_instruments(values)
-    values["topic.orders.record-send-total"] = 2.0  # a name metrics() did not have before
-
-    def collected() -> dict[str, float]:
-        data = reader.get_metrics_data()
-        assert data is not None
-        return {
-            metric.name: metric.data.data_points[0].value
-            for resource in data.resource_metrics
-            for scope in resource.scope_metrics
-            for metric in scope.metrics
-        }
-
-    assert collected() == {"kafka.producer.record_send_total": 3.0}
-    adding = bridge._adding
-    assert adding is not None
-    adding.join()
-    assert collected() == {
-        "kafka.producer.record_send_total": 3.0,
-        "kafka.producer.topic.orders.record_send_total": 2.0,
+    data = reader.get_metrics_data()
+    assert data is not None
+    collected = {
+        (metric.name, tuple(sorted((point.attributes or {}).items()))): point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+    }
+    client = ("messaging.client.id", "seen")
+    assert collected == {
+        ("kafka.producer.record_send_total", (client,)): 5.0,
+        (
+            "kafka.producer.topic.record_send_total",
+            (client, ("messaging.destination.name", "orders")),
+        ): 3.0,
+        (
+            "kafka.producer.topic.record_send_total",
+            (client, ("messaging.destination.name", "clicks")),
+        ): 2.0,
+        ("kafka.producer.node.request_total", (("kafka.node.id", "node-1"), client)): 4.0,
     }
     provider.shutdown()
