@@ -913,6 +913,56 @@ def test_perf_on_the_embedded_broker_verifies_and_cleans_up() -> None:
     assert port_is_closed(int(note["port"]))
 
 
+# ---- saying what runs: the compiled core or the plain-Python fallback ---------------------
+
+
+def _expects_compiled() -> bool:
+    """Whether the build under test has its compiled core: AIOPRODUCER_EXPECT_COMPILED where
+    set (CI), else what this process finds (the subprocesses import the same package)."""
+    from aioproducer.compiled import interpreted_modules
+
+    expected = os.environ.get("AIOPRODUCER_EXPECT_COMPILED")
+    return not interpreted_modules() if expected is None else expected == "1"
+
+
+def test_version_says_whether_the_compiled_core_runs() -> None:
+    from aioproducer.compiled import HOT_PATH_MODULES, INSTALL_ADVICE
+
+    result = aioproducer("--version")
+    assert result.returncode == 0, explain(result)
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"aioproducer \S+ \(CPython \d+\.\d+\.\d+, /\S+/aioproducer\)",
+                        lines[0]), explain(result)
+    if _expects_compiled():
+        assert lines[1:] == [
+            f"compiled core: in use (all {len(HOT_PATH_MODULES)} hot-path modules are compiled)"
+        ], explain(result)
+    else:
+        assert lines[1:] == [
+            "compiled core: not in use; the hot path runs as plain Python, about half as fast",
+            f"not compiled: {', '.join(HOT_PATH_MODULES)}",
+            f"to fix: {INSTALL_ADVICE}",
+        ], explain(result)
+
+
+def test_perf_warns_once_only_on_the_plain_python_fallback(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "200", "--record-size", "10",
+        "--throughput", "-1", "--bootstrap-servers", tansu.bootstrap_servers,
+    )
+    assert result.returncode == 0, explain(result)
+    warnings = [line for line in result.stderr.splitlines() if "plain-Python fallback" in line]
+    if _expects_compiled():
+        assert warnings == [], explain(result)
+    else:
+        # Logged before the run, with the fix in the message.
+        assert len(warnings) == 1, explain(result)
+        assert result.stderr.startswith(warnings[0]), explain(result)
+        assert "install a wheel with the compiled core" in warnings[0]
+    assert TOTAL_LINE.search(result.stdout) is not None, explain(result)
+
+
 # ---- the statistics behind perf (offline) ------------------------------------------------------
 
 
