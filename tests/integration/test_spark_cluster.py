@@ -13,6 +13,8 @@ What is proved:
   as on a cluster) whose Python workers run ``./environment/bin/python``: the executors
   import aioproducer from the unpacked archive, with every hot-path module compiled, and a
   ``format("aioproducer")`` write from them reaches the broker, row for row.
+- What ``--py-files`` would do instead (the wheel's files in a zip on ``sys.path``) runs the
+  plain-Python fallback: a zip cannot carry the compiled modules.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -157,3 +160,29 @@ def test_executors_run_the_compiled_core_from_a_packed_environment(
     logs = sorted((spark_home / "work").glob("app-*/*/stderr"))
     assert logs, list((spark_home / "work").rglob("*"))
     assert all("plain-Python fallback" not in log.read_text(errors="replace") for log in logs)
+
+    # What --py-files would ship instead: the wheel's files in a zip, first on sys.path (as
+    # Spark puts it). Python imports the .py files from the zip and cannot load the compiled
+    # modules beside them, even in this environment, where the compiled core is installed.
+    shipped = tmp_path / "aioproducer.zip"
+    with zipfile.ZipFile(built.wheel) as wheel_file, zipfile.ZipFile(shipped, "w") as out:
+        for name in wheel_file.namelist():
+            if not name.split("/")[0].endswith(".dist-info"):
+                out.writestr(name, wheel_file.read(name))
+    probe = subprocess.run(
+        [str(driver_dir / "environment" / "bin" / "python"), "-c", _FROM_A_ZIP, str(shipped)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {
+        "file": str(shipped / "aioproducer" / "__init__.py"), "compiled": [],
+    }
+
+
+_FROM_A_ZIP = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import aioproducer
+from aioproducer.compiled import compiled_modules
+print(json.dumps({"file": aioproducer.__file__, "compiled": list(compiled_modules())}))
+"""
