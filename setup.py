@@ -65,10 +65,38 @@ def _mode() -> str:
     return mode
 
 
+#: The setup commands that build extension modules; the others (``egg_info``, ``dist_info``
+#: and ``sdist``, which a PEP 517 frontend runs for metadata and the source archive) need
+#: only the list of C sources, not mypyc's translation of the hot path, which takes long.
+_BUILDING_COMMANDS = frozenset(
+    {"build", "build_ext", "bdist_wheel", "bdist", "bdist_egg", "install", "develop",
+     "editable_wheel"}
+)
+
+
+def _helpers() -> list[Extension]:
+    """The C helpers beside the compiled modules (each has a pure-Python fallback)."""
+    # The compiled record futures start untracked by the cyclic GC; aioproducer/_gc.py
+    # explains why, and runs without this helper in the pure-Python install.
+    gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
+    # Record batches take the CRC of their records as they are written and combine it
+    # with the header's at close (aioproducer/_crcutil.c says why); without this helper
+    # the builder reads the whole batch again at close.
+    crcutil = Extension("aioproducer._crcutil", ["aioproducer/_crcutil.c"])
+    helpers = [gcutil, crcutil]
+    if sys.platform.startswith("linux"):
+        # Broker connections write on a native thread (aioproducer/_sockwriter.c says
+        # why); elsewhere they write through the event loop's transport.
+        helpers.append(Extension("aioproducer._sockwriter", ["aioproducer/_sockwriter.c"]))
+    return helpers
+
+
 def _ext_modules() -> list[Any]:
     mode = _mode()
     if mode == "0" or sys.implementation.name != "cpython":
         return []
+    if not _BUILDING_COMMANDS.intersection(sys.argv[1:]):
+        return _helpers()  # their sources go into the sdist; nothing is compiled here
     try:
         from mypyc.build import mypycify
     except ImportError:
@@ -87,19 +115,7 @@ def _ext_modules() -> list[Any]:
             debug_level="0",
             group_name="aioproducer",
         )
-        # The compiled record futures start untracked by the cyclic GC; aioproducer/_gc.py
-        # explains why, and runs without this helper in the pure-Python install.
-        gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
-        # Record batches take the CRC of their records as they are written and combine it
-        # with the header's at close (aioproducer/_crcutil.c says why); without this helper
-        # the builder reads the whole batch again at close.
-        crcutil = Extension("aioproducer._crcutil", ["aioproducer/_crcutil.c"])
-        helpers = [gcutil, crcutil]
-        if sys.platform.startswith("linux"):
-            # Broker connections write on a native thread (aioproducer/_sockwriter.c says
-            # why); elsewhere they write through the event loop's transport.
-            helpers.append(Extension("aioproducer._sockwriter", ["aioproducer/_sockwriter.c"]))
-        return [*extensions, *helpers]
+        return [*extensions, *_helpers()]
     except (Exception, SystemExit) as exc:
         if mode == "1":
             raise

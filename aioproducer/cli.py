@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
 
 from aioproducer.appender import check_headers
+from aioproducer.compiled import warn_if_interpreted
 from aioproducer.config import (
     _JAVA_ONLY,
     ProducerConfig,
@@ -55,7 +56,15 @@ from aioproducer.producer import Producer
 from aioproducer.properties import read_entries
 from aioproducer.records import check_partition
 
-__all__ = ["DeliveryError", "PerfStats", "UsageError", "build_parser", "count_records", "main"]
+__all__ = [
+    "DeliveryError",
+    "PerfStats",
+    "UsageError",
+    "build_parser",
+    "count_records",
+    "main",
+    "version_text",
+]
 
 _T = TypeVar("_T")
 
@@ -206,7 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
         "each command runs against an embedded Tansu broker started for the run.",
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the version, and whether the compiled core or plain Python runs, then exit",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = _common_options()
 
@@ -406,6 +419,50 @@ def _version() -> str:
     except Exception:  # the command should still say something with a half-broken install
         return "unknown"
     return __version__
+
+
+def version_text() -> str:
+    """What ``aioproducer --version`` prints: the version, the interpreter, where the package
+    is, and whether its compiled core runs (naming the hot-path modules that do not)."""
+    import platform
+
+    import aioproducer
+    from aioproducer.compiled import HOT_PATH_MODULES, INSTALL_ADVICE, interpreted_modules
+
+    interpreter = f"{platform.python_implementation()} {platform.python_version()}"
+    lines = [f"{PROG} {_version()} ({interpreter}, {os.path.dirname(aioproducer.__file__)})"]
+    interpreted = interpreted_modules()
+    total = len(HOT_PATH_MODULES)
+    if not interpreted:
+        lines.append(f"compiled core: in use (all {total} hot-path modules are compiled)")
+        return "\n".join(lines)
+    if len(interpreted) == total:
+        lines.append("compiled core: not in use; the hot path runs as plain Python, about "
+                     "half as fast")
+    else:
+        lines.append(f"compiled core: partly in use; {len(interpreted)} of {total} hot-path "
+                     "modules run as plain Python")
+    lines.append(f"not compiled: {', '.join(interpreted)}")
+    lines.append(f"to fix: {INSTALL_ADVICE}")
+    return "\n".join(lines)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` as it is (argparse's own action would wrap
+    it into one paragraph) and exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(version_text(), flush=True)
+        parser.exit()
 
 
 # ---- shared plumbing ---------------------------------------------------------------------
@@ -1384,6 +1441,8 @@ def _transactions(args: argparse.Namespace, props: dict[str, str]) -> float | No
 
 
 def _cmd_perf(args: argparse.Namespace) -> int:
+    # A measurement of the plain-Python fallback says so, once, before anything else.
+    warn_if_interpreted(_logger)
     # Everything is checked before a broker is started or reached.
     props = _producer_props(args)
     _default_client_id(props, PERF_CLIENT_ID)

@@ -90,6 +90,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord, ProducerState
 from aioproducer.appender import check_headers, record_size
+from aioproducer.compiled import warn_if_interpreted
 from aioproducer.config import _names_a_secret
 from aioproducer.errors import (
     AuthenticationError,
@@ -1297,6 +1298,7 @@ def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
 def _write_partition(sink: SinkOptions, layout: _Layout, iterator: Iterator[Any]) -> int:
     """One task's write: through this process's cached producer for ``sink``'s options, or
     a producer of the task's own when they must not share one (see :func:`_cache_key`)."""
+    warn_if_interpreted(log)  # once per Python worker, in the executor's log
     chunks = _chunks(layout, iterator)
     key = _cache_key(sink)
     if key is None:

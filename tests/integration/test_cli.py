@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -168,12 +169,24 @@ def _check_otel_tracing(records: list[Any]) -> None:
     ]
 
 
+def _check_spark_submit_sync(records: list[Any]) -> None:
+    by_key = {r.key: json.loads(r.value) for r in records}
+    job = by_key.pop(b"job")
+    assert job["orders"] == SPARK_EXAMPLE_ROWS and job["customers"] == 20
+    assert set(by_key) == {f"customer-{n}".encode() for n in range(20)}
+    assert sum(total["orders"] for total in by_key.values()) == SPARK_EXAMPLE_ROWS
+    assert by_key[b"customer-3"]["amount_cents"] == sum(
+        n * 7 % 10000 for n in range(3, SPARK_EXAMPLE_ROWS, 20)
+    )
+
+
 SPARK_EXAMPLE_ROWS = 2000
 
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
     "fastapi_app.py": (5, _check_fastapi_app, "the producer delivered everything"),
     "fastapi_prometheus.py": (5, _check_fastapi_prometheus, "the scrape says 5 records reached"),
     "spark_to_kafka.py": (2 * SPARK_EXAMPLE_ROWS, _check_spark_to_kafka, "rows/s"),
+    "spark_submit_sync.py": (21, _check_spark_submit_sync, "published 20 customer totals"),
     "basic_send.py": (11, _check_basic_send, "last record: partition"),
     "send_many.py": (10_000, _check_send_many, "10000 records acknowledged"),
     "serializers_json.py": (4, _check_serializers_json, "heartbeat: partition"),
@@ -184,13 +197,32 @@ EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
 }
 
 
+#: The examples run with spark-submit (pyspark's own, beside this interpreter), as their
+#: docstring says; the others with this interpreter.
+SPARK_SUBMITTED = {"spark_submit_sync.py"}
+
+
+def _example_command(script: str) -> list[str]:
+    if script not in SPARK_SUBMITTED:
+        return [sys.executable, str(EXAMPLES / script)]
+    bin_dirs = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    spark_submit = shutil.which("spark-submit", path=bin_dirs)
+    assert spark_submit is not None, "pyspark's spark-submit is not installed"
+    # The driver and its Python workers run this interpreter (spark-submit's default is
+    # python3 on the PATH).
+    return [spark_submit, "--master", "local[2]",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", f"spark.pyspark.driver.python={sys.executable}",
+            str(EXAMPLES / script)]
+
+
 @pytest.mark.parametrize("script", sorted(EXAMPLE_CASES))
 def test_example_delivers_what_it_says(script: str, tansu: Any, new_topic: Any) -> None:
     expected, check, output = EXAMPLE_CASES[script]
     topic = new_topic(tansu, partitions=3)
     result = run(
-        [sys.executable, str(EXAMPLES / script), "--bootstrap-servers",
-         tansu.bootstrap_servers, "--topic", topic]
+        [*_example_command(script), "--bootstrap-servers", tansu.bootstrap_servers,
+         "--topic", topic]
     )
     assert result.returncode == 0, explain(result)
     assert output in result.stdout
@@ -916,6 +948,56 @@ def test_perf_on_the_embedded_broker_verifies_and_cleans_up() -> None:
     assert total is not None and total["count"] == "5000", explain(result)
     assert "read back all 5000 records from topic embedded-perf" in result.stdout
     assert port_is_closed(int(note["port"]))
+
+
+# ---- saying what runs: the compiled core or the plain-Python fallback ---------------------
+
+
+def _expects_compiled() -> bool:
+    """Whether the build under test has its compiled core: AIOPRODUCER_EXPECT_COMPILED where
+    set (CI), else what this process finds (the subprocesses import the same package)."""
+    from aioproducer.compiled import interpreted_modules
+
+    expected = os.environ.get("AIOPRODUCER_EXPECT_COMPILED")
+    return not interpreted_modules() if expected is None else expected == "1"
+
+
+def test_version_says_whether_the_compiled_core_runs() -> None:
+    from aioproducer.compiled import HOT_PATH_MODULES, INSTALL_ADVICE
+
+    result = aioproducer("--version")
+    assert result.returncode == 0, explain(result)
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"aioproducer \S+ \(CPython \d+\.\d+\.\d+, /\S+/aioproducer\)",
+                        lines[0]), explain(result)
+    if _expects_compiled():
+        assert lines[1:] == [
+            f"compiled core: in use (all {len(HOT_PATH_MODULES)} hot-path modules are compiled)"
+        ], explain(result)
+    else:
+        assert lines[1:] == [
+            "compiled core: not in use; the hot path runs as plain Python, about half as fast",
+            f"not compiled: {', '.join(HOT_PATH_MODULES)}",
+            f"to fix: {INSTALL_ADVICE}",
+        ], explain(result)
+
+
+def test_perf_warns_once_only_on_the_plain_python_fallback(tansu: Any, new_topic: Any) -> None:
+    topic = new_topic(tansu, partitions=1)
+    result = aioproducer(
+        "perf", "--topic", topic, "--num-records", "200", "--record-size", "10",
+        "--throughput", "-1", "--bootstrap-servers", tansu.bootstrap_servers,
+    )
+    assert result.returncode == 0, explain(result)
+    warnings = [line for line in result.stderr.splitlines() if "plain-Python fallback" in line]
+    if _expects_compiled():
+        assert warnings == [], explain(result)
+    else:
+        # Logged before the run, with the fix in the message.
+        assert len(warnings) == 1, explain(result)
+        assert result.stderr.startswith(warnings[0]), explain(result)
+        assert "install a wheel with the compiled core" in warnings[0]
+    assert TOTAL_LINE.search(result.stdout) is not None, explain(result)
 
 
 # ---- the statistics behind perf (offline) ------------------------------------------------------

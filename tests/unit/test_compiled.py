@@ -7,6 +7,7 @@ the compiled one, ``0`` the pure-Python one. Unset, only the source rules are ch
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from aioproducer import compiled
 from aioproducer.compiled import HOT_PATH_MODULES, compiled_modules
 from aioproducer.protocol import record_batch
 
@@ -181,3 +183,76 @@ def test_without_the_crc_helper_a_batch_takes_the_crc_of_all_its_bytes_at_close(
     if os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "1":
         assert record_batch._copy_parts is not None  # so the C copy is what is compared
     assert batch == build(record_batch)
+
+
+# ---- saying what runs -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the loggers already warned through, as a new process would."""
+    monkeypatch.setattr(compiled, "_WARNED", set())
+
+
+def test_interpreted_modules_are_the_rest_of_the_hot_path() -> None:
+    interpreted = compiled.interpreted_modules()
+    assert sorted(interpreted + compiled_modules()) == sorted(HOT_PATH_MODULES)
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_fallback_warning_matches_the_build_under_test(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The pure-Python build warns, once per process and logger; the compiled build is quiet.
+    expected = os.environ.get("AIOPRODUCER_EXPECT_COMPILED")
+    if expected is None:
+        pytest.skip("AIOPRODUCER_EXPECT_COMPILED is not set")
+    logger = logging.getLogger("aioproducer.tests.fallback")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        results = [compiled.warn_if_interpreted(logger) for _ in range(3)]
+    records = [r for r in caplog.records if r.name == logger.name]
+    if expected == "1":
+        assert results == [False, False, False]
+        assert records == []
+        assert compiled.fallback_message() is None
+        return
+    assert results == [True, False, False]
+    assert [r.levelno for r in records] == [logging.WARNING]
+    message = records[0].getMessage()
+    assert message.startswith(
+        "aioproducer runs on its plain-Python fallback: the compiled core is not installed "
+        f"(none of the {len(HOT_PATH_MODULES)} hot-path modules is compiled)"
+    )
+    assert "about half as many records per second" in message
+    assert message.endswith(f"to fix it, {compiled.INSTALL_ADVICE}")
+    assert "pip install --only-binary=aioproducer aioproducer" in message
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_partly_compiled_install_names_the_modules_left_interpreted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As after a build that compiled some modules, or an edited module shadowing its build.
+    monkeypatch.setattr(compiled, "compiled_modules", lambda: HOT_PATH_MODULES[2:])
+    first, second = logging.getLogger("aioproducer.a"), logging.getLogger("aioproducer.b")
+    with caplog.at_level(logging.WARNING):
+        assert compiled.warn_if_interpreted(first) is True
+        assert compiled.warn_if_interpreted(first) is False
+        assert compiled.warn_if_interpreted(second) is True  # each logger once
+    assert [r.name for r in caplog.records] == ["aioproducer.a", "aioproducer.b"]
+    assert caplog.records[0].getMessage().startswith(
+        f"aioproducer runs 2 of its {len(HOT_PATH_MODULES)} hot-path modules as plain Python "
+        f"({HOT_PATH_MODULES[0]}, {HOT_PATH_MODULES[1]}), which produces about half as many"
+    )
+    assert compiled.interpreted_modules() == HOT_PATH_MODULES[:2]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_fully_compiled_install_logs_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(compiled, "compiled_modules", lambda: HOT_PATH_MODULES)
+    with caplog.at_level(logging.DEBUG):
+        assert compiled.warn_if_interpreted(logging.getLogger("aioproducer.c")) is False
+    assert caplog.records == []
+    assert compiled.fallback_message() is None

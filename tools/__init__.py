@@ -1,0 +1,1 @@
+"""Release tooling: building and checking the distributions (``python -m tools.wheel``)."""
