@@ -124,7 +124,8 @@ async def _futures(producer: Any, topic: str, values: Sequence[bytes]) -> list[A
 
 
 async def _count_each(futures: Sequence[Any], counts: _Counts) -> None:
-    # After a failure made a waiting idiom raise: count record by record.
+    # Await each future in order, counting: the "in_order" idiom itself, and the fallback
+    # after a failure made a waiting idiom raise.
     counts.acked = counts.failed = 0
     for future in futures:
         try:
@@ -159,13 +160,7 @@ async def _idiom(
     elif name == "in_order":
         futures = await _futures(producer, topic, values)
         sent()
-        for future in futures:
-            try:
-                await future
-            except Exception as exc:
-                counts.error(exc)
-            else:
-                counts.acked += 1
+        await _count_each(futures, counts)
     elif name == "wait":
         futures = await _futures(producer, topic, values)
         sent()
