@@ -853,6 +853,28 @@ async def _refused_item(
     return None
 
 
+async def _send_chunk(
+    producer: Producer, layout: _Layout, topic: str, items: list[Any]
+) -> BatchResults:
+    """``send_many`` for one chunk of a task's rows.
+
+    Raises:
+        _RowRefused: the producer refused an item for a fault of its own row.
+        KafkaError, TypeError, ValueError: anything else the producer raised.
+    """
+    try:
+        return await producer.send_many(topic, items)
+    except (KafkaError, TypeError, ValueError) as exc:
+        try:
+            refused = await _refused_item(producer, layout, items, exc)
+        except Exception:  # the search must not hide the producer's error
+            log.debug("could not find the row send_many refused", exc_info=True)
+            refused = None
+        if refused is None:
+            raise
+        raise _RowRefused(*refused, exc) from None
+
+
 # ---- one task's records on a producer -------------------------------------------------------
 
 
@@ -875,18 +897,7 @@ class _TaskRecords:
             _RowRefused: the producer refused an item for a fault of its own row.
             KafkaError: anything else the producer raised (the producer's error).
         """
-        producer = self.producer
-        try:
-            results = await producer.send_many(topic, items)
-        except (KafkaError, TypeError, ValueError) as exc:
-            try:
-                refused = await _refused_item(producer, self.layout, items, exc)
-            except Exception:  # the search must not hide the producer's error
-                log.debug("could not find the row send_many refused", exc_info=True)
-                refused = None
-            if refused is None:
-                raise
-            raise _RowRefused(*refused, exc) from None
+        results = await _send_chunk(self.producer, self.layout, topic, items)
         self._pending.append(results)
         self.sent += len(items)
         # Fail early, and let go of the results of acknowledged chunks.

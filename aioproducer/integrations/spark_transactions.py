@@ -93,10 +93,10 @@ from aioproducer.integrations.spark import (
     _Layout,
     _partition_id,
     _prepend,
-    _refused_item,
     _row_error,
     _RowRefused,
     _run,
+    _send_chunk,
 )
 from aioproducer.metadata import validate_topic
 from aioproducer.transactions import PreparedTransaction
@@ -290,17 +290,7 @@ async def _produce_prepared(
                 topic, items = _items(layout, sink.topic, columns)
                 if not items:
                     continue
-                try:
-                    results = await producer.send_many(topic, items)
-                except (KafkaError, TypeError, ValueError) as exc:
-                    try:
-                        refused = await _refused_item(producer, layout, items, exc)
-                    except Exception:  # the search must not hide the producer's error
-                        log.debug("could not find the row send_many refused", exc_info=True)
-                        refused = None
-                    if refused is None:
-                        raise
-                    raise _RowRefused(*refused, exc) from None
+                results = await _send_chunk(producer, layout, topic, items)
                 pending.append(results)
                 sent += len(items)
                 position += len(items)
