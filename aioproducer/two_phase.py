@@ -167,6 +167,27 @@ class _CoordinatorClient:
                 raise error
             attempts = await self.backoff(attempts, what)
 
+    async def ask_coordinator(
+        self,
+        key_type: CoordinatorType,
+        key: str,
+        request: Request[_R],
+        what: str,
+        attempts: int,
+    ) -> tuple[_R, int]:
+        """``request`` answered by the coordinator of ``key``. A lost connection or a request
+        that timed out is tried again after a backoff, until the deadline. Returns the answer
+        and the attempts counted so far (the caller's retries of error codes go on from it)."""
+        while True:
+            try:
+                connection = await self.coordinator(key_type, key)
+                return await self.request(connection, request, what), attempts
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() >= self.deadline:
+                    raise
+                log.debug("%s: %s; retrying", what, exc)
+                attempts = await self.backoff(attempts, what)
+
     async def backoff(self, attempts: int, what: str) -> int:
         delay = self._backoff.backoff_ms(attempts) / 1000.0
         await asyncio.sleep(min(delay, self._remaining(what)))
@@ -252,18 +273,10 @@ async def complete_prepared_transaction(
     attempts = 0
     try:
         while True:
-            try:
-                connection = await client.coordinator(
-                    CoordinatorType.TRANSACTION, prepared.transactional_id
-                )
-                response: EndTxnResponse = await client.request(connection, request, what)
-            except KafkaError as exc:
-                # A lost connection, a request that timed out: again, until the deadline.
-                if not exc.retriable or time.monotonic() >= client.deadline:
-                    raise
-                log.debug("%s: %s; retrying", what, exc)
-                attempts = await client.backoff(attempts, what)
-                continue
+            response: EndTxnResponse
+            response, attempts = await client.ask_coordinator(
+                CoordinatorType.TRANSACTION, prepared.transactional_id, request, what, attempts
+            )
             code = response.error_code
             if code == 0:
                 log.info(
@@ -325,16 +338,9 @@ async def fetch_committed_offsets(
     attempts = 0
     try:
         while True:
-            try:
-                connection = await client.coordinator(CoordinatorType.GROUP, group_id)
-                response = await client.request(connection, request, what)
-            except KafkaError as exc:
-                # A lost connection, a request that timed out: again, until the deadline.
-                if not exc.retriable or time.monotonic() >= client.deadline:
-                    raise
-                log.debug("%s: %s; retrying", what, exc)
-                attempts = await client.backoff(attempts, what)
-                continue
+            response, attempts = await client.ask_coordinator(
+                CoordinatorType.GROUP, group_id, request, what, attempts
+            )
             codes = [response.error_code] + [
                 p.error_code for t in response.topics for p in t.partitions
             ]
