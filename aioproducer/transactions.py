@@ -385,6 +385,18 @@ class IdempotenceManager:
             return True
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             unresolved = state.unresolved_sequence
+            if unresolved is None and not batch.sequence_reset and self._passed_over(state, batch):
+                # The broker acknowledged later batches of the partition and refuses this
+                # one, which it does not have: a broker that held no state for the producer
+                # on the partition (a new partition, whose first batch met a leader not yet
+                # ready) takes any sequence, and the later batches overtook it. Its
+                # sequence can never be the next one under this epoch: start the partition
+                # again under a bumped epoch, this batch first (it lands after the ones that
+                # overtook it). Retrying as it is would go on until delivery_timeout_ms.
+                self.request_epoch_bump(
+                    tp, "the broker acknowledged later batches of the partition without this one"
+                )
+                return True
             if unresolved is None and (batch.sequence_reset or not self.is_next_in_line(batch)):
                 # An earlier batch of the partition failed or is being retried.
                 return True
@@ -393,6 +405,19 @@ class IdempotenceManager:
                 self.request_epoch_bump(tp, "the broker reported a sequence gap")
             return True
         return False
+
+    def _passed_over(self, state: PartitionSequenceState, batch: ProducerBatch) -> bool:
+        """Whether ``batch``, under the partition's current id and epoch, lies wholly before
+        the last sequence the broker acknowledged. The broker recognises a retry of any of
+        its last five batches as a duplicate, and a retried batch goes out only as the
+        oldest of its partition, with at most four behind it (``max_in_flight`` 5): so an
+        OUT_OF_ORDER_SEQUENCE_NUMBER for such a batch means the broker never wrote it."""
+        if state.last_acked_sequence < 0 or self._is_stale(state):
+            return False
+        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+            return False
+        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
+        return _is_later(state.last_acked_sequence, last)
 
     def local_bump_refused(self, batch: ProducerBatch, error_name: str) -> bool:
         """Whether a broker's PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answer to ``batch``

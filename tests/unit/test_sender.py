@@ -1101,6 +1101,43 @@ async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
 
 
+async def test_a_batch_that_later_ones_overtook_is_sent_again_under_a_bumped_epoch() -> None:
+    # A new partition's first batch meets a leader not yet ready (NOT_LEADER_OR_FOLLOWER);
+    # the broker, holding no state for the producer there, takes the next batch, sent right
+    # behind it. The retried first batch is then out of order for good under this epoch:
+    # it goes again at sequence 0 of a bumped epoch, rather than until delivery_timeout_ms.
+    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
+    await h.init_producer_id(1000)
+    older = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    newer = [h.append(0, b"c")]
+    h.step()
+    request_a, request_b = h.produce_requests(1)
+    await h.respond(request_a, error(0, NOT_LEADER_OR_FOLLOWER))
+    await h.respond(request_b, ok(0, 0))
+    assert offsets(newer) == [0]
+    await h.answer_metadata_refresh()
+    h.step(h.now + 0.25)
+    retry = h.last_produce(1)
+    assert identity(retry) == (1000, 0, 0)
+    await h.respond(retry, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 0.5)
+    again = h.last_produce(1)
+    assert again is not retry
+    assert again.values(0) == [b"a", b"b"]
+    assert identity(again) == (1000, 1, 0)
+    await h.respond(again, ok(0, 1))
+    assert offsets(older) == [1, 2]
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
+    # The partition goes on under the new epoch.
+    last = h.append(0, b"d")
+    h.step(h.now + 0.5)
+    assert identity(h.last_produce(1)) == (1000, 1, 2)
+    await h.respond(h.last_produce(1), ok(0, 3))
+    assert last.result().offset == 3
+    assert h.memory_is_back()
+
+
 def unknown_producer_id(partition: int, log_start_offset: int) -> ProducePartitionResponse:
     return ProducePartitionResponse(
         partition, UNKNOWN_PRODUCER_ID, -1, log_start_offset=log_start_offset
