@@ -25,7 +25,12 @@ from aioproducer.transactions import (
     PreparedTransaction,
     TransactionState,
 )
-from aioproducer.two_phase import complete_prepared_transaction, fetch_committed_offsets
+from aioproducer.two_phase import (
+    TransactionListing,
+    complete_prepared_transaction,
+    fetch_committed_offsets,
+    list_transactions,
+)
 
 __version__ = "0.1.0"
 
@@ -46,10 +51,12 @@ __all__ = [
     "RecordMetadataSequence",
     "SyncProducer",
     "TimestampType",
+    "TransactionListing",
     "TransactionState",
     "UnsecuredTokenProvider",
     "__version__",
     "complete_prepared_transaction",
     "fetch_committed_offsets",
+    "list_transactions",
     "read_properties",
 ]

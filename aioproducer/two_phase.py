@@ -27,6 +27,12 @@ marks InitProducerId v6 unstable (brokers advertise v5 unless
 
 :func:`fetch_committed_offsets` reads a consumer group's committed offsets (OffsetFetch),
 waiting for offsets an open transaction committed to be decided (``require_stable``).
+
+:func:`list_transactions` lists the transactional ids the cluster's coordinators hold, with
+the state of each one's transaction (ListTransactions, asked of every broker): how a
+coordinator of two-phase commits finds the prepared transactions nobody will complete (an
+attempt that lost, a run that crashed) and aborts them, by starting a producer with each
+of their transactional ids.
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aioproducer.backoff import ExponentialBackoff
@@ -54,12 +62,19 @@ from aioproducer.protocol.messages import (
     EndTxnRequest,
     EndTxnResponse,
     FindCoordinatorRequest,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataRequest,
     OffsetFetchRequest,
 )
 from aioproducer.transactions import CoordinatorType, PreparedTransaction
 
-__all__ = ["complete_prepared_transaction", "fetch_committed_offsets"]
+__all__ = [
+    "TransactionListing",
+    "complete_prepared_transaction",
+    "fetch_committed_offsets",
+    "list_transactions",
+]
 
 log = logging.getLogger("aioproducer.two_phase")
 
@@ -122,6 +137,15 @@ class _CoordinatorClient:
             self._manager.set_brokers(self._brokers)
         return connection
 
+    async def brokers(self) -> list[int]:
+        """The node ids of the cluster's brokers (from one Metadata answer)."""
+        await self._any()
+        return sorted(self._brokers)
+
+    async def node(self, node_id: int, what: str) -> BrokerConnection:
+        """A connection to broker ``node_id``, waiting for it until the deadline."""
+        return await self._node(node_id, what)
+
     async def _node(self, node_id: int, what: str) -> BrokerConnection:
         while True:
             connection = self._manager.ready(node_id)
@@ -134,9 +158,7 @@ class _CoordinatorClient:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait)
 
-    async def request(
-        self, connection: BrokerConnection, request: Request[_R], what: str
-    ) -> _R:
+    async def request(self, connection: BrokerConnection, request: Request[_R], what: str) -> _R:
         timeout = min(self._remaining(what), self._config.request_timeout_ms / 1000.0)
         try:
             return await asyncio.wait_for(connection.request(request), timeout)
@@ -364,3 +386,110 @@ async def fetch_committed_offsets(
             }
     finally:
         await client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """A transactional id held by a transaction coordinator, as :func:`list_transactions`
+    returns it (Java's ``TransactionListing``).
+
+    Attributes:
+        transactional_id: the transactional id.
+        producer_id: the producer id it has now.
+        state: the coordinator's state of its transaction: ``"Ongoing"`` (begun, or
+            prepared, and not yet ended), ``"PrepareCommit"``, ``"PrepareAbort"``,
+            ``"CompleteCommit"``, ``"CompleteAbort"``, ``"Empty"`` (no transaction since
+            the last one ended), ``"Dead"`` or ``"PrepareEpochFence"``.
+    """
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+# ListTransactions answers to ask the same broker again after a backoff.
+_LIST_RETRY = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE}
+)
+
+
+async def list_transactions(
+    *,
+    states: Iterable[str] = (),
+    transactional_id_prefix: str | None = None,
+    config: Mapping[str, Any] | ProducerConfig | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> list[TransactionListing]:
+    """The transactional ids the cluster's transaction coordinators hold (ListTransactions).
+
+    Every broker is asked for the transactional ids it coordinates, as the Java admin
+    client's ``listTransactions`` does; brokers still loading their transaction state are
+    asked again. The answer includes only the ids the client may describe (the
+    ``DESCRIBE`` ACL on the transactional id, which ``WRITE`` implies).
+
+    Args:
+        states: keep only these states (``"Ongoing"`` for transactions begun or prepared
+            and not ended); all by default.
+        transactional_id_prefix: keep only the transactional ids that start with it (the
+            brokers filter too where they can, from Kafka 4.1).
+        config: connection options, as for :func:`complete_prepared_transaction`.
+        timeout: seconds for the whole listing; ``max_block_ms`` by default.
+        **options: connection options by snake_case name.
+
+    Returns:
+        The matching ids, sorted by transactional id.
+
+    Raises:
+        UnsupportedVersionError: a broker older than Kafka 3.0 (no ListTransactions).
+        RequestTimedOutError: a broker did not answer within ``timeout``.
+        KafkaError: a broker refused with another error.
+    """
+    wanted = frozenset(states)
+    cfg = _config(config, options)
+    seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
+    client = _CoordinatorClient(cfg, time.monotonic() + seconds)
+    pattern = None
+    if transactional_id_prefix is not None:
+        # A Java regular expression: backslashes before every non-alphanumeric character
+        # stand for the character itself there as in Python.
+        pattern = re.escape(transactional_id_prefix) + ".*"
+    request = ListTransactionsRequest(sorted(wanted), [], -1, pattern)
+
+    async def ask(node_id: int) -> ListTransactionsResponse:
+        what = f"ListTransactions of broker {node_id}"
+        attempts = 0
+        while True:
+            try:
+                connection = await client.node(node_id, what)
+                response = await client.request(connection, request, what)
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() >= client.deadline:
+                    raise
+                log.debug("%s: %s; retrying", what, exc)
+                attempts = await client.backoff(attempts, what)
+                continue
+            if response.error_code in _LIST_RETRY:
+                attempts = await client.backoff(attempts, what)
+                continue
+            if response.error_code:
+                raise error_for_code(response.error_code, where=what)
+            return response
+
+    try:
+        answers = await asyncio.gather(*(ask(node) for node in await client.brokers()))
+    finally:
+        await client.close()
+    found = {
+        entry.transactional_id: TransactionListing(
+            entry.transactional_id, entry.producer_id, entry.transaction_state
+        )
+        for answer in answers
+        for entry in answer.transaction_states
+        if (not wanted or entry.transaction_state in wanted)
+        and (
+            transactional_id_prefix is None
+            or entry.transactional_id.startswith(transactional_id_prefix)
+        )
+    }
+    return [found[key] for key in sorted(found)]

@@ -25,9 +25,13 @@ How it works:
    its transaction.
 2. Commit (the driver, once every task succeeded): each prepared transaction is committed
    with :func:`~aioproducer.complete_prepared_transaction` (FindCoordinator + EndTxn under
-   the carried producer id and epoch); then the ids of the failed attempts before each
-   retried task are fenced again, aborting whatever they left open. If the job fails
-   instead, Spark's ``abort`` aborts the prepared transactions.
+   the carried producer id and epoch); then the driver lists the transactions still open
+   under the write's ids (:func:`~aioproducer.list_transactions`) and aborts each, by
+   starting a producer with its id: failed attempts that prepared late, speculative copies
+   Spark did not keep, partitions and retries of a crashed run that the new run does not
+   have. If the job fails instead, Spark's ``abort`` aborts the prepared transactions and
+   sweeps the same way. Where the cluster cannot list, the sweep covers the ids of the
+   attempts before each retried task.
 
 Why an id per attempt: when a task's input fails (an exception upstream of the writer),
 Spark fails the task and starts the retry, but the failed attempt's Python worker may go on
@@ -59,10 +63,11 @@ Limits (see the docs page "Delivery guarantees of the Spark sink"):
   the job, or the micro-batch, fails and Spark runs it again. This mode sets
   ``kafka.transaction.timeout.ms`` to 15 minutes (the brokers' default
   ``transaction.max.timeout.ms``) unless it is given.
-- Speculative execution runs a second attempt of a task while the first runs; only the
-  attempt Spark keeps is committed, but a copy with a higher attempt number that loses is
-  not aborted by the driver: its transaction stays open (never committed) until
-  ``transaction.timeout.ms``, holding back consumers reading committed data.
+- A speculative copy that Spark did not keep is aborted by the driver's sweep; one that
+  begins its transaction after the sweep stays open until the next micro-batch's sweep
+  (or ``transaction.timeout.ms`` after a batch write).
+- The sweep aborts every open transaction under the prefix: one write or query per
+  prefix at a time.
 - A batch write whose driver commit fails part-way (one transaction committed, another
   timed out) is written in part; a streaming micro-batch in that case is completed by
   the replay after a restart, thanks to the markers.
@@ -75,6 +80,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -100,7 +106,11 @@ from aioproducer.integrations.spark import (
 )
 from aioproducer.metadata import validate_topic
 from aioproducer.transactions import PreparedTransaction
-from aioproducer.two_phase import complete_prepared_transaction, fetch_committed_offsets
+from aioproducer.two_phase import (
+    complete_prepared_transaction,
+    fetch_committed_offsets,
+    list_transactions,
+)
 
 __all__ = [
     "AT_LEAST_ONCE",
@@ -342,9 +352,7 @@ async def _complete_all(
 ) -> list[tuple[int, BaseException]]:
     """Commit (or abort) every prepared transaction of ``messages`` at once; the
     (partition, error) of each that failed."""
-    prepared = [
-        m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
-    ]
+    prepared = [m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared]
     if not prepared:
         return []
     config = _completion_config(sink)
@@ -372,22 +380,57 @@ async def _complete_all(
     return failures
 
 
-def _abort_earlier_attempts(
-    sink: SinkOptions, prefix: str, messages: list[Any], what: str
-) -> None:
-    """Abort what failed attempts of the tasks left open: a failed attempt's Python worker
-    may outlive its task and prepare a transaction after the retry began its own."""
-    ids = [
-        transactional_id
-        for m in messages
-        if isinstance(m, TransactionalCommitMessage) and m.attempt > 0
-        for transactional_id in _earlier_attempts(prefix, m.partition_id, m.attempt)
-    ]
-    if not ids:
-        return
-    for transactional_id, error in _run(_fence(sink, ids)):
+async def _left_open(
+    sink: SinkOptions, prefix: str, messages: list[Any], keep: frozenset[str]
+) -> list[str]:
+    """The transactional ids of this write (or query) whose transactions are still open and
+    that no task's commit message carries (``keep``): attempts that lost (failed, or
+    speculative copies Spark did not keep), and, for a restarted query, Spark partitions
+    the new run no longer has. Listed from the coordinators (ListTransactions); where a
+    cluster cannot list, the ids of the failed attempts before each retried task."""
+    shape = re.compile(re.escape(prefix) + r"-\d+(?:-retry\d+)?")
+    try:
+        listing = await list_transactions(
+            states=("Ongoing",),
+            transactional_id_prefix=f"{prefix}-",
+            config=_completion_config(sink),
+        )
+    except KafkaError as exc:
         log.warning(
-            "%s: could not abort what a failed attempt left open under %r (the coordinator "
+            "could not list the open transactions of %r (%s): aborting only those of the "
+            "failed attempts before each retried task",
+            prefix,
+            exc,
+        )
+        return [
+            transactional_id
+            for m in messages
+            if isinstance(m, TransactionalCommitMessage) and m.attempt > 0
+            for transactional_id in _earlier_attempts(prefix, m.partition_id, m.attempt)
+        ]
+    return [
+        t.transactional_id
+        for t in listing
+        if shape.fullmatch(t.transactional_id) and t.transactional_id not in keep
+    ]
+
+
+def _abort_left_open(
+    sink: SinkOptions, prefix: str, messages: list[Any], keep: frozenset[str], what: str
+) -> None:
+    """Abort every transaction of the write that will never be committed (see
+    :func:`_left_open`), so that consumers reading committed data are not held back until
+    ``transaction.timeout.ms``: starting a producer with each id fences it and aborts."""
+
+    async def sweep() -> list[tuple[str, BaseException]]:
+        ids = await _left_open(sink, prefix, messages, keep)
+        if ids:
+            log.info("%s: aborting %d transactions left open: %s", what, len(ids), ids)
+        return await _fence(sink, ids)
+
+    for transactional_id, error in _run(sweep()):
+        log.warning(
+            "%s: could not abort the transaction left open under %r (the coordinator "
             "aborts it after transaction.timeout.ms): %s",
             what,
             transactional_id,
@@ -395,9 +438,22 @@ def _abort_earlier_attempts(
         )
 
 
+def _committed_ids(
+    messages: list[Any], failures: list[tuple[int, BaseException]]
+) -> frozenset[str]:
+    failed = {partition for partition, _ in failures}
+    return frozenset(
+        m.prepared.transactional_id
+        for m in messages
+        if isinstance(m, TransactionalCommitMessage)
+        and m.prepared is not None
+        and m.partition_id not in failed
+    )
+
+
 def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
     failures = _run(_complete_all(sink, messages, True, what))
-    _abort_earlier_attempts(sink, prefix, messages, what)
+    _abort_left_open(sink, prefix, messages, _committed_ids(messages, failures), what)
     if not failures:
         return
     partition, first = failures[0]
@@ -422,7 +478,7 @@ def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> No
             partition,
             error,
         )
-    _abort_earlier_attempts(sink, prefix, messages, what)
+    _abort_left_open(sink, prefix, messages, frozenset(), what)
 
 
 class TransactionalBatchWriter(KafkaBatchWriter):

@@ -41,6 +41,7 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
+    LIST_TRANSACTIONS = 66
 
 
 NEVER_FLEXIBLE = 1 << 15
@@ -60,6 +61,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.TXN_OFFSET_COMMIT: 3,
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
 }
 """The first version of each API that uses flexible encoding ("flexibleVersions" in the schemas)."""
 

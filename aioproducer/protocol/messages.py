@@ -71,6 +71,9 @@ __all__ = [
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "LeaderIdAndEpoch",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
+    "ListTransactionsState",
     "MetadataRequest",
     "MetadataResponse",
     "MetadataResponseBroker",
@@ -1429,6 +1432,81 @@ class OffsetFetchRequest(Request[OffsetFetchResponse]):
         error_code = r.int16() if version >= 2 else 0
         r.skip_tags()
         return OffsetFetchResponse(throttle, topics, error_code)
+
+
+# ---- ListTransactions (66) ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ListTransactionsState:
+    """One transactional id a transaction coordinator holds, and its transaction's state
+    (``Ongoing``, ``PrepareCommit``, ``CompleteAbort``, ``Empty``...)."""
+
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+
+
+@dataclass(slots=True)
+class ListTransactionsResponse(Response):
+    """The transactional ids one broker coordinates that match the request's filters."""
+
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: list[str]
+    transaction_states: list[ListTransactionsState]
+
+
+@dataclass(slots=True)
+class ListTransactionsRequest(Request[ListTransactionsResponse]):
+    """List the transactional ids one broker coordinates (v0-2, KIP-664).
+
+    Each broker answers for the transactional ids whose ``__transaction_state`` partitions
+    it leads, so a whole cluster is listed by asking every broker. Empty filters match
+    everything. ``duration_filter`` (ms, v1+) keeps transactions open at least that long;
+    ``transactional_id_pattern`` (a Java regular expression, v2+, KIP-1152) narrows the
+    answer on the broker. Both are filters only: an older version drops them and answers
+    with more, which the caller must filter again. A broker may coordinate any number of
+    transactional ids, so only the connection's ``max_response_size`` caps the answer.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.LIST_TRANSACTIONS
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
+
+    state_filters: list[str] = field(default_factory=list)
+    producer_id_filters: list[int] = field(default_factory=list)
+    duration_filter: int = -1
+    transactional_id_pattern: str | None = None
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text_items(self.state_filters)
+        w.items(self.producer_id_filters, _BodyWriter.int64)
+        if version >= 1:
+            w.int64(self.duration_filter)
+        if version >= 2:
+            w.nullable_text(self.transactional_id_pattern)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> ListTransactionsResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def state(r: _BodyReader) -> ListTransactionsState:
+            entry = ListTransactionsState(r.text(), r.int64(), r.text())
+            r.skip_tags()
+            return entry
+
+        throttle_time_ms = r.int32()
+        error_code = r.int16()
+        response = ListTransactionsResponse(
+            throttle_time_ms, error_code, r.text_items(), r.items(state)
+        )
+        r.skip_tags()
+        return response
 
 
 # ---- SaslHandshake (17) and SaslAuthenticate (36) -----------------------------------------

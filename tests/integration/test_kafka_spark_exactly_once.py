@@ -11,7 +11,10 @@ once, as read by a consumer reading committed data.
 
 A failed attempt whose Python worker outlives its task and prepares a transaction after the
 retry prepared its own (what Spark does when the input of a writer stops short) can neither
-fence the retry nor leave its transaction open once the driver committed.
+fence the retry nor leave its transaction open once the driver committed. Neither can a
+speculative copy that lost, nor a Spark partition that a restarted query no longer has: the
+driver's commit lists what is left open under the query's prefix and aborts it, and leaves
+another query's transactions alone.
 
 A streaming query (its own process) is killed in the middle of committing a micro-batch,
 after one partition's transaction was committed, and restarted from its checkpoint: Spark
@@ -29,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -148,9 +152,7 @@ def test_at_least_once_duplicates_what_the_failed_attempt_sent(
     assert sum(committed.values()) > _ROWS
 
 
-def test_exactly_once_options_are_checked_on_the_driver(
-    spark: Any, kafka: KafkaBroker
-) -> None:
+def test_exactly_once_options_are_checked_on_the_driver(spark: Any, kafka: KafkaBroker) -> None:
     from pyspark.errors import PySparkException
 
     df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
@@ -176,9 +178,7 @@ def test_exactly_once_options_are_checked_on_the_driver(
 _QUERY_HANG = 600.0
 
 
-def _run_query(
-    args: list[str], env: dict[str, str], log: Path
-) -> subprocess.Popen[bytes]:
+def _run_query(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.support.spark_crash", *args],
@@ -340,3 +340,123 @@ def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_linger
         )
     ]
     assert ends[0] == ends[1], "a transaction is still open"
+
+
+def _end_offsets(broker: KafkaBroker, topic: str, partition: int) -> tuple[int, int]:
+    """(last stable offset, high watermark) of a partition: equal when no transaction is
+    open on it."""
+    import confluent_kafka
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = broker.admin()
+    tp = confluent_kafka.TopicPartition(topic, partition)
+    committed, everything = (
+        admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp]
+        .result(timeout=10)
+        .offset
+        for level in (
+            confluent_kafka.IsolationLevel.READ_COMMITTED,
+            confluent_kafka.IsolationLevel.READ_UNCOMMITTED,
+        )
+    )
+    return committed, everything
+
+
+def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    import asyncio
+
+    from aioproducer import Producer, list_transactions
+    from aioproducer.integrations.spark import SinkOptions, _Layout
+    from aioproducer.integrations.spark_transactions import (
+        TransactionalCommitMessage,
+        TransactionalStreamWriter,
+        _fence,
+        _Marker,
+        _produce_prepared,
+        _transactional_id,
+    )
+
+    topic = new_topic(any_kafka)
+    prefix = f"query-{uuid.uuid4().hex[:8]}"
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": any_kafka.bootstrap_servers,
+            "topic": topic,
+            "delivery.guarantee": "exactly_once",
+            "transactional.id.prefix": prefix,
+        }
+    )
+    layout = _Layout(
+        key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None
+    )
+    writer = TransactionalStreamWriter(sink, layout)
+
+    def prepare(partition: int, attempt: int, chunks: Iterator[Any], batch: int) -> Any:
+        marker = _Marker(f"{prefix}-{partition}", topic, batch + 1)
+        return asyncio.run(
+            _produce_prepared(
+                sink,
+                layout,
+                chunks,
+                _transactional_id(prefix, partition, attempt),
+                marker,
+                [],
+            )
+        )
+
+    async def open_elsewhere() -> None:
+        # Another query, whose prefix starts with this one's: not this query's to abort.
+        async with Producer(
+            bootstrap_servers=any_kafka.bootstrap_servers,
+            transactional_id=f"{prefix}-other-0",
+        ) as producer:
+            await producer.begin_transaction()
+            await producer.send(topic, b"elsewhere", partition=0)
+            await producer.prepare_transaction()
+
+    def speculative_copy() -> None:
+        # A speculative copy (attempt 1) of partition 0, started while attempt 0 writes,
+        # prepares before it; Spark keeps attempt 0.
+        prepare(0, 1, iter([{"value": [b"loser"]}]), batch=4)
+        asyncio.run(open_elsewhere())
+
+    def kept_attempt() -> Iterator[Any]:
+        yield {"value": [b"a"]}
+        thread = threading.Thread(target=speculative_copy)
+        thread.start()
+        thread.join()
+        yield {"value": [b"b", b"c"]}
+
+    # Left by an earlier run of the query, which had a Spark partition 5.
+    prepare(5, 0, iter([{"value": [b"dropped"]}]), batch=3)
+    prepared, records, _ = prepare(0, 0, kept_attempt(), batch=4)
+    writer.commit([TransactionalCommitMessage(0, records, prepared, attempt=0)], 4)
+
+    open_now = {
+        t.transactional_id
+        for t in asyncio.run(
+            list_transactions(
+                states=["Ongoing"],
+                transactional_id_prefix=prefix,
+                bootstrap_servers=any_kafka.bootstrap_servers,
+            )
+        )
+    }
+    assert open_now == {f"{prefix}-other-0"}
+    # Still held back by the other query's transaction, which began before the batch's...
+    committed, everything = _end_offsets(any_kafka, topic, 0)
+    assert committed < everything
+    assert asyncio.run(_fence(sink, [f"{prefix}-other-0"])) == []
+    # ...and once it ends, every record is decided and the batch's three are committed.
+    committed, everything = _end_offsets(any_kafka, topic, 0)
+    assert committed == everything
+    rows = read_back(
+        any_kafka.bootstrap_servers,
+        topic,
+        expected=3,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+    )
+    assert sorted(r.value for r in rows) == [b"a", b"b", b"c"]

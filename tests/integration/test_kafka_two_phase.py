@@ -15,6 +15,8 @@ FindCoordinator + EndTxn.
   coordinator; completing it then fails, saying so.
 - An offset committed inside the prepared transaction (the marker of a Spark micro-batch)
   becomes visible to fetch_committed_offsets only when the transaction commits.
+- list_transactions finds the prepared transactions still open under a prefix (and not
+  those of another prefix, nor the completed ones when asked for open ones only).
 
 Records are read back with confluent-kafka's consumer (tests.support.readback).
 """
@@ -41,6 +43,7 @@ from aioproducer import (
     TransactionState,
     complete_prepared_transaction,
     fetch_committed_offsets,
+    list_transactions,
 )
 from aioproducer.errors import (
     IllegalStateError,
@@ -138,10 +141,13 @@ def _values(broker: KafkaBroker, topic: str, expected: int, isolation_level: str
 async def _commit_one(broker: KafkaBroker, topic: str, value: bytes) -> None:
     """A committed record after the others: a read_committed reader that reaches it has
     read past everything before it."""
-    async with Producer(
-        bootstrap_servers=broker.bootstrap_servers,
-        transactional_id=_transactional_id("after"),
-    ) as producer, producer.transaction():
+    async with (
+        Producer(
+            bootstrap_servers=broker.bootstrap_servers,
+            transactional_id=_transactional_id("after"),
+        ) as producer,
+        producer.transaction(),
+    ):
         await producer.send(topic, value, partition=0)
 
 
@@ -150,9 +156,7 @@ def test_a_prepared_transaction_is_committed_by_another_process(
 ) -> None:
     topic = new_topic(any_kafka, partitions=3)
     prepared = asyncio.run(_prepare(any_kafka, topic, _transactional_id("2pc-commit"), 30))
-    assert prepared.transaction_v2 is (
-        any_kafka.finalized_features()["transaction.version"] >= 2
-    )
+    assert prepared.transaction_v2 is (any_kafka.finalized_features()["transaction.version"] >= 2)
     assert not prepared.empty
     # Closed with the transaction prepared: written, not committed, not aborted.
     assert len(_values(any_kafka, topic, 30, "read_uncommitted")) == 30
@@ -218,9 +222,12 @@ def test_a_newer_producer_aborts_the_prepared_transaction_and_commit_fails(
 
     async def retry() -> None:
         # What a retried task does: the same transactional id, which fences the old one.
-        async with Producer(
-            bootstrap_servers=any_kafka.bootstrap_servers, transactional_id=transactional_id
-        ) as producer, producer.transaction():
+        async with (
+            Producer(
+                bootstrap_servers=any_kafka.bootstrap_servers, transactional_id=transactional_id
+            ) as producer,
+            producer.transaction(),
+        ):
             await producer.send(topic, b"new", partition=0)
 
     asyncio.run(retry())
@@ -337,3 +344,40 @@ def test_a_prepared_transaction_past_its_timeout_cannot_be_committed(
     assert not caught.value.retriable
     asyncio.run(_commit_one(any_kafka, topic, b"after"))
     assert _values(any_kafka, topic, 1, "read_committed") == [b"after"]
+
+
+def test_list_transactions_finds_the_prepared_transactions_left_open_under_a_prefix(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    topic = new_topic(any_kafka, partitions=2)
+    prefix = _transactional_id("listed")
+    kept = asyncio.run(_prepare(any_kafka, topic, f"{prefix}-0", 5))
+    left = asyncio.run(_prepare(any_kafka, topic, f"{prefix}-1", 5))
+    other = asyncio.run(_prepare(any_kafka, topic, _transactional_id("elsewhere"), 5))
+    asyncio.run(complete_prepared_transaction(kept, bootstrap_servers=any_kafka.bootstrap_servers))
+
+    def listed(**filters: object) -> dict[str, tuple[int, str]]:
+        listing = asyncio.run(
+            list_transactions(bootstrap_servers=any_kafka.bootstrap_servers, **filters)  # type: ignore[arg-type]
+        )
+        return {t.transactional_id: (t.producer_id, t.state) for t in listing}
+
+    assert listed(states=["Ongoing"], transactional_id_prefix=prefix) == {
+        left.transactional_id: (left.producer_id, "Ongoing")
+    }
+    everything = listed()
+    assert everything[left.transactional_id] == (left.producer_id, "Ongoing")
+    assert everything[other.transactional_id] == (other.producer_id, "Ongoing")
+    # Committed: the coordinator writes the markers, then holds the id with no transaction.
+    assert everything[kept.transactional_id][1] in {"PrepareCommit", "CompleteCommit"}
+    asyncio.run(
+        complete_prepared_transaction(
+            other, commit=False, bootstrap_servers=any_kafka.bootstrap_servers
+        )
+    )
+    asyncio.run(
+        complete_prepared_transaction(
+            left, commit=False, bootstrap_servers=any_kafka.bootstrap_servers
+        )
+    )
+    assert listed(states=["Ongoing"], transactional_id_prefix=prefix) == {}

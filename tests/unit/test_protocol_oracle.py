@@ -21,6 +21,12 @@ kp = pytest.importorskip("kafka.protocol")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+from kafka.protocol.admin import (  # noqa: E402
+    ListTransactionsRequest as KListTransactionsRequest,
+)
+from kafka.protocol.admin import (  # noqa: E402
+    ListTransactionsResponse as KListTransactionsResponse,
+)
 from kafka.protocol.admin.cluster import (  # noqa: E402
     DescribeClusterRequest as KDescribeClusterRequest,
 )
@@ -304,6 +310,35 @@ def _describe_cluster(v: int) -> tuple[Request, Any]:
     )
 
 
+def _list_transactions(v: int) -> tuple[Request, Any]:
+    fields: dict[str, Any] = {
+        "state_filters": ["Ongoing", "Empty"],
+        "producer_id_filters": [7, 1 << 40],
+    }
+    if v >= 1:
+        fields["duration_filter"] = 60_000
+    if v >= 2:
+        fields["transactional_id_pattern"] = "spark-.*"
+    return m.ListTransactionsRequest(**fields), KListTransactionsRequest(**fields)
+
+
+def _list_transactions_response() -> Any:
+    R = KListTransactionsResponse
+    return R(
+        throttle_time_ms=5,
+        error_code=0,
+        unknown_state_filters=["Gone"],
+        transaction_states=[
+            R.TransactionState(
+                transactional_id="spark-0", producer_id=1 << 40, transaction_state="Ongoing"
+            ),
+            R.TransactionState(
+                transactional_id="spark-1-retry1", producer_id=3, transaction_state="PrepareCommit"
+            ),
+        ],
+    )
+
+
 def _offset_fetch(v: int) -> tuple[Request, Any]:
     T = KOffsetFetchRequest.OffsetFetchRequestTopic
     return (
@@ -362,6 +397,7 @@ REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] 
     (m.EndTxnRequest, _end_txn),
     (m.TxnOffsetCommitRequest, _txn_offset_commit),
     (m.OffsetFetchRequest, _offset_fetch),
+    (m.ListTransactionsRequest, _list_transactions),
     (m.SaslHandshakeRequest, _sasl_handshake),
     (m.SaslAuthenticateRequest, _sasl_authenticate),
     (m.DescribeClusterRequest, _describe_cluster),
@@ -656,6 +692,7 @@ RESPONSE_CASES: list[
     ),
     (m.TxnOffsetCommitRequest, _txn_offset_commit, _txn_offset_commit_response, {}),
     (m.OffsetFetchRequest, _offset_fetch, _offset_fetch_response, {}),
+    (m.ListTransactionsRequest, _list_transactions, _list_transactions_response, {}),
     (
         m.SaslHandshakeRequest,
         _sasl_handshake,
