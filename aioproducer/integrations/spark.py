@@ -144,6 +144,7 @@ else:
             DataSourceStreamArrowWriter = object
 
 __all__ = [
+    "SINK_BATCH_SIZE",
     "SOURCE_NAME",
     "KafkaBatchWriter",
     "KafkaCommitMessage",
@@ -194,6 +195,25 @@ _SEND_MANY_ITEM = re.compile(r"^send_many item \d+: ")
 _CACHE_TIMEOUT_OPTION = "spark.kafka.producer.cache.timeout"
 _DEFAULT_CACHE_TIMEOUT_S = 600.0  # Spark's default for its own sink's producers: 10 minutes
 
+SINK_BATCH_SIZE = 262_144
+"""The sink's ``batch.size`` unless ``kafka.batch.size`` is given: 256 KiB, not the
+producer's 16 KiB. A task writes a whole partition at once, so batches fill at once; at 16
+KiB a batch holds 15 rows of 1 KiB, and the cost of each batch and request (on the executor
+and on the broker) dominates. librdkafka's own default is 1 MB. Each Kafka partition a task
+writes to holds a batch of this size while it fills, out of ``buffer.memory`` (32 MiB by
+default): with hundreds of partitions per task, lower it or raise ``kafka.buffer.memory``."""
+
+
+def _with_sink_defaults(config: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the sink's own defaults for what neither names
+    (:data:`SINK_BATCH_SIZE`)."""
+    if not any(
+        name in given for given in (config, options) for name in ("batch.size", "batch_size")
+    ):
+        return {**config, "batch.size": SINK_BATCH_SIZE}
+    return config
+
+
 # Spark's time strings (JavaUtils.timeStringAs): a number and a unit, milliseconds when none.
 _TIME_UNITS = {
     "us": 1e-6, "micros": 1e-6, "ms": 1e-3, "millis": 1e-3, "s": 1.0, "sec": 1.0,
@@ -219,15 +239,12 @@ def _cache_timeout(value: Any, where: str) -> float:
     return int(number) * _TIME_UNITS[unit or "ms"]
 
 
-
 def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the value of every option whose name speaks of a password, secret,
     token or key (``ssl.key.password``, ``sasl.oauth.token.provider``) shown as ``***``.
     Serializers (``key.serializer``) name no secret and stay as they are."""
     return {
-        name: "***"
-        if _names_a_secret(name) and value is not None
-        else value
+        name: "***" if _names_a_secret(name) and value is not None else value
         for name, value in options.items()
     }
 
@@ -309,7 +326,7 @@ class SinkOptions:
             raise ConfigurationError(
                 "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
             )
-        sink = cls(topic, config, cache_timeout=cache_timeout)
+        sink = cls(topic, _with_sink_defaults(config, {}), cache_timeout=cache_timeout)
         if exactly_once:
             from aioproducer.integrations.spark_transactions import exactly_once_options
 
@@ -408,9 +425,9 @@ def _layout(schema: StructType, topic: str | None) -> _Layout:
     if "headers" in fields:
         data_type = fields["headers"]
         element = data_type.elementType if isinstance(data_type, ArrayType) else None
-        names = {f.name: f.dataType for f in element.fields} if isinstance(
-            element, StructType
-        ) else {}
+        names = (
+            {f.name: f.dataType for f in element.fields} if isinstance(element, StructType) else {}
+        )
         header_value = names.get("value")
         if (
             set(names) != {"key", "value"}
@@ -510,8 +527,7 @@ def _refused_field(
             except OverflowError:
                 moment = "out of datetime's range"
             exc = type(exc)(
-                f"{exc}; that is {moment}, and Kafka takes no time before "
-                "1970-01-01 00:00:00 UTC"
+                f"{exc}; that is {moment}, and Kafka takes no time before 1970-01-01 00:00:00 UTC"
             )
         return _RowRefused(index, "timestamp", exc)
     return _RowRefused(index, None, error)
@@ -580,7 +596,11 @@ def _items(
                 ) from None
         try:
             record = ProducerRecord(
-                record_topic, values[index], keys[index], partitions[index], timestamps[index],
+                record_topic,
+                values[index],
+                keys[index],
+                partitions[index],
+                timestamps[index],
                 headers or None,
             )
         except (TypeError, ValueError) as exc:
@@ -1061,7 +1081,8 @@ class _ProducerCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.producer.state not in (
-                ProducerState.CREATED, ProducerState.RUNNING
+                ProducerState.CREATED,
+                ProducerState.RUNNING,
             ):
                 self._evict(key, entry)
                 entry = None
@@ -1090,8 +1111,10 @@ class _ProducerCache:
         one. What the failed task left in the producer's buffer is still sent."""
         with self._lock:
             entry.users -= 1
-            if failed or isinstance(error, _FATAL) or (
-                entry.producer.state is not ProducerState.RUNNING
+            if (
+                failed
+                or isinstance(error, _FATAL)
+                or (entry.producer.state is not ProducerState.RUNNING)
             ):
                 self._evict(key, entry)
             if entry.users == 0:
@@ -1486,7 +1509,7 @@ def write_dataframe(
     timeout = df.sparkSession.conf.get(_CACHE_TIMEOUT_OPTION, None)
     sink = SinkOptions(
         topic,
-        dict(config or {}),
+        _with_sink_defaults(dict(config or {}), options),
         dict(options),
         _DEFAULT_CACHE_TIMEOUT_S if timeout is None else _cache_timeout(timeout, "Spark conf"),
     )
@@ -1498,9 +1521,7 @@ def write_dataframe(
     return written
 
 
-def write_dataframe_on_driver(
-    df: DataFrame, producer: Producer, topic: str | None = None
-) -> int:
+def write_dataframe_on_driver(df: DataFrame, producer: Producer, topic: str | None = None) -> int:
     """Write a DataFrame's rows through ``producer``, from the driver: for tests.
 
     The rows are brought to the driver (``toLocalIterator``) and become records by the

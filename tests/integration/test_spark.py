@@ -510,6 +510,15 @@ def test_bad_rows_beyond_the_first_chunk_and_unreadable_strings(
         _write(tansu, None, schema, [batch])
 
 
+def test_the_sink_batches_256_kib_unless_told_otherwise() -> None:
+    from aioproducer.integrations.spark import SINK_BATCH_SIZE
+
+    base = {"kafka.bootstrap.servers": "k:9092", "topic": "t"}
+    assert SinkOptions.parse(base).producer().config.batch_size == SINK_BATCH_SIZE == 262_144
+    given = SinkOptions.parse({**base, "kafka.batch.size": "16384"})
+    assert given.producer().config.batch_size == 16_384
+
+
 def test_sink_options_never_show_a_secret() -> None:
     sink = SinkOptions.parse(
         {
