@@ -13,12 +13,13 @@ One local Spark session (``local[2]`` by default), one cached DataFrame of ``--r
 Each writer first writes a slice of the DataFrame once, unmeasured (Python workers started,
 the JVM's JIT warm). Each write gets a new topic; the rows on the broker are counted with
 confluent-kafka (``bench.harness.records_on_broker``) and a write that does not store every
-row is reported as failed. The time is the write's wall time; CPU is the user+system CPU of
-this process and all its children (the Spark JVM and the Python workers) over the write,
-per row::
+row is reported as failed (with the broker's view of the topic's leaders); on Kafka the topic
+is then deleted, so that ten-million-row runs fit on the disk. The time is the write's wall
+time; CPU is the user+system CPU of this process and all its children (the Spark JVM and the
+Python workers) over the write, per row::
 
     python -m bench.spark_sink [--broker kafka|tansu] [--rows 1000000] [--size 100]
-        [--keyed] [--rounds 3] [--partitions 6] [--master local[2]]
+        [--keyed] [--rounds 3] [--partitions 6] [--master local[2]] [--driver-memory 4g]
 
 It prints a markdown table (median rows/s, CPU us per row, ratio to Spark's sink) and
 writes ``bench/results/<UTC time>-spark-<broker>.json``.
@@ -87,6 +88,22 @@ class _Broker:
     def create_topic(self, name: str, partitions: int) -> None:
         self._node.create_topic(name, partitions)
 
+    def delete_topic(self, name: str) -> None:
+        """Free the disk a write took (Kafka only; Tansu keeps topics in memory)."""
+        if self.name == "kafka":
+            with contextlib.suppress(Exception):
+                self._node.delete_topic(name)
+
+    def describe(self, name: str) -> str:
+        """The broker's view of ``name``'s partitions: ``{partition: (leader, isr)}``."""
+        if self.name != "kafka":
+            return "-"
+        try:
+            state = self._node.partitions(name)
+        except Exception as exc:
+            return f"no metadata: {exc}"
+        return str({p: (m.leader, list(m.isrs)) for p, m in sorted(state.items())})
+
     def stop(self) -> None:
         self._node.stop()
 
@@ -139,10 +156,12 @@ def _arrow_confluent(bootstrap: str, topic: str) -> Any:
     return write
 
 
-def _write(spark: Any, df: Any, writer: str, bootstrap: str, topic: str) -> None:
+def _write(
+    spark: Any, df: Any, writer: str, bootstrap: str, topic: str, extra: dict[str, str]
+) -> None:
     if writer == "aioproducer":
         (df.write.format("aioproducer").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", topic).mode("append").save())  # fmt: skip
+         .option("topic", topic).options(**extra).mode("append").save())  # fmt: skip
     elif writer == "kafka":
         (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", topic).save())  # fmt: skip
@@ -159,10 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6, help="topic partitions")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--driver-memory", default="4g",
+        help="spark.driver.memory: the local executors' heap, which holds the cached rows",
+    )  # fmt: skip
     parser.add_argument("--writers", default=",".join(WRITERS))
     parser.add_argument("--no-save", action="store_true", help="write no results file")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="NAME=VALUE",
+        help="an option of format('aioproducer') (kafka.batch.size=262144); repeatable",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     writers = [w for w in options.writers.split(",") if w]
+    extra = dict(item.split("=", 1) for item in options.option)
     unknown = set(writers) - set(WRITERS)
     if unknown:
         parser.error(f"unknown writers {sorted(unknown)}: use {', '.join(WRITERS)}")
@@ -176,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         SparkSession.builder.master(options.master)
         .config("spark.jars", ",".join(str(jar) for jar in jars))
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", options.driver_memory)
         .config("spark.sql.shuffle.partitions", str(options.partitions))
         .getOrCreate()
     )
@@ -198,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         for writer in writers:
             topic = f"spark-warmup-{writer}-{uuid.uuid4().hex[:8]}"
             broker.create_topic(topic, options.partitions)
-            _write(spark, warm, writer, broker.bootstrap_servers, topic)
+            _write(spark, warm, writer, broker.bootstrap_servers, topic, extra)
+            broker.delete_topic(topic)
         for round_index in range(options.rounds):
             order = writers[round_index % len(writers):] + writers[: round_index % len(writers)]
             for writer in order:
@@ -207,15 +237,20 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_before, start = _cpu_seconds(), time.perf_counter()
                 error = None
                 try:
-                    _write(spark, df, writer, broker.bootstrap_servers, topic)
+                    _write(spark, df, writer, broker.bootstrap_servers, topic, extra)
                 except Exception as exc:  # a failed write is reported, not fatal
-                    error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    # A Python worker's traceback ends with the error itself.
+                    text = str(exc)
+                    error = f"{type(exc).__name__}: {text[:200]} ... {text[-600:]}"
                 seconds = time.perf_counter() - start
                 cpu = _cpu_seconds() - cpu_before
                 stored = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
                 if error is None and stored != options.rows:
                     error = f"the broker holds {stored} of {options.rows} rows"
                 run = {"seconds": seconds, "cpu_s": cpu, "stored": stored, "error": error}
+                if error is not None:
+                    run["partitions_after"] = broker.describe(topic)
+                broker.delete_topic(topic)
                 runs[writer].append(run)
                 print(f"[round {round_index + 1}] {writer:16} {options.rows / seconds:12,.0f} "
                       f"rows/s  cpu {cpu / options.rows * 1e6:6.2f} us/row"
