@@ -19,7 +19,7 @@ another query's transactions alone.
 A streaming query (its own process) is killed in the middle of committing a micro-batch,
 after one partition's transaction was committed, and restarted from its checkpoint: Spark
 replays the micro-batch, the committed partition is not written again (its marker offset
-says so), the others are, and every row is read exactly once.
+says so), the others are, and every row is read exactly once, in order per key.
 
 Records are read back with confluent-kafka's consumer (tests.support.readback).
 """
@@ -44,7 +44,7 @@ import pytest
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import read_back
 from tests.support.spark import ROOT, local_spark
-from tests.support.spark_crash import CRASH_FLAG
+from tests.support.spark_crash import CRASH_FLAG, KEYS
 
 pytestmark = pytest.mark.kafka
 
@@ -52,10 +52,10 @@ pyspark = pytest.importorskip("pyspark")
 
 NewTopic = Callable[..., str]
 
-_ROWS = 100_000
+_ROWS = 1_000_000
 _SPARK_PARTITIONS = 4
-# Partition 1 fails on its first attempt at this row, after thousands of its rows went out.
-_FAIL_AT = 25_000 + 20_000
+# Partition 1 fails on its first attempt at this row, after most of its rows went out.
+_FAIL_AT = 250_000 + 200_000
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +236,16 @@ def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_r
     assert set(committed) == {str(i).encode() for i in range(total)}
     duplicated = [value for value, count in committed.items() if count > 1]
     assert not duplicated, f"{len(duplicated)} rows were committed more than once"
+    # In order per key: a key's rows are in one Kafka partition, in the order of the files
+    # (micro-batches) and of the lines within each, replayed micro-batch included.
+    by_key: dict[bytes, list[int]] = collections.defaultdict(list)
+    for record in records:  # sorted by (partition, offset)
+        assert record.key is not None and record.value is not None
+        by_key[record.key].append(int(record.value))
+    assert sorted(by_key) == sorted(str(k).encode() for k in range(KEYS))
+    for key, ids in by_key.items():
+        assert ids == sorted(ids), f"key {key!r} is out of order"
+        assert all(i % KEYS == int(key) for i in ids)
 
 
 def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewTopic) -> None:
@@ -325,21 +335,8 @@ def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_linger
     # The late attempt's transaction was aborted by the commit: nothing holds consumers back.
     everything = read_back(any_kafka.bootstrap_servers, topic, expected=4, extra_wait=0.5)
     assert len(everything) == 4
-    admin = any_kafka.admin()
-    import confluent_kafka
-    from confluent_kafka.admin import OffsetSpec
-
-    tp = confluent_kafka.TopicPartition(topic, 0)
-    ends = [
-        admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp]
-        .result(timeout=10)
-        .offset
-        for level in (
-            confluent_kafka.IsolationLevel.READ_COMMITTED,
-            confluent_kafka.IsolationLevel.READ_UNCOMMITTED,
-        )
-    ]
-    assert ends[0] == ends[1], "a transaction is still open"
+    committed_end, end = _end_offsets(any_kafka, topic, 0)
+    assert committed_end == end, "a transaction is still open"
 
 
 def _end_offsets(broker: KafkaBroker, topic: str, partition: int) -> tuple[int, int]:

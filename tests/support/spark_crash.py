@@ -2,8 +2,9 @@
 kill it: ``python -m tests.support.spark_crash <input dir> <checkpoint> <topic> <bootstrap>``.
 
 It reads the JSON files of ``<input dir>`` one per micro-batch (``maxFilesPerTrigger`` 1,
-``availableNow``), hash-partitions the rows into 3 Spark partitions and writes them with
-``delivery.guarantee`` ``exactly_once``, then exits.
+``availableNow``), keys each row by ``id % KEYS``, hash-partitions the rows by key into 3
+Spark partitions (each key's rows of a micro-batch in one task, in file order) and writes
+them with ``delivery.guarantee`` ``exactly_once``, then exits.
 
 With ``AIOPRODUCER_TEST_CRASH_FLAG`` set to a path, the driver's commit of micro-batch 1
 commits the transaction of one partition only, creates that file and stops there (until
@@ -29,6 +30,8 @@ from aioproducer.integrations.spark_transactions import (
 
 CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
 CRASH_BATCH = 1
+KEYS = 7
+"""Rows are keyed ``id % KEYS``: every key has rows in every micro-batch."""
 
 
 class _CrashingStreamWriter(TransactionalStreamWriter):
@@ -75,8 +78,8 @@ def main(input_dir: str, checkpoint: str, topic: str, bootstrap: str) -> None:
             spark.readStream.schema(schema)
             .option("maxFilesPerTrigger", 1)
             .json(input_dir)
-            .repartition(3, "id")
-            .selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+            .selectExpr(f"CAST(id % {KEYS} AS STRING) AS key", "CAST(id AS STRING) AS value")
+            .repartition(3, "key")
         )
         query = (
             rows.writeStream.format("aioproducer_crash")

@@ -1101,18 +1101,24 @@ async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
 
 
-async def test_a_batch_that_later_ones_overtook_is_sent_again_under_a_bumped_epoch() -> None:
-    # A new partition's first batch meets a leader not yet ready (NOT_LEADER_OR_FOLLOWER);
-    # the broker, holding no state for the producer there, takes the next batch, sent right
-    # behind it. The retried first batch is then out of order for good under this epoch:
-    # it goes again at sequence 0 of a bumped epoch, rather than until delivery_timeout_ms.
+async def _older_and_newer() -> tuple[Harness, list[Any], list[Any], list[Sent]]:
+    """An idempotent producer with two requests out for partition 0: the older batch
+    ``a, b`` (sequence 0) and the newer batch ``c`` (sequence 2)."""
     h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
     await h.init_producer_id(1000)
     older = [h.append(0, b"a"), h.append(0, b"b")]
     h.step()
     newer = [h.append(0, b"c")]
     h.step()
-    request_a, request_b = h.produce_requests(1)
+    return h, older, newer, list(h.produce_requests(1))
+
+
+async def test_a_batch_that_later_ones_overtook_is_sent_again_under_a_bumped_epoch() -> None:
+    # A new partition's first batch meets a leader not yet ready (NOT_LEADER_OR_FOLLOWER);
+    # the broker, holding no state for the producer there, takes the next batch, sent right
+    # behind it. The retried first batch is then out of order for good under this epoch:
+    # it goes again at sequence 0 of a bumped epoch, rather than until delivery_timeout_ms.
+    h, older, newer, (request_a, request_b) = await _older_and_newer()
     await h.respond(request_a, error(0, NOT_LEADER_OR_FOLLOWER))
     await h.respond(request_b, ok(0, 0))
     assert offsets(newer) == [0]
@@ -1157,13 +1163,7 @@ async def test_a_gap_on_the_head_batch_bumps_the_epoch_and_restarts_its_partitio
     # Java's TransactionManager.canRetry + bumpIdempotentProducerEpoch: the epoch is bumped
     # locally (no InitProducerId), and the partition's unfinished batches get sequences
     # from 0 under it, in their order.
-    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
-    await h.init_producer_id(1000)
-    older = [h.append(0, b"a"), h.append(0, b"b")]
-    h.step()
-    newer = [h.append(0, b"c")]
-    h.step()
-    request_a, request_b = h.produce_requests(1)
+    h, older, newer, (request_a, request_b) = await _older_and_newer()
     answer = error(0, code) if code == OUT_OF_ORDER_SEQUENCE_NUMBER else unknown_producer_id(0, 0)
     await h.respond(request_a, answer)
     h.step(h.now + 0.5)
