@@ -8,7 +8,10 @@ One local Spark session (``local[2]`` by default), one cached DataFrame of ``--r
   with ``spark.jars`` from ``~/.cache/aioproducer/spark-kafka-<version>``, which Maven fills
   from ``bench/spark/pom.xml`` on first use);
 - ``arrow_confluent``: ``mapInArrow`` with a confluent-kafka producer per partition, the loop
-  users write by hand.
+  users write by hand;
+- ``aioproducer_exactly_once`` (only when named in ``--writers``): ``format("aioproducer")``
+  with ``delivery.guarantee`` ``exactly_once``, whose rows are counted as a consumer reading
+  committed data sees them (transaction markers take offsets too).
 
 Each writer first writes a slice of the DataFrame once, unmeasured (Python workers started,
 the JVM's JIT warm). Each write gets a new topic; the rows on the broker are counted with
@@ -48,6 +51,8 @@ CONNECTOR_VERSION = "4.2.0"
 _CACHE = Path.home() / ".cache" / "aioproducer" / f"spark-kafka-{CONNECTOR_VERSION}"
 _POM = Path(__file__).with_name("spark") / "pom.xml"
 WRITERS = ("aioproducer", "kafka", "arrow_confluent")
+#: Writers run only when named in ``--writers``.
+OPTIONAL_WRITERS = ("aioproducer_exactly_once",)
 
 
 def connector_jars() -> list[Path]:
@@ -108,6 +113,37 @@ class _Broker:
         self._node.stop()
 
 
+def committed_records(bootstrap_servers: str, topic: str, partitions: int) -> int | None:
+    """How many records a consumer reading committed data gets from ``topic`` (read in
+    full with confluent-kafka; transaction markers are not records)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"bench-committed-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        waiting, count = set(range(partitions)), 0
+        deadline = time.monotonic() + 300
+        while waiting and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, 0.5):
+                error = message.error()
+                if error is None:
+                    count += 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    waiting.discard(message.partition())
+        return None if waiting else count
+    finally:
+        consumer.close()
+
+
 def _cpu_seconds() -> float:
     import psutil  # type: ignore[import-untyped,unused-ignore]
 
@@ -159,9 +195,11 @@ def _arrow_confluent(bootstrap: str, topic: str) -> Any:
 def _write(
     spark: Any, df: Any, writer: str, bootstrap: str, topic: str, extra: dict[str, str]
 ) -> None:
-    if writer == "aioproducer":
+    if writer in ("aioproducer", "aioproducer_exactly_once"):
+        guarantee = "exactly_once" if writer == "aioproducer_exactly_once" else "at_least_once"
         (df.write.format("aioproducer").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", topic).options(**extra).mode("append").save())  # fmt: skip
+         .option("topic", topic).option("delivery.guarantee", guarantee)
+         .options(**extra).mode("append").save())  # fmt: skip
     elif writer == "kafka":
         (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", topic).save())  # fmt: skip
@@ -191,9 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     writers = [w for w in options.writers.split(",") if w]
     extra = dict(item.split("=", 1) for item in options.option)
-    unknown = set(writers) - set(WRITERS)
+    unknown = set(writers) - set(WRITERS) - set(OPTIONAL_WRITERS)
     if unknown:
-        parser.error(f"unknown writers {sorted(unknown)}: use {', '.join(WRITERS)}")
+        names = ", ".join(WRITERS + OPTIONAL_WRITERS)
+        parser.error(f"unknown writers {sorted(unknown)}: use {names}")
 
     from pyspark.sql import SparkSession
 
@@ -244,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                     error = f"{type(exc).__name__}: {text[:200]} ... {text[-600:]}"
                 seconds = time.perf_counter() - start
                 cpu = _cpu_seconds() - cpu_before
-                stored = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
+                if writer == "aioproducer_exactly_once":
+                    stored = committed_records(broker.bootstrap_servers, topic, options.partitions)
+                else:
+                    stored = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
                 if error is None and stored != options.rows:
                     error = f"the broker holds {stored} of {options.rows} rows"
                 run = {"seconds": seconds, "cpu_s": cpu, "stored": stored, "error": error}
