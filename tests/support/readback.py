@@ -99,9 +99,10 @@ def read_back(
         timeout: Stop after this many seconds even if fewer arrived.
         isolation_level: ``"read_uncommitted"`` or ``"read_committed"``.
         extra_wait: After ``expected`` records, keep reading at least this long to catch
-            records beyond the expected ones (duplicates, for instance). With
-            ``read_uncommitted`` the read also goes on to each partition's high watermark
-            (exact on Kafka and the mock; Tansu may report one a batch short).
+            records beyond the expected ones (duplicates, for instance). The read also goes
+            on to each partition's end: the high watermark with ``read_uncommitted`` (exact
+            on Kafka and the mock; Tansu may report one a batch short), the last stable
+            offset with ``read_committed``.
         check_crcs: Verify every batch's CRC-32C (librdkafka's ``check.crcs``), so a
             corrupt batch fails the read instead of passing unseen: neither Tansu nor the
             mock cluster checks CRCs when they store a batch. Only topics holding the mock
@@ -136,9 +137,9 @@ def read_back(
             ]
         )
         deadline = time.monotonic() + timeout
-        # After ``expected`` records: read on for extra_wait, and (read_uncommitted) up to
-        # each partition's high watermark as it was then, so what the log holds beyond the
-        # expected records (duplicates) is read too and the caller's count sees it.
+        # After ``expected`` records: read on for extra_wait, and up to each partition's end
+        # as it was then, so what the log holds beyond the expected records (duplicates) is
+        # read too and the caller's count sees it.
         settle_until: float | None = None
         ends: list[Any] | None = None
         while True:
@@ -147,6 +148,8 @@ def read_back(
                 settle_until = now + extra_wait
                 if isolation_level == "read_uncommitted":
                     ends = _high_watermarks(consumer, topic, partitions)
+                else:
+                    ends = _stable_offsets(bootstrap, topic, partitions)
             if now >= deadline:
                 break
             if settle_until is not None:
@@ -187,6 +190,25 @@ def _high_watermarks(consumer: Any, topic: str, partitions: list[int]) -> list[A
         )
         for partition in partitions
     ]
+
+
+def _stable_offsets(bootstrap: str, topic: str, partitions: list[int]) -> list[Any] | None:
+    """Each partition's last stable offset (the end a read_committed consumer reaches), or
+    None where the broker cannot tell (then only ``extra_wait`` applies)."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    wanted = {confluent_kafka.TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    try:
+        answers = admin.list_offsets(
+            wanted, isolation_level=confluent_kafka.IsolationLevel.READ_COMMITTED
+        )
+        return [
+            confluent_kafka.TopicPartition(topic, tp.partition, future.result(timeout=10).offset)
+            for tp, future in answers.items()
+        ]
+    except confluent_kafka.KafkaException:
+        return None
 
 
 def _caught_up(consumer: Any, ends: list[Any]) -> bool:
