@@ -173,6 +173,12 @@ def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], li
     return brokers, topics
 
 
+
+def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    """Mark a dropped answer's outcome as seen (no "never retrieved" log for its error)."""
+    if not future.cancelled():
+        future.exception()
+
 class Sender:
     """Moves batches from the accumulator to the brokers; one asyncio task.
 
@@ -391,7 +397,11 @@ class Sender:
             self._abort_all(error)
             raise
         finally:
-            # Nothing handles answers any more: let go of their futures and batches.
+            # Nothing handles answers any more: let go of their futures and batches. A
+            # request still out may yet fail (its connection closes later): nobody awaits it,
+            # so its error must not be logged as "exception was never retrieved".
+            for future, _ in self._awaiting:
+                future.add_done_callback(_retrieve_outcome)
             self._awaiting = []
             # A loop closing under a destroyed task refuses new callbacks: nobody waits then.
             with contextlib.suppress(RuntimeError):

@@ -12,12 +12,14 @@ only the close and crash tests start the sender task.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import os
 import random
 import sys
 import traceback
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -1562,6 +1564,35 @@ async def test_force_close_fails_what_is_left_with_the_given_error() -> None:
     await h.respond(h.last_produce(1), ok(0, 0))
     assert _copy_of(closing, in_flight.exception())
     assert h.metrics.record_send_total == 0
+
+
+async def _close_with_a_request_out_that_fails_later() -> weakref.ref[asyncio.Future[Any]]:
+    h = Harness(linger_ms=0)
+    h.append(0, b"a")
+    task = h.sender.start()
+    await wait_until(lambda: len(h.produce_requests()) == 1)
+    h.sender.force_close(ProducerClosedError("closed by the test"))
+    await asyncio.wait_for(task, 10)
+    answer = h.last_produce(1).future
+    answer.set_exception(KafkaConnectionError("connection closed"))
+    await asyncio.sleep(0)
+    return weakref.ref(answer)
+
+
+async def test_a_request_left_out_at_close_that_fails_later_logs_nothing() -> None:
+    # The sender ended with a Produce request still out; its connection closes afterwards.
+    # Nobody awaits that answer any more: its error is not "never retrieved".
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        answer = await _close_with_a_request_out_that_fails_later()
+        gc.collect()
+        await asyncio.sleep(0)
+        assert answer() is None  # collected: asyncio would have reported it by now
+    finally:
+        loop.set_exception_handler(None)
+    assert [c.get("message") for c in reported] == []
 
 
 async def test_a_step_that_keeps_failing_ends_the_task_and_fails_every_pending_record() -> None:
