@@ -16,8 +16,11 @@ from aioproducer.embedded import EmbeddedBroker
 
 
 @contextlib.contextmanager
-def cluster(default_topic: str, description: str, partitions: int = 3) -> Iterator[tuple[str, str]]:
-    """Parse the command line; yield ``(bootstrap_servers, topic)``."""
+def cluster(
+    default_topic: str, description: str, partitions: int = 3, embedded_note: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """Parse the command line; yield ``(bootstrap_servers, topic)``. ``embedded_note`` is
+    printed when the example runs on the embedded broker (what it cannot show there)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--bootstrap-servers", help="a Kafka cluster (default: an embedded broker)")
     parser.add_argument("--topic", default=default_topic, help=f"default: {default_topic}")
@@ -32,4 +35,6 @@ def cluster(default_topic: str, description: str, partitions: int = 3) -> Iterat
             f"topic {args.topic} created with {partitions} partitions",
             file=sys.stderr,
         )
+        if embedded_note is not None:
+            print(embedded_note, file=sys.stderr)
         yield broker.bootstrap_servers, args.topic

@@ -134,6 +134,9 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 """``transaction.timeout.ms`` in exactly-once mode unless ``kafka.transaction.timeout.ms``
 is given: 15 minutes, the brokers' default ``transaction.max.timeout.ms``."""
 
+# Options that mean something with exactly once only.
+_EXACTLY_ONCE_ONLY = ("transactional.id.prefix", "transactional.marker.topic")
+
 # The local property Spark's micro-batch execution sets to the batch id for its tasks.
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -142,7 +145,8 @@ def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkO
     """``sink`` with the delivery-guarantee options (lower-cased names) applied.
 
     Raises:
-        ConfigurationError: an unknown guarantee, an empty prefix, an illegal marker topic,
+        ConfigurationError: an unknown guarantee, a prefix or marker topic without exactly
+            once, an empty prefix, an illegal marker topic,
             or ``kafka.transactional.id`` with exactly once (the sink chooses the ids).
     """
     raw = options.get("delivery.guarantee", AT_LEAST_ONCE)
@@ -154,6 +158,13 @@ def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkO
         )
     prefix = options.get("transactional.id.prefix")
     marker = options.get("transactional.marker.topic")
+    if guarantee != EXACTLY_ONCE:
+        given = [name for name in _EXACTLY_ONCE_ONLY if name in options]
+        if given:
+            raise ConfigurationError(
+                f"option {given[0]!r} applies to delivery.guarantee exactly_once only; set "
+                "option 'delivery.guarantee' to 'exactly_once', or drop it"
+            )
     if guarantee == EXACTLY_ONCE:
         if "transactional.id" in sink.config:
             raise ConfigurationError(

@@ -64,6 +64,14 @@ def test_exactly_once_is_parsed_with_a_transaction_timeout_that_covers_the_job()
             {"delivery.guarantee": "exactly_once", "kafka.transaction.timeout.ms": "-1"},
             r"transaction",
         ),
+        (
+            {"transactional.id.prefix": "orders"},
+            r"'transactional.id.prefix' applies to delivery.guarantee exactly_once only",
+        ),
+        (
+            {"delivery.guarantee": "at_least_once", "transactional.marker.topic": "m"},
+            r"'transactional.marker.topic' applies to delivery.guarantee exactly_once only",
+        ),
     ],
 )
 def test_bad_exactly_once_options_are_refused(options: dict[str, str], message: str) -> None:
