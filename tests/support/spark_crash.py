@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aioproducer.integrations.spark import KafkaDataSource
+from aioproducer.integrations.spark import KafkaDataSource, _run
 from aioproducer.integrations.spark_transactions import (
     TransactionalCommitMessage,
     TransactionalStreamWriter,
-    _commit,
+    _complete_all,
 )
 
 CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
@@ -43,8 +43,10 @@ class _CrashingStreamWriter(TransactionalStreamWriter):
         prepared = [
             m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
         ]
-        # One partition's transaction is committed, then the driver "dies".
-        _commit(self.sink, self.prefix, prepared[:1], f"micro-batch {batchId}")
+        # One partition's transaction is committed, then the driver "dies": before the
+        # sweep of a full commit, so the others stay open for the restarted query.
+        failures = _run(_complete_all(self.sink, prepared[:1], True, f"micro-batch {batchId}"))
+        assert not failures, failures
         Path(flag).write_text(str(prepared[0].partition_id))
         parent = os.getppid()
         while os.getppid() == parent:
