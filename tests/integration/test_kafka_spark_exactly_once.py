@@ -82,6 +82,9 @@ def _failing_once(spark: Any) -> Any:
 
         context = TaskContext.get()
         if value == fail_at and context is not None and context.attemptNumber() == 0:
+            # The writer (another Python worker) gets a moment to send the rows before this
+            # one: what the failed attempt wrote must be in Kafka for the test to see it.
+            time.sleep(3)
             raise RuntimeError("injected failure on the task's first attempt")
         return value
 
