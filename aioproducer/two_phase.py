@@ -42,7 +42,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -142,10 +142,6 @@ class _CoordinatorClient:
         await self._any()
         return sorted(self._brokers)
 
-    async def node(self, node_id: int, what: str) -> BrokerConnection:
-        """A connection to broker ``node_id``, waiting for it until the deadline."""
-        return await self._node(node_id, what)
-
     async def _node(self, node_id: int, what: str) -> BrokerConnection:
         while True:
             connection = self._manager.ready(node_id)
@@ -200,9 +196,24 @@ class _CoordinatorClient:
         """``request`` answered by the coordinator of ``key``. A lost connection or a request
         that timed out is tried again after a backoff, until the deadline. Returns the answer
         and the attempts counted so far (the caller's retries of error codes go on from it)."""
+        return await self._ask(lambda: self.coordinator(key_type, key), request, what, attempts)
+
+    async def ask_node(
+        self, node_id: int, request: Request[_R], what: str, attempts: int
+    ) -> tuple[_R, int]:
+        """``request`` answered by broker ``node_id``, retried as :meth:`ask_coordinator`."""
+        return await self._ask(lambda: self._node(node_id, what), request, what, attempts)
+
+    async def _ask(
+        self,
+        connect: Callable[[], Awaitable[BrokerConnection]],
+        request: Request[_R],
+        what: str,
+        attempts: int,
+    ) -> tuple[_R, int]:
         while True:
             try:
-                connection = await self.coordinator(key_type, key)
+                connection = await connect()
                 return await self.request(connection, request, what), attempts
             except KafkaError as exc:
                 if not exc.retriable or time.monotonic() >= self.deadline:
@@ -460,15 +471,7 @@ async def list_transactions(
         what = f"ListTransactions of broker {node_id}"
         attempts = 0
         while True:
-            try:
-                connection = await client.node(node_id, what)
-                response = await client.request(connection, request, what)
-            except KafkaError as exc:
-                if not exc.retriable or time.monotonic() >= client.deadline:
-                    raise
-                log.debug("%s: %s; retrying", what, exc)
-                attempts = await client.backoff(attempts, what)
-                continue
+            response, attempts = await client.ask_node(node_id, request, what, attempts)
             if response.error_code in _LIST_RETRY:
                 attempts = await client.backoff(attempts, what)
                 continue
