@@ -437,7 +437,7 @@ class RecordAccumulator:
             _gc_track(future)  # the batch refers to it: a cycle the GC must see
         return future
 
-    def _open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
+    def open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
         """The partition's last batch if it still takes records."""
         batches = self._existing_deque(topic, partition)
         if not batches:
@@ -456,7 +456,7 @@ class RecordAccumulator:
     ) -> ProducerBatch | None:
         """Write the record into the partition's open batch (at offset ``record_count - 1``
         after); None, the batch marked full, when it has no room."""
-        batch = self._open_batch(topic, partition)
+        batch = self.open_batch(topic, partition)
         if batch is None:
             return None
         if batch.builder.try_append(timestamp, key, value, headers) < 0:
@@ -480,7 +480,7 @@ class RecordAccumulator:
         index it stopped at (``start`` when there is no open batch with room: the caller then
         starts a new batch).
         """
-        batch = self._open_batch(topic, partition)
+        batch = self.open_batch(topic, partition)
         if batch is None:
             return start
         first_offset = batch.builder.record_count
@@ -488,6 +488,30 @@ class RecordAccumulator:
         if stopped < stop:
             batch.full = True
         results.add_values(batch, first_offset, timestamp, values, start, stopped)
+        return stopped
+
+    def append_pairs(
+        self,
+        batch: ProducerBatch,
+        timestamp: int,
+        items: list[Any],
+        base: int,
+        places: list[int],
+        stop: int,
+        results: BatchResults,
+    ) -> int:
+        """Append the ``(key, value)`` records ``items[base + places[i]]`` (``i`` below
+        ``stop``; keys and values ``bytes``) to ``batch``, the open batch of their partition.
+
+        Adds them to ``results`` (see :meth:`BatchResults.add_pairs`); returns how many were
+        appended (fewer than ``stop`` when the batch filled up: it is then marked full).
+        """
+        builder = batch.builder
+        first_offset = builder.record_count
+        stopped = builder.append_pairs(timestamp, items, base, places, 0, stop)
+        if stopped < stop:
+            batch.full = True
+        results.add_pairs(batch, first_offset, timestamp, items, base, places, 0, stopped)
         return stopped
 
     def append_lazy(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from aioproducer.accumulator import MAX_COMPRESSED_BATCH_FACTOR, ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
@@ -58,6 +58,14 @@ __all__ = [
 CheckedHeaders = list[tuple[str, bytes | None]]
 """Headers after :func:`check_headers`: a list of ``(str, bytes or None)`` pairs."""
 
+
+
+# send_many's keyed bulk path takes its records this many at a time (see append_pairs): few
+# enough that each one's place in the chunk is a small int, which Python does not allocate.
+_PAIR_CHUNK: Final = 256
+# The most bytes a header-less record takes beyond its key and value: its length, attributes,
+# timestamp and offset deltas, key and value lengths and header count, each at its longest.
+_PAIR_RECORD_OVERHEAD: Final = 32
 
 
 class MetadataView(Protocol):
@@ -326,6 +334,11 @@ class RecordAppender:
         self._default_partitioner: DefaultPartitioner | None = (
             partitioner if isinstance(partitioner, DefaultPartitioner) else None
         )
+        # Keyed records too go where the sticky partitioner says (partitioner_ignore_keys):
+        # it hears of each of them, as of key-less ones.
+        self._keys_ignored = (
+            self._default_partitioner is not None and self._default_partitioner.ignores_keys
+        )
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._intercept = intercept
@@ -564,7 +577,7 @@ class RecordAppender:
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
             return PendingRecord(topic, partition, timestamp, key, value, headers, -1, False)
-        sticky = partition is None and key is None
+        sticky = partition is None and (key is None or self._keys_ignored)
         future = self._accumulator.try_append(topic, chosen, timestamp, key, value, headers)
         if future is None:
             future = self._start_batch(topic, chosen, timestamp, key, value, headers)
@@ -594,7 +607,7 @@ class RecordAppender:
         chosen = self._target_partition(topic, key, partition)
         if chosen < 0:
             return PendingRecord(topic, partition, timestamp, key, value, headers, -1, False)
-        sticky = partition is None and key is None
+        sticky = partition is None and (key is None or self._keys_ignored)
         batch = self._accumulator.append_lazy(
             topic, chosen, timestamp, key, value, headers, results
         )
@@ -661,7 +674,7 @@ class RecordAppender:
         topic: str,
         partition: int | None,
         now_ms: int,
-        items: list[Any] | tuple[Any, ...],
+        items: list[Any],
         start: int,
         run_end: int,
         results: BatchResults,
@@ -684,11 +697,14 @@ class RecordAppender:
         plain_pairs_ok = plain_values_ok and self._key_serializer is None
         total = len(items)
         index = start
+        # Where the keyed bulk path last stopped: that item goes the general way.
+        pairs_stopped = -1
         while index < total:
             item: Any = items[index]
-            if plain_pairs_ok and type(item) is tuple:
+            if plain_pairs_ok and type(item) is tuple and index != pairs_stopped:
                 # (key, value) pairs of bytes take the keyed bulk path while they last.
                 reached = self.append_pairs(topic, partition, now_ms, items, index, results)
+                pairs_stopped = reached
                 if reached > index:
                     index = reached
                     continue
@@ -754,7 +770,7 @@ class RecordAppender:
         topic: str,
         partition: int | None,
         timestamp: int,
-        items: list[Any] | tuple[Any, ...],
+        items: list[Any],
         start: int,
         results: BatchResults,
     ) -> int:
@@ -763,15 +779,21 @@ class RecordAppender:
 
         The keyed bulk path of ``send_many`` (no serializers, no interceptors): the topic is
         looked up once, not per record, and the records join ``results`` without futures.
+        Records are taken a chunk at a time: the chunk is split by partition, and each
+        partition's records are appended to its open batch together. Nothing from the first
+        record that needs a new batch on is appended, so the records of each partition stay
+        in order and the items after the returned index are untouched.
         """
         layout = self.topic_layout(topic)
         if layout is None:
             return start
-        count, available = layout
+        count = layout[0]
+        default = self._default_partitioner
         if partition is None:
-            if self._default_partitioner is None:
+            if default is None or default.ignores_keys:
                 # A custom partitioner may choose differently when asked twice (as for a
-                # record that needs a new batch): records go one by one, asked once each.
+                # record that needs a new batch), and a sticky choice must hear of each
+                # record: records go one by one, asked once each.
                 return start
         elif not 0 <= partition < count:
             return start
@@ -779,22 +801,68 @@ class RecordAppender:
         total = len(items)
         index = start
         while index < total:
-            item: Any = items[index]
-            if type(item) is not tuple or len(item) != 2:
+            size = min(total - index, _PAIR_CHUNK)
+            # Split the chunk by partition: each partition's places in the chunk, in order.
+            groups: dict[int, list[int]] = {}
+            largest = 0
+            place = 0
+            while place < size:
+                item: Any = items[index + place]
+                if type(item) is not tuple or len(item) != 2:
+                    break
+                key, value = item
+                if type(key) is not bytes or type(value) is not bytes:
+                    break
+                if partition is None:
+                    assert default is not None
+                    chosen = default.key_hash(key) % count
+                else:
+                    chosen = partition
+                group = groups.get(chosen)
+                if group is None:
+                    groups[chosen] = [place]
+                else:
+                    group.append(place)
+                length = len(key) + len(value)
+                if length > largest:
+                    largest = length
+                place += 1
+            if place == 0:
                 break
-            key, value = item
-            if type(key) is not bytes or type(value) is not bytes:
+            # The first record of the chunk that its partition's open batch has no room for
+            # (a partition without an open batch: its first record): the chunk ends there.
+            cutoff = place
+            batches: dict[int, ProducerBatch] = {}
+            for chosen, group in groups.items():
+                batch = accumulator.open_batch(topic, chosen)
+                if batch is None:
+                    fitting = 0
+                else:
+                    batches[chosen] = batch
+                    builder = batch.builder
+                    fitting = len(group)
+                    if builder.remaining < fitting * (largest + _PAIR_RECORD_OVERHEAD):
+                        fitting = builder.append_pairs(
+                            timestamp, items, index, group, 0, fitting, write=False
+                        )
+                if fitting < len(group) and group[fitting] < cutoff:
+                    cutoff = group[fitting]
+            for chosen, group in groups.items():
+                stop = len(group)
+                if group[stop - 1] >= cutoff:
+                    stop = 0
+                    while group[stop] < cutoff:
+                        stop += 1
+                if stop:
+                    accumulator.append_pairs(
+                        batches[chosen], timestamp, items, index, group, stop, results
+                    )
+            results.take_chunk(cutoff)
+            index += cutoff
+            if cutoff < size:
+                # A record needing a new batch, or an item that is not a pair of bytes: the
+                # general path takes it.
                 break
-            chosen = (
-                self.choose_partition(topic, key, count, available)
-                if partition is None
-                else partition
-            )
-            if accumulator.append_lazy(topic, chosen, timestamp, key, value, None, results) is None:
-                # The next batch is started, or waited for, by the general path; the
-                # partitioner is asked again there (a keyed choice is the same).
-                break
-            index += 1
         return index
 
     def append_values(

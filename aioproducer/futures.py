@@ -14,7 +14,7 @@ import functools
 import itertools
 from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
-from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack_new as _gc_untrack_new
@@ -443,26 +443,23 @@ class RecordRun:
         self.first_offset = first_offset
         self.timestamp = timestamp
         self.count = 0
-        # Places in the call's results: start_position + i while they follow each other,
-        # else this list (made at the first gap).
+        # Places in the call's results: start_position + i while they follow each other;
+        # from the first gap on, each record's distance from the one before (the first's is
+        # 0). Distances rather than places: they are small ints, which Python does not
+        # allocate (a keyed call spreads its records over a few partitions' runs).
         self.start_position = start_position
-        self.positions: list[int] | None = None
+        self.last_position = start_position - 1
+        self.gaps: list[int] | None = None
         # Key sizes stay None while every record is key-less (-1 each).
         self.key_sizes: list[int] | None = None
         self.value_sizes: list[int] = []
         self.futures: list[RecordFuture] | None = None
 
     def add(self, position: int, key_size: int, value_size: int) -> None:
-        """Take the record at the next offset of the batch, for place ``position``."""
+        """Take the record at the next offset of the batch, for place ``position`` (after
+        the places of the run's records so far)."""
         count = self.count
-        positions = self.positions
-        if positions is not None:
-            positions.append(position)
-        elif position != self.start_position + count:
-            positions = self.positions = list(
-                range(self.start_position, self.start_position + count)
-            )
-            positions.append(position)
+        self._place(position, count)
         key_sizes = self.key_sizes
         if key_sizes is not None:
             key_sizes.append(key_size)
@@ -472,10 +469,56 @@ class RecordRun:
         self.value_sizes.append(value_size)
         self.count = count + 1
 
-    def position(self, index: int) -> int:
-        """The place in the call's results of the run's ``index``-th record."""
-        positions = self.positions
-        return self.start_position + index if positions is None else positions[index]
+    def add_pairs(
+        self,
+        items: list[Any],
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+        first_position: int,
+    ) -> None:
+        """Take the ``(key, value)`` records ``items[base + places[i]]`` for ``i`` in
+        ``start:stop``, at the next offsets of the batch, for places
+        ``first_position + places[i]``."""
+        count = self.count
+        key_sizes = self.key_sizes
+        if key_sizes is None:
+            key_sizes = self.key_sizes = [-1] * count
+        value_sizes = self.value_sizes
+        for index in range(start, stop):
+            place = places[index]
+            self._place(first_position + place, count + index - start)
+            key, value = cast("tuple[bytes, bytes]", items[base + place])
+            key_sizes.append(len(key))
+            value_sizes.append(len(value))
+        self.count = count + stop - start
+
+    def _place(self, position: int, count: int) -> None:
+        # The place of the run's record number ``count``.
+        last = self.last_position
+        gaps = self.gaps
+        if gaps is not None:
+            gaps.append(position - last)
+        elif position != last + 1:
+            # The run has records (its first one's place is start_position).
+            gaps = self.gaps = [1] * count
+            gaps[0] = 0
+            gaps.append(position - last)
+        self.last_position = position
+
+    def positions(self) -> list[int] | None:
+        """The places in the call's results of the run's records, in order; None while they
+        follow each other from :attr:`start_position` on."""
+        gaps = self.gaps
+        if gaps is None:
+            return None
+        positions = []
+        position = self.start_position
+        for gap in gaps:
+            position += gap
+            positions.append(position)
+        return positions
 
     def futures_if_moved(self) -> list[RecordFuture] | None:
         """The records' futures if they exist, made now if the run's batch was split (each
@@ -592,8 +635,54 @@ class BatchResults:
         for index in range(start, stop):
             sizes.append(len(values[index]))
         run.count = stop - start
+        run.last_position = self._total + stop - start - 1
         self.last_batch = batch
         self._total += stop - start
+        self._all = None
+
+    def add_pairs(
+        self,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        items: list[Any],
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+    ) -> None:
+        """Take the ``(key, value)`` records ``items[base + places[i]]`` (``i`` in
+        ``start:stop``), just written to ``batch`` from ``first_offset`` on, without
+        futures, for the places ``len(self) + places[i]``.
+
+        The records of one chunk of a call go to their partitions' batches one partition
+        after another, so places are filled out of order: :meth:`take_chunk` counts the
+        chunk's records in once all are added.
+        """
+        if stop <= start:
+            return
+        first_position = self._total
+        run = batch.open_run
+        if (
+            run is None
+            or run.owner != self.token
+            or run.first_offset + run.count != first_offset
+            or run.timestamp != timestamp
+            or run.futures is not None
+        ):
+            run = RecordRun(
+                self.token, batch, first_offset, timestamp, first_position + places[start]
+            )
+            batch.records.append(run)
+            batch.open_run = run
+            self._runs.append(run)
+        run.add_pairs(items, base, places, start, stop, first_position)
+        self.last_batch = batch
+        self._all = None
+
+    def take_chunk(self, count: int) -> None:
+        """Count in the ``count`` records of a chunk added with :meth:`add_pairs`."""
+        self._total += count
         self._all = None
 
     def __len__(self) -> int:
@@ -608,8 +697,10 @@ class BatchResults:
             for position, future in zip(self._positions, self._futures, strict=True):
                 slots[position] = future
             for run in self._runs:
+                positions = run.positions()
+                start = run.start_position
                 for index, future in enumerate(run.materialize()):
-                    slots[run.position(index)] = future
+                    slots[start + index if positions is None else positions[index]] = future
             futures = self._all = slots
         return futures
 
@@ -646,15 +737,18 @@ class BatchResults:
         for run in self._runs:
             run_futures = run.futures_if_moved()
             if run_futures is not None:
+                positions = run.positions()
                 for index, future in enumerate(run_futures):
                     if future.cancelled() or future._current().error is not None:
-                        position = run.position(index)
+                        position = (
+                            run.start_position + index if positions is None else positions[index]
+                        )
                         if position < failed:
                             failed, failure = position, future
                 continue
             batch = run.batch
             if batch.error is not None:
-                position = run.position(0)
+                position = run.start_position  # the first record's: places only grow
                 if position < failed:
                     failed = position
                     failure = RecordFuture(batch, run.first_offset, run.timestamp, -1, -1)
@@ -671,8 +765,12 @@ class BatchResults:
         for run in self._runs:
             run_futures = run.futures_if_moved()
             if run_futures is not None:
+                positions = run.positions()
+                start = run.start_position
                 for index, future in enumerate(run_futures):
-                    results[run.position(index)] = future._metadata(future._current())
+                    results[start + index if positions is None else positions[index]] = (
+                        future._metadata(future._current())
+                    )
             else:
                 _fill_run(results, run, run.batch)
         return results
@@ -690,7 +788,7 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
     first = base_offset + run.first_offset if base_offset >= 0 else -1
     key_sizes = run.key_sizes
     value_sizes = run.value_sizes
-    positions = run.positions
+    positions = run.positions()
     start = run.start_position
     for index in range(run.count):
         results[start + index if positions is None else positions[index]] = _new_tuple(

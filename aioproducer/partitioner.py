@@ -298,6 +298,12 @@ class DefaultPartitioner(BasePartitioner):
         self._topics: dict[str, _StickyTopic] = {}
         self._hashes: dict[bytes, int] = {}
 
+    @property
+    def ignores_keys(self) -> bool:
+        """True when keyed records are partitioned as null-key ones
+        (``partitioner_ignore_keys``)."""
+        return self._ignore_keys
+
     def key_hash(self, key_bytes: bytes) -> int:
         """The non-negative hash a keyed record's partition is taken modulo the count of."""
         return to_positive(murmur2(key_bytes))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final, cast
 
 import crc32c as _crc32c
 
@@ -375,6 +375,104 @@ class RecordBatchBuilder:
             # Full: copy the records in now. After _position moved: write_pending() fills
             # the buffer up to it, and a slice shorter than the records would grow the
             # buffer instead (and the pool would not take it back).
+            self.write_pending()
+        return index
+
+    def append_pairs(
+        self,
+        timestamp: int,
+        items: list[Any],
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+        write: bool = True,
+    ) -> int:
+        """Append the ``(key, value)`` records ``items[base + places[i]]``, ``i`` from
+        ``start`` to ``stop``, without headers; return the ``i`` it stopped at (``stop`` when
+        all fit).
+
+        The keyed bulk path of ``send_many``: every record shares ``timestamp``; keys and
+        values must be ``bytes``. With ``write`` False nothing is appended: the return value
+        says how many would fit.
+        """
+        count = self.record_count
+        if start >= stop:
+            return start
+        first = count == 0
+        timestamp_delta = 0 if first else timestamp - self.base_timestamp
+        varints = _VARINTS
+        if -1 <= timestamp_delta < 65535:
+            ts_bytes = varints[timestamp_delta + 1]
+        else:
+            ts_bytes = _encode_varint_slow(timestamp_delta)
+        # attributes, timestamp delta: the same for every record of the run.
+        head = b"\x00" + ts_bytes
+        fixed = len(head) + 1  # + header count (0)
+        position = self._position
+        capacity = self._capacity
+        parts = self._parts
+        index = start
+        limit = 65534
+        while index < stop:
+            key, value = cast("tuple[bytes, bytes]", items[base + places[index]])
+            key_length = len(key)
+            value_length = len(value)
+            offset_bytes = varints[count + 1] if count < limit else _encode_varint_slow(count)
+            key_prefix = (
+                varints[key_length + 1] if key_length < limit else _encode_varint_slow(key_length)
+            )
+            value_prefix = (
+                varints[value_length + 1]
+                if value_length < limit
+                else _encode_varint_slow(value_length)
+            )
+            body_length = (
+                fixed
+                + len(offset_bytes)
+                + len(key_prefix)
+                + key_length
+                + len(value_prefix)
+                + value_length
+            )
+            length_prefix = (
+                varints[body_length + 1] if body_length < limit else _encode_varint_slow(
+                    body_length
+                )
+            )
+            end = position + len(length_prefix) + body_length
+            if end > capacity:
+                if count == 0 and write:
+                    raise ValueError(
+                        f"the buffer ({capacity} bytes) cannot hold the first record "
+                        f"({end} bytes)"
+                    )
+                break
+            if write:
+                parts.extend(
+                    (
+                        length_prefix,
+                        head,
+                        offset_bytes,
+                        key_prefix,
+                        key,
+                        value_prefix,
+                        value,
+                        b"\x00",
+                    )
+                )
+            position = end
+            count += 1
+            index += 1
+        if write and index > start:
+            if first:
+                self.base_timestamp = timestamp
+            self._position = position
+            self.record_count = count
+            if timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
+        if write and index < stop:
+            # Full: copy the records in now (see append_values).
             self.write_pending()
         return index
 

@@ -5,7 +5,7 @@ tells the appender's collaborators."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aioproducer.accumulator import RecordAccumulator
 from aioproducer.appender import PendingRecord, RecordAppender
@@ -13,8 +13,15 @@ from aioproducer.buffer_pool import BufferPool
 from aioproducer.errors import ProducerClosedError
 from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
-from aioproducer.partitioner import Partitioner, RoundRobinPartitioner
+from aioproducer.partitioner import (
+    DefaultPartitioner,
+    Partitioner,
+    RoundRobinPartitioner,
+    murmur2,
+    to_positive,
+)
 from aioproducer.protocol.compression import CompressionType
+from aioproducer.protocol.record_reader import decode_record_batches
 
 BATCH_SIZE = 1024
 TOPIC = "t"
@@ -57,6 +64,7 @@ class Harness:
         buffer_memory: int = 1 << 20,
         partitioner: Partitioner | None = None,
         transactions: RecordingTransactions | None = None,
+        value_serializer: Callable[[str], bytes] | None = str.encode,
     ) -> None:
         loop = asyncio.get_running_loop()
         self.pool = BufferPool(buffer_memory, BATCH_SIZE)
@@ -81,7 +89,7 @@ class Harness:
             sender=self.sender,
             transactions=transactions,
             key_serializer=None,
-            value_serializer=str.encode,
+            value_serializer=value_serializer,
             intercept=None,
             check_sendable=lambda: None,
             check_running=self.check_running,
@@ -168,3 +176,143 @@ async def test_send_many_returns_the_item_that_waits_and_where_to_go_on() -> Non
     assert isinstance(pending, PendingRecord)
     assert pending.needs_memory and pending.target == 0 and pending.value == b"y" * 600
     assert len(results) == 3
+
+
+def _send_many(h: Harness, items: list[object]) -> BatchResults:
+    """append_many called as send_many calls it, with memory enough for every batch."""
+    results = BatchResults()
+    index = run_end = 0
+    while index < len(items):
+        index, run_end, pending = h.appender.append_many(
+            TOPIC, None, 5, items, index, run_end, results
+        )
+        assert pending is None, "no record should wait here"
+    return results
+
+
+def _stored(h: Harness) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """Each partition's records, batch after batch, as the batches were written."""
+    stored: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    for partition in range(len(h.metadata.cluster.topics[TOPIC].partitions)):
+        for batch in h.accumulator.deque_for((TOPIC, partition)):
+            if not batch.builder.closed:
+                batch.builder.close()
+            (decoded,) = decode_record_batches(bytes(batch.builder.closed_view or b""))
+            stored.setdefault(partition, []).extend(
+                (record.key, record.value) for record in decoded.records
+            )
+    return stored
+
+
+async def test_send_many_pairs_keep_each_partitions_order_and_each_records_place() -> None:
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
+    h.know_topic(partitions=3)
+    # Values of different sizes, so that batches fill at different items in each partition;
+    # more items than one chunk, a few batches per partition.
+    items: list[object] = [
+        (f"key-{i}".encode(), bytes([i % 251]) * (5 + i % 37)) for i in range(1500)
+    ]
+    results = _send_many(h, items)
+    assert len(results) == len(items)
+    stored = _stored(h)
+    for partition, records in stored.items():
+        expected = [
+            item for item in items if to_positive(murmur2(item[0])) % 3 == partition  # type: ignore[index]
+        ]
+        assert records == expected, f"partition {partition} holds its records out of order"
+    assert sum(map(len, stored.values())) == len(items)
+    # Every record's future and metadata is the record's own: acknowledge each batch at an
+    # offset that tells the batches apart, then read the metadata back.
+    for partition in range(3):
+        base = 0
+        for batch in h.accumulator.deque_for((TOPIC, partition)):
+            batch.complete(base, -1)
+            base += batch.record_count
+    metadata = await results
+    offsets = {0: 0, 1: 0, 2: 0}
+    for item, meta, future in zip(items, metadata, results.futures, strict=True):
+        key, value = item  # type: ignore[misc]
+        partition = to_positive(murmur2(key)) % 3
+        assert (meta.partition, meta.offset) == (partition, offsets[partition])
+        assert (meta.serialized_key_size, meta.serialized_value_size) == (len(key), len(value))
+        assert future.result() == meta
+        offsets[partition] += 1
+
+
+async def test_send_many_pairs_stop_at_the_first_record_that_must_wait() -> None:
+    h = Harness(
+        buffer_memory=2 * BATCH_SIZE,
+        partitioner=DefaultPartitioner(BATCH_SIZE),
+        value_serializer=None,
+    )
+    h.know_topic(partitions=2)
+    keys = {0: b"", 1: b""}
+    number = 0
+    while not (keys[0] and keys[1]):
+        key = str(number).encode()
+        keys.setdefault(to_positive(murmur2(key)) % 2, key)
+        keys[to_positive(murmur2(key)) % 2] = keys[to_positive(murmur2(key)) % 2] or key
+        number += 1
+    # Both partitions get a batch; then partition 0's fills up while partition 1's has room.
+    # The pool has no memory for a third batch: the first record of partition 0 past its
+    # full batch must wait, and nothing after it may be taken, not even partition 1's.
+    items: list[object] = []
+    for _ in range(12):
+        items.append((keys[0], b"a" * 100))
+        items.append((keys[1], b"b" * 10))
+    results = BatchResults()
+    index, _, pending = h.appender.append_many(TOPIC, None, 5, items, 0, 0, results)
+    assert isinstance(pending, PendingRecord) and pending.needs_memory
+    assert pending.key == keys[0] and pending.target == 0
+    assert len(results) == index - 1, "the waiting item is not among the results yet"
+    stored = _stored(h)
+    taken = items[: index - 1]
+    assert stored[0] == [item for item in taken if item[0] == keys[0]]  # type: ignore[index]
+    assert stored[1] == [item for item in taken if item[0] == keys[1]]  # type: ignore[index]
+    assert sum(map(len, stored.values())) == index - 1
+
+
+async def test_send_many_pairs_under_partitioner_ignore_keys_move_on_as_batches_fill() -> None:
+    h = Harness(
+        partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None
+    )
+    h.know_topic(partitions=4)
+    items: list[object] = [(b"same key", b"v" * 100) for _ in range(100)]
+    _send_many(h, items)
+    # Ten kilobytes through a sticky partitioner of 1 KiB batches: it moved on (each record
+    # is told to it, as the Java client tells its built-in partitioner).
+    assert len(_stored(h)) > 1
+
+
+async def test_send_under_partitioner_ignore_keys_moves_on_as_batches_fill() -> None:
+    h = Harness(
+        partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None
+    )
+    h.know_topic(partitions=4)
+    partitions = set()
+    for _ in range(100):
+        future = h.appender.append(TOPIC, b"v" * 100, b"same key", None, 5, None)
+        assert isinstance(future, RecordFuture)
+        partitions.add(future._batch.partition)
+    assert len(partitions) > 1
+
+
+async def test_send_many_pairs_after_plain_values_in_one_batch_keep_their_places() -> None:
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
+    h.know_topic(partitions=1)
+    # Runs of plain values and of pairs, one after another into the same batches.
+    items: list[object] = [
+        (b"k%d" % i, b"v%d" % i) if i % 10 < 5 else b"v%d" % i for i in range(300)
+    ]
+    results = _send_many(h, items)
+    base = 0
+    for batch in h.accumulator.deque_for((TOPIC, 0)):
+        batch.complete(base, -1)
+        base += batch.record_count
+    metadata = await results
+    assert [meta.offset for meta in metadata] == list(range(300))
+    assert [meta.serialized_key_size for meta in metadata] == [
+        len(item[0]) if isinstance(item, tuple) else -1 for item in items
+    ]
+    assert [future.result().offset for future in results.futures] == list(range(300))
+    assert _stored(h)[0] == [item if isinstance(item, tuple) else (None, item) for item in items]
