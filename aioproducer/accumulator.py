@@ -497,21 +497,26 @@ class RecordAccumulator:
         items: list[Any],
         base: int,
         places: list[int],
+        start: int,
         stop: int,
         results: BatchResults,
+        first_position: int,
     ) -> int:
-        """Append the ``(key, value)`` records ``items[base + places[i]]`` (``i`` below
-        ``stop``; keys and values ``bytes``) to ``batch``, the open batch of their partition.
+        """Append the ``(key, value)`` records ``items[base + places[i]]`` (``i`` in
+        ``start:stop``; keys and values ``bytes``) to ``batch``, the open batch of their
+        partition.
 
-        Adds them to ``results`` (see :meth:`BatchResults.add_pairs`); returns how many were
-        appended (fewer than ``stop`` when the batch filled up: it is then marked full).
+        Adds them to ``results`` (see :meth:`BatchResults.add_pairs`); returns where it
+        stopped (before ``stop`` when the batch filled up: it is then marked full).
         """
         builder = batch.builder
         first_offset = builder.record_count
-        stopped = builder.append_pairs(timestamp, items, base, places, 0, stop)
+        stopped = builder.append_pairs(timestamp, items, base, places, start, stop)
         if stopped < stop:
             batch.full = True
-        results.add_pairs(batch, first_offset, timestamp, items, base, places, 0, stopped)
+        results.add_pairs(
+            batch, first_offset, timestamp, items, base, places, start, stopped, first_position
+        )
         return stopped
 
     def append_lazy(
@@ -555,6 +560,9 @@ class RecordAccumulator:
             # The previous batch is done taking records once a newer one exists.
             batches[-1].full = True
         builder = RecordBatchBuilder(buffer, self._compression, self._compression_level)
+        # Its list of pieces holds bytes only (thousands of them in a large batch): out of
+        # the collector, which would otherwise walk it at every young collection.
+        _gc_untrack(builder.pending_parts)
         batch = ProducerBatch(
             topic,
             partition,

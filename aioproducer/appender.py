@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
 from aioproducer.accumulator import MAX_COMPRESSED_BATCH_FACTOR, ProducerBatch, RecordAccumulator
 from aioproducer.buffer_pool import BufferPool
@@ -66,6 +66,25 @@ _PAIR_CHUNK: Final = 256
 # The most bytes a header-less record takes beyond its key and value: its length, attributes,
 # timestamp and offset deltas, key and value lengths and header count, each at its longest.
 _PAIR_RECORD_OVERHEAD: Final = 32
+
+
+def _pairs_fitting(
+    batch: ProducerBatch | None,
+    timestamp: int,
+    items: list[Any],
+    base: int,
+    places: list[int],
+    first: int,
+    largest: int,
+) -> int:
+    """How far ``places`` (from ``first`` on) of the pairs ``items[base + place]`` go into
+    ``batch`` (an index of ``places``); ``first`` when there is no batch."""
+    if batch is None:
+        return first
+    builder = batch.builder
+    if builder.remaining >= (len(places) - first) * (largest + _PAIR_RECORD_OVERHEAD):
+        return len(places)
+    return builder.append_pairs(timestamp, items, base, places, first, len(places), write=False)
 
 
 class MetadataView(Protocol):
@@ -774,15 +793,16 @@ class RecordAppender:
         start: int,
         results: BatchResults,
     ) -> int:
-        """Append the ``(key, value)`` tuples of bytes from ``items[start:]`` to open batches,
-        until an item is anything else or needs a new batch; return the index reached.
+        """Append the ``(key, value)`` tuples of bytes from ``items[start:]``, until an item
+        is anything else or needs a new batch while the pool has no memory free; return the
+        index reached.
 
         The keyed bulk path of ``send_many`` (no serializers, no interceptors): the topic is
-        looked up once, not per record, and the records join ``results`` without futures.
-        Records are taken a chunk at a time: the chunk is split by partition, and each
-        partition's records are appended to its open batch together. Nothing from the first
-        record that needs a new batch on is appended, so the records of each partition stay
-        in order and the items after the returned index are untouched.
+        looked up once, not per record, and the records join ``results`` without futures
+        (but the first of each new batch). Records are taken a chunk at a time: the chunk
+        is split by partition, and each partition's records are appended to its open batch
+        together (see :meth:`_append_chunk`). The items from the returned index on are
+        untouched.
         """
         layout = self.topic_layout(topic)
         if layout is None:
@@ -797,7 +817,6 @@ class RecordAppender:
                 return start
         elif not 0 <= partition < count:
             return start
-        accumulator = self._accumulator
         total = len(items)
         index = start
         while index < total:
@@ -829,41 +848,92 @@ class RecordAppender:
                 place += 1
             if place == 0:
                 break
-            # The first record of the chunk that its partition's open batch has no room for
-            # (a partition without an open batch: its first record): the chunk ends there.
-            cutoff = place
-            batches: dict[int, ProducerBatch] = {}
-            for chosen, group in groups.items():
-                batch = accumulator.open_batch(topic, chosen)
-                if batch is None:
-                    fitting = 0
-                else:
-                    batches[chosen] = batch
-                    builder = batch.builder
-                    fitting = len(group)
-                    if builder.remaining < fitting * (largest + _PAIR_RECORD_OVERHEAD):
-                        fitting = builder.append_pairs(
-                            timestamp, items, index, group, 0, fitting, write=False
-                        )
-                if fitting < len(group) and group[fitting] < cutoff:
-                    cutoff = group[fitting]
-            for chosen, group in groups.items():
-                stop = len(group)
-                if group[stop - 1] >= cutoff:
-                    stop = 0
-                    while group[stop] < cutoff:
-                        stop += 1
-                if stop:
-                    accumulator.append_pairs(
-                        batches[chosen], timestamp, items, index, group, stop, results
-                    )
-            results.take_chunk(cutoff)
-            index += cutoff
-            if cutoff < size:
-                # A record needing a new batch, or an item that is not a pair of bytes: the
-                # general path takes it.
-                break
+            stopped = self._append_chunk(
+                topic, timestamp, items, index, place, groups, largest, results
+            )
+            if stopped < place:
+                # A record needing a new batch while the pool has no memory free: the
+                # general path takes it, and waits.
+                return index + stopped
+            index += place
+            if place < size:
+                break  # an item that is not a pair of bytes: the general path takes it
         return index
+
+    def _append_chunk(
+        self,
+        topic: str,
+        timestamp: int,
+        items: list[Any],
+        base: int,
+        size: int,
+        groups: dict[int, list[int]],
+        largest: int,
+        results: BatchResults,
+    ) -> int:
+        """Append the pairs ``items[base:base + size]``, whose places in the chunk
+        ``groups`` holds by partition (no key or value longer together than ``largest``);
+        return the place of the first that must wait for memory (``size`` when none must).
+
+        Rounds: every partition's records that fit its open batch go in, up to the first
+        record (in the chunk's order) that does not fit its partition's; that one starts a
+        new batch, and the next round goes on from it. So nothing after a record that must
+        wait is taken, and each partition's records keep their order.
+        """
+        accumulator = self._accumulator
+        first_position = len(results)
+        partitions = list(groups)
+        members = list(groups.values())
+        count = len(partitions)
+        batches: list[ProducerBatch | None] = []
+        # Per partition: how many of its records are appended, and how many fit its batch.
+        appended = [0] * count
+        fitting = [0] * count
+        for number in range(count):
+            batch = accumulator.open_batch(topic, partitions[number])
+            batches.append(batch)
+            fitting[number] = _pairs_fitting(
+                batch, timestamp, items, base, members[number], 0, largest
+            )
+        while True:
+            cutoff = size
+            stalled = -1
+            for number in range(count):
+                group = members[number]
+                end = fitting[number]
+                if end < len(group) and group[end] < cutoff:
+                    cutoff = group[end]
+                    stalled = number
+            for number in range(count):
+                group = members[number]
+                first = appended[number]
+                stop = first
+                end = fitting[number]
+                while stop < end and group[stop] < cutoff:
+                    stop += 1
+                if stop > first:
+                    batch = batches[number]
+                    assert batch is not None
+                    accumulator.append_pairs(
+                        batch, timestamp, items, base, group, first, stop, results, first_position
+                    )
+                    appended[number] = stop
+            results.count_to(first_position + cutoff)
+            if stalled < 0:
+                return size
+            # The record at the cutoff starts a new batch, if the pool has memory now.
+            key, value = cast("tuple[bytes, bytes]", items[base + cutoff])
+            future = self._start_batch(topic, partitions[stalled], timestamp, key, value, None)
+            if future is None:
+                return cutoff
+            results.add_future(future)
+            batch = future._batch
+            batches[stalled] = batch
+            first = appended[stalled] + 1
+            appended[stalled] = first
+            fitting[stalled] = _pairs_fitting(
+                batch, timestamp, items, base, members[stalled], first, largest
+            )
 
     def append_values(
         self,

@@ -17,6 +17,7 @@ from contextvars import Context
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
 from aioproducer._gc import track as _gc_track
+from aioproducer._gc import untrack as _gc_untrack
 from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.errors import KafkaError
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
@@ -453,6 +454,7 @@ class RecordRun:
         # Key sizes stay None while every record is key-less (-1 each).
         self.key_sizes: list[int] | None = None
         self.value_sizes: list[int] = []
+        _untracked(self.value_sizes)
         self.futures: list[RecordFuture] | None = None
 
     def add(self, position: int, key_size: int, value_size: int) -> None:
@@ -464,7 +466,7 @@ class RecordRun:
         if key_sizes is not None:
             key_sizes.append(key_size)
         elif key_size != -1:
-            key_sizes = self.key_sizes = [-1] * count
+            key_sizes = self.key_sizes = _untracked([-1] * count)
             key_sizes.append(key_size)
         self.value_sizes.append(value_size)
         self.count = count + 1
@@ -484,7 +486,7 @@ class RecordRun:
         count = self.count
         key_sizes = self.key_sizes
         if key_sizes is None:
-            key_sizes = self.key_sizes = [-1] * count
+            key_sizes = self.key_sizes = _untracked([-1] * count)
         value_sizes = self.value_sizes
         for index in range(start, stop):
             place = places[index]
@@ -502,7 +504,7 @@ class RecordRun:
             gaps.append(position - last)
         elif position != last + 1:
             # The run has records (its first one's place is start_position).
-            gaps = self.gaps = [1] * count
+            gaps = self.gaps = _untracked([1] * count)
             gaps[0] = 0
             gaps.append(position - last)
         self.last_position = position
@@ -551,6 +553,14 @@ class RecordRun:
                 futures.append(future)
             self.futures = futures
         return futures
+
+
+def _untracked(numbers: list[int]) -> list[int]:
+    # A run's lists of sizes and places hold ints only, thousands of them in a large batch:
+    # out of the cyclic GC, which would otherwise walk them at every young collection while
+    # the batch fills (they can be in no reference cycle).
+    _gc_untrack(numbers)
+    return numbers
 
 
 def _batch_waiter(batch: ProducerBatch) -> asyncio.Future[None]:
@@ -650,18 +660,18 @@ class BatchResults:
         places: list[int],
         start: int,
         stop: int,
+        first_position: int,
     ) -> None:
         """Take the ``(key, value)`` records ``items[base + places[i]]`` (``i`` in
         ``start:stop``), just written to ``batch`` from ``first_offset`` on, without
-        futures, for the places ``len(self) + places[i]``.
+        futures, for the places ``first_position + places[i]``.
 
         The records of one chunk of a call go to their partitions' batches one partition
-        after another, so places are filled out of order: :meth:`take_chunk` counts the
-        chunk's records in once all are added.
+        after another, so places are filled out of order: :meth:`count_to` counts them in
+        once all up to a place are added.
         """
         if stop <= start:
             return
-        first_position = self._total
         run = batch.open_run
         if (
             run is None
@@ -680,9 +690,10 @@ class BatchResults:
         self.last_batch = batch
         self._all = None
 
-    def take_chunk(self, count: int) -> None:
-        """Count in the ``count`` records of a chunk added with :meth:`add_pairs`."""
-        self._total += count
+    def count_to(self, total: int) -> None:
+        """Count in the records added with :meth:`add_pairs` for the places below ``total``
+        (each of them is added)."""
+        self._total = total
         self._all = None
 
     def __len__(self) -> int:

@@ -203,6 +203,12 @@ class RecordBatchBuilder:
         return self._buffer
 
     @property
+    def pending_parts(self) -> list[bytes]:
+        """The pieces of the records not yet copied into the buffer (see
+        :meth:`write_pending`): ``bytes`` only, and the same list for the builder's life."""
+        return self._parts
+
+    @property
     def size_in_bytes(self) -> int:
         """Bytes used so far (header included, before compression)."""
         return self._position

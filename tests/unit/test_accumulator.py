@@ -627,6 +627,29 @@ async def test_a_record_future_is_tracked_once_it_holds_more_than_its_batch() ->
 
 
 @untracked_futures
+async def test_the_lists_of_bytes_and_ints_a_filling_batch_keeps_are_out_of_the_cyclic_gc() -> None:
+    # A large batch keeps thousands of pieces of its records until it is full, and a
+    # send_many run thousands of sizes and places: the GC must not walk them at each young
+    # collection. None can be in a cycle: they hold only bytes and ints.
+    h = Harness(asyncio.get_running_loop())
+    results = BatchResults()
+    items: list[object] = [(b"k", b"v")]
+    h.append(0, b"first", 0.0)
+    batch = h.acc.open_batch("t", 0)
+    assert batch is not None
+    h.acc.append_values("t", 0, 0, [b"a", b"b"], 0, 2, results)
+    h.acc.append_pairs(batch, 0, items, 0, [0], 0, 1, results, 2)  # a key: key sizes too
+    h.acc.append_pairs(batch, 0, items, 0, [0], 0, 1, results, 4)  # a gap: places too
+    results.count_to(5)
+    (run,) = results._runs
+    assert run.key_sizes is not None and run.gaps is not None
+    assert not any(
+        gc.is_tracked(numbers) for numbers in (run.value_sizes, run.key_sizes, run.gaps)
+    )
+    assert batch.builder.pending_parts and not gc.is_tracked(batch.builder.pending_parts)
+
+
+@untracked_futures
 async def test_a_done_batch_leaves_the_cyclic_gc_only_while_it_can_be_in_no_cycle() -> None:
     # Kept futures keep their batches: an acknowledged batch that let go of its records and
     # buffer holds only atoms, so the GC need not walk it. Builders never can be in a cycle.
