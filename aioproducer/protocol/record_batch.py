@@ -314,6 +314,14 @@ class RecordBatchBuilder:
             self.max_timestamp = timestamp
         return count
 
+    def _run_head(self, timestamp: int) -> bytes:
+        """The attributes and timestamp delta that every record of a run appended at
+        ``timestamp`` shares (delta 0 for the batch's first records)."""
+        delta = 0 if self.record_count == 0 else timestamp - self.base_timestamp
+        if -1 <= delta < 65535:
+            return b"\x00" + _VARINTS[delta + 1]
+        return b"\x00" + _encode_varint_slow(delta)
+
     def append_values(
         self, timestamp: int, values: Sequence[bytes], start: int, stop: int
     ) -> int:
@@ -329,16 +337,8 @@ class RecordBatchBuilder:
             return start
         if count == 0:
             self.base_timestamp = timestamp
-            timestamp_delta = 0
-        else:
-            timestamp_delta = timestamp - self.base_timestamp
         varints = _VARINTS
-        if -1 <= timestamp_delta < 65535:
-            ts_bytes = varints[timestamp_delta + 1]
-        else:
-            ts_bytes = _encode_varint_slow(timestamp_delta)
-        # attributes, timestamp delta: the same for every record of the run.
-        head = b"\x00" + ts_bytes
+        head = self._run_head(timestamp)
         fixed = len(head) + 1 + 1  # + key length (-1) + header count (0)
         position = self._position
         capacity = self._capacity
@@ -406,14 +406,8 @@ class RecordBatchBuilder:
         if start >= stop:
             return start
         first = count == 0
-        timestamp_delta = 0 if first else timestamp - self.base_timestamp
         varints = _VARINTS
-        if -1 <= timestamp_delta < 65535:
-            ts_bytes = varints[timestamp_delta + 1]
-        else:
-            ts_bytes = _encode_varint_slow(timestamp_delta)
-        # attributes, timestamp delta: the same for every record of the run.
-        head = b"\x00" + ts_bytes
+        head = self._run_head(timestamp)
         fixed = len(head) + 1  # + header count (0)
         position = self._position
         capacity = self._capacity
