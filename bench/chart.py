@@ -247,7 +247,7 @@ def markdown_tables(document: dict[str, Any]) -> str:
                     lines.append(f"| {scenario} | {_label(subject)} | " + " | ".join(row) + " |")
     targets = summary.get("targets") or []
     if targets:
-        lines += ["", "### Targets of the performance issue", ""]
+        lines += ["", "### The performance targets", ""]
         lines.append("| broker | scenario | check | ratio | bound | met |")
         lines.append("|---|---|---|---:|---:|:-:|")
         for t in targets:
