@@ -49,6 +49,7 @@ from aioproducer.protocol.error_codes import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     PRODUCER_FENCED,
     UNKNOWN_PRODUCER_ID,
+    ErrorCode,
 )
 from aioproducer.protocol.messages import (
     InitProducerIdRequest,
@@ -172,6 +173,16 @@ def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], li
         topics.append(TopicInfo(topic.name, partitions, topic.error_code, topic_id))
     return brokers, topics
 
+
+
+# InitProducerId answers that only say the transaction coordinator is not ready yet.
+_COORDINATOR_NOT_READY: Final = frozenset(
+    (
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    )
+)
 
 
 def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
@@ -839,7 +850,11 @@ class Sender:
             self._abort_all(exc)
             self._check_ready()
         else:
-            log.warning("InitProducerId failed, retrying: %s", exc)
+            if isinstance(exc, KafkaError) and exc.error_code in _COORDINATOR_NOT_READY:
+                # What a cluster that just started answers for a while: not worth a warning.
+                log.info("InitProducerId: %s; asking again", exc)
+            else:
+                log.warning("InitProducerId failed, retrying: %s", exc)
             self._last_init_error = exc
             self._init_backoff_until = now + self._backoff_base
 

@@ -97,7 +97,10 @@ def _fmt_rate(value: float | None) -> str:
 
 
 def _fmt_ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    if value is None:
+        return "-"
+    # Two decimals, or two significant digits for a ratio under 0.01 (never "0.00x").
+    return f"{value:.2f}x" if value >= 0.01 or value == 0 else f"{value:.2g}x"
 
 
 def _is_latency(cells: dict[str, Any]) -> bool:

@@ -19,13 +19,13 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from bench._results import save
+from bench.runners._common import peak_rss_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,8 @@ def _rss_bytes() -> int:
 
 
 def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # This program's own high-water mark (ru_maxrss would carry the parent's over).
+    return peak_rss_bytes()
 
 
 async def _child(
@@ -71,7 +72,7 @@ async def _child(
         "size": size,
         "buffer_memory": buffer_memory,
         "rss_after_start": base_rss,
-        # ru_maxrss is a high-water mark of the whole process; start-up stays below it here
+        # The peak is a high-water mark of the whole process; start-up stays below it here
         # (the start-up RSS is the lower figure), so peak - base is the growth while sending.
         "peak_growth": peak - base_rss,
         "peak_rss": peak,

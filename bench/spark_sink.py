@@ -208,19 +208,30 @@ def _write(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark_sink", description=__doc__)
-    parser.add_argument("--broker", default="kafka", choices=("kafka", "tansu"))
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--size", type=int, default=100, help="value bytes per row")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.spark_sink",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--broker", default="kafka", choices=("kafka", "tansu"), help="default: kafka"
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000, help="default: 1000000")
+    parser.add_argument("--size", type=int, default=100, help="value bytes per row (100)")
     parser.add_argument("--keyed", action="store_true", help="a distinct key per row")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=6, help="topic partitions")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--rounds", type=int, default=3, help="default: 3")
+    parser.add_argument("--partitions", type=int, default=6, help="topic partitions (6)")
+    parser.add_argument("--master", default="local[2]", help="default: local[2]")
     parser.add_argument(
         "--driver-memory", default="4g",
-        help="spark.driver.memory: the local executors' heap, which holds the cached rows",
+        help="spark.driver.memory: the local executors' heap, which holds the cached rows (4g)",
     )  # fmt: skip
-    parser.add_argument("--writers", default=",".join(WRITERS))
+    parser.add_argument(
+        "--writers",
+        default=",".join(WRITERS),
+        help=f"comma-separated, of {', '.join(WRITERS + OPTIONAL_WRITERS)} "
+        f"(default: {','.join(WRITERS)})",
+    )
     parser.add_argument("--no-save", action="store_true", help="write no results file")
     parser.add_argument(
         "--option", action="append", default=[], metavar="NAME=VALUE",

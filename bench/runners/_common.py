@@ -155,7 +155,19 @@ def cpu_seconds() -> float:
 
 
 def peak_rss_bytes() -> int:
-    """The peak resident set size of this process so far."""
+    """The peak resident set size of this process so far.
+
+    On Linux, ``VmHWM`` of ``/proc/self/status``: the high-water mark of this program's own
+    memory. ``ru_maxrss`` would do only elsewhere: Linux carries it over from the parent
+    through fork and exec, so every runner would report at least the harness's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports KiB, macOS bytes.
     return int(peak if sys.platform == "darwin" else peak * 1024)

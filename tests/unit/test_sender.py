@@ -953,6 +953,32 @@ async def test_a_retriable_init_producer_id_error_is_retried_after_the_backoff()
     assert h.produce_requests() == []
 
 
+async def test_a_coordinator_not_ready_yet_is_no_warning_but_a_lost_connection_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A cluster that just started answers COORDINATOR_LOAD_IN_PROGRESS for a while: normal,
+    # said at INFO; other retriable failures of InitProducerId stay warnings.
+    caplog.set_level(logging.INFO, logger="aioproducer.sender")
+    h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
+    h.append(0, b"a")
+    h.step()
+    (first,) = h.connections.all_sent(InitProducerIdRequest)
+    first.future.set_result(InitProducerIdResponse(0, COORDINATOR_LOAD_IN_PROGRESS, -1, -1))
+    h.sender.handle_responses(h.now)
+    h.step(T0 + 0.100)
+    second = h.connections.all_sent(InitProducerIdRequest)[-1]
+    second.future.set_exception(KafkaConnectionError("connection lost"))
+    h.sender.handle_responses(h.now)
+    lines = [
+        (record.levelno, record.getMessage())
+        for record in caplog.records
+        if "InitProducerId" in record.getMessage()
+    ]
+    assert [level for level, _ in lines] == [logging.INFO, logging.WARNING], lines
+    assert "COORDINATOR_LOAD_IN_PROGRESS" in lines[0][1]
+    assert "connection lost" in lines[1][1]
+
+
 async def test_a_fatal_init_producer_id_error_fails_every_record() -> None:
     h = Harness(idempotent=True, linger_ms=0)
     futures = [h.append(0, b"a"), h.append(2, b"b")]
