@@ -267,7 +267,12 @@ class Metadata:
                     self._need_update = True
                 continue
             if topic.error_code in _TRANSIENT_TOPIC_ERRORS:
-                self._need_update = True
+                if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    self._need_update = True  # a leader or coordinator on its way: soon
+                # A topic that does not exist is asked about again only while a send or
+                # partitions_for() waits for it (each asks before waiting), as Java's
+                # producer does: not every retry_backoff_ms until it leaves the metadata
+                # set, as a topic deleted under an idle producer would be.
                 if (
                     topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     and topic.name not in self._reported_unknown

@@ -136,6 +136,10 @@ class ConnectionManager:
             rng=rng,
         )
         self._nodes: dict[int, _Node] = {}
+        # Brokers whose connection was lost and that then left the metadata: node id ->
+        # (host, port, when lost), so that one coming back at the same address is said to be
+        # back, as if it had never left (a refresh while it is down often drops it).
+        self._lost_and_left: dict[int, tuple[str, int, float]] = {}
         self._bootstrap_nodes: list[_Node] = []
         for index, (host, port) in enumerate(config.bootstrap_addresses()):
             node = _Node(-(index + 1), host, port)
@@ -720,6 +724,8 @@ class ConnectionManager:
             if address is not None and (address[0], address[1]) == (node.host, node.port):
                 continue
             del self._nodes[node_id]
+            if node.lost_at >= 0:
+                self._lost_and_left[node_id] = (node.host, node.port, node.lost_at)
             reason = (
                 "the broker left the cluster metadata"
                 if address is None
@@ -728,7 +734,10 @@ class ConnectionManager:
             self._drop(node, KafkaConnectionError(f"node {node_id} ({node.address}): {reason}"))
         for node_id, (host, port) in brokers.items():
             if node_id not in self._nodes:
-                self._nodes[node_id] = _Node(node_id, host, port)
+                node = self._nodes[node_id] = _Node(node_id, host, port)
+                left = self._lost_and_left.pop(node_id, None)
+                if left is not None and (left[0], left[1]) == (host, port):
+                    node.lost_at = left[2]
 
     def _drop(self, node: _Node, reason: KafkaError) -> None:
         task, node.task = node.task, None

@@ -1206,6 +1206,34 @@ def test_manager_reports_failed_and_lost_connections(run: Runner[None], refused_
     run(scenario())
 
 
+def test_a_lost_broker_that_left_the_metadata_and_returned_is_said_to_be_back(
+    run: Runner[None], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A metadata refresh while a broker is down often leaves it out; when it returns at the
+    # same address, its connection is "back", as for a broker that never left the metadata.
+    async def scenario() -> None:
+        caplog.set_level(logging.INFO, logger="aioproducer.net")
+        changes = Recorder()
+        async with FakeBroker() as two:
+            manager = ConnectionManager(make_config(two.port), changes)
+            manager.set_brokers({2: (HOST, two.port)})
+            manager.ensure_connecting(2, 0.0)
+            await changes.wait_until(lambda: manager.ready(2) is not None)
+            two.writers[0].close()
+            await changes.wait_until(
+                lambda: any("; reconnecting" in r.getMessage() for r in caplog.records)
+            )
+            manager.set_brokers({})  # the refresh while it is down
+            manager.set_brokers({2: (HOST, two.port)})
+            manager.ensure_connecting(2, 0.0)
+            await changes.wait_until(lambda: manager.ready(2) is not None)
+            await manager.close()
+        back = [r.getMessage() for r in caplog.records if "is back" in r.getMessage()]
+        assert len(back) == 1 and back[0].startswith("connection to node 2 ("), back
+
+    run(scenario())
+
+
 def test_bootstrap_fails_over_to_the_second_server(run: Runner[None], refused_port: int) -> None:
     async def scenario() -> None:
         changes = Recorder()

@@ -54,3 +54,26 @@ async def test_a_leader_named_in_a_produce_response_takes_over_when_newer() -> N
     assert metadata.version == version + 1
     # A leader the cluster view cannot reach (no endpoint) is not installed.
     assert metadata.update_leaders({("t", 1): (9, 7)}) == set()
+
+
+async def test_a_topic_that_does_not_exist_is_asked_about_again_only_for_a_waiting_send() -> None:
+    # A topic deleted under an idle producer (or one named wrongly) stays in the metadata
+    # set until it has been idle for max_idle: asking again every retry_backoff meanwhile
+    # would send the broker ten Metadata requests a second for nothing. A send waiting for
+    # the topic asks before each wait (as Java's waitOnMetadata); a leader being elected is
+    # still asked about again soon.
+    from aioproducer.protocol.error_codes import ErrorCode
+
+    metadata = await _metadata()
+    metadata.add_topic("t", 0.0)
+    metadata.update_started(0.0)
+    gone = TopicInfo("t", (), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    metadata.update(BROKERS, [gone], 0.0)
+    assert not metadata.update_requested
+    assert metadata.time_to_next_update(1.0) > 100.0, "refreshed before max_age"
+    metadata.request_update()  # what a waiting send does
+    assert metadata.time_to_next_update(1.0) == 0.0
+    metadata.update_started(1.0)
+    electing = TopicInfo("t", (), ErrorCode.LEADER_NOT_AVAILABLE)
+    metadata.update(BROKERS, [electing], 1.0)
+    assert metadata.update_requested
