@@ -69,22 +69,48 @@ def spark() -> Iterator[Any]:
         yield session
 
 
-def _failing_once(spark: Any) -> Any:
+def _failing_once(spark: Any, bootstrap_servers: str, topic: str) -> Any:
     """``_ROWS`` rows in ``_SPARK_PARTITIONS`` partitions, keyed and valued by their id; the
-    task of Spark partition 1 raises at row ``_FAIL_AT`` on its first attempt."""
+    task of Spark partition 1 raises at row ``_FAIL_AT`` on its first attempt, once the
+    topic's end offsets have stopped moving (the rows before it are in Kafka)."""
     from pyspark.sql.functions import col, udf
     from pyspark.sql.types import LongType
 
     fail_at = _FAIL_AT
+
+    def wait_until_written(bootstrap_servers: str, topic: str) -> None:
+        # Once the end offsets of the topic's partitions stayed the same for 2 s (or after
+        # 60 s). Defined here, so that Spark ships it with the UDF (by value).
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "watermarks"})
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            last: list[int] = []
+            still_since = time.monotonic()
+            deadline = still_since + 60.0
+            while time.monotonic() < deadline:
+                ends = [
+                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in sorted(partitions)
+                ]
+                if ends != last:
+                    last, still_since = ends, time.monotonic()
+                elif sum(ends) > 0 and time.monotonic() - still_since >= 2.0:
+                    return
+                time.sleep(0.2)
+        finally:
+            consumer.close()
 
     def fail_once(value: int) -> int:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         if value == fail_at and context is not None and context.attemptNumber() == 0:
-            # The writer (another Python worker) gets a moment to send the rows before this
-            # one: what the failed attempt wrote must be in Kafka for the test to see it.
-            time.sleep(3)
+            # The writer (another Python worker) sends the rows before this one while this
+            # task waits: what the failed attempt wrote must be in Kafka for the test to see
+            # it. Wait until the end offsets stay put for two seconds (a minute at most).
+            wait_until_written(bootstrap_servers, topic)
             raise RuntimeError("injected failure on the task's first attempt")
         return value
 
@@ -132,7 +158,7 @@ def test_a_task_that_fails_once_leaves_every_row_exactly_once(
 ) -> None:
     kafka = any_kafka
     topic = new_topic(kafka, partitions=3)
-    _write(_failing_once(spark), kafka, topic, "exactly_once")
+    _write(_failing_once(spark, kafka.bootstrap_servers, topic), kafka, topic, "exactly_once")
     committed = _counts(kafka, topic, "read_committed")
     expected = {str(i).encode() for i in range(_ROWS)}
     assert set(committed) == expected
@@ -149,7 +175,7 @@ def test_at_least_once_duplicates_what_the_failed_attempt_sent(
 ) -> None:
     # What exactly_once prevents: the same job with the default guarantee.
     topic = new_topic(kafka, partitions=3)
-    _write(_failing_once(spark), kafka, topic, "at_least_once")
+    _write(_failing_once(spark, kafka.bootstrap_servers, topic), kafka, topic, "at_least_once")
     committed = _counts(kafka, topic, "read_committed")
     assert set(committed) == {str(i).encode() for i in range(_ROWS)}
     assert sum(committed.values()) > _ROWS
