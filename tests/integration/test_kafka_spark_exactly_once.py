@@ -164,9 +164,13 @@ def test_a_task_that_fails_once_leaves_every_row_exactly_once(
     assert set(committed) == expected
     duplicated = [value for value, count in committed.items() if count > 1]
     assert not duplicated, f"{len(duplicated)} rows were committed more than once"
-    # The failed attempt's rows were written, in a transaction that was aborted.
+    # A reader of uncommitted data sees every row too, and the rows the failed attempt wrote
+    # before the retry fenced it (in an aborted transaction). How many that is depends on
+    # how far its writer got first (the plain-Python writer on a busy machine may not have
+    # begun): test_at_least_once_duplicates_what_the_failed_attempt_sent shows that the
+    # same job duplicates rows without exactly_once.
     everything = _counts(kafka, topic, "read_uncommitted")
-    assert sum(everything.values()) > _ROWS
+    assert sum(everything.values()) >= _ROWS
     assert set(everything) == expected
 
 
