@@ -86,6 +86,7 @@ class ProducerBatch:
         "in_retry",
         "last_attempt",
         "last_error",
+        "maybe_written",
         "offloaded",
         "open_run",
         "outcome",
@@ -152,6 +153,10 @@ class ProducerBatch:
         # True once the idempotence manager restarted the partition's sequences under a new
         # epoch and gave this batch a new one (Java's sequenceHasBeenReset).
         self.sequence_reset = False
+        # True once an attempt ended without saying whether the broker wrote the batch (a
+        # lost connection, a timeout, NOT_LEADER_OR_FOLLOWER, which Kafka also answers after
+        # an append): the records may be in the log although no answer said so.
+        self.maybe_written = False
         self.split_from: ProducerBatch | None = None
         # Once split: where each record went, by its offset here: (new batch, offset there).
         # A record's future follows it there when next asked (see RecordFuture._current).
@@ -316,9 +321,10 @@ class ReadyResult:
 class DrainGate(Protocol):
     """What the accumulator needs of the idempotence (or transaction) manager."""
 
-    def may_drain(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch``, the head of its partition, may be sent now without breaking
-        the partition's order (Java's ``shouldStopDrainBatchesForPartition``)."""
+    def may_drain(self, batch: ProducerBatch, node: int) -> bool:
+        """Whether ``batch``, the head of its partition, may be sent now to broker ``node``
+        (its leader) without breaking the partition's order (Java's
+        ``shouldStopDrainBatchesForPartition``)."""
         ...
 
 
@@ -386,6 +392,8 @@ class RecordAccumulator:
         self._last_partition = -1
         self._last_batches: deque[ProducerBatch] | None = None
         self._incomplete: set[ProducerBatch] = set()
+        # Futures of wait_until_complete(), resolved when the last incomplete batch goes.
+        self._complete_waiters: list[asyncio.Future[None]] = []
         self._drain_index: dict[int, int] = {}
         self._flushes_in_progress = 0
         self._closed = False
@@ -660,8 +668,27 @@ class RecordAccumulator:
         return any(self._batches.values())
 
     def has_incomplete(self) -> bool:
-        """True while any batch is not yet acknowledged or failed."""
+        """True while any batch is buffered, or sent and its request not yet answered.
+
+        A batch whose records failed while its request was out (it expired in flight) stays
+        incomplete until the request ends: the broker may still write it.
+        """
         return bool(self._incomplete)
+
+    def wait_until_complete(self) -> asyncio.Future[None]:
+        """A future that is done once :meth:`has_incomplete` is False (at once if it is)."""
+        future: asyncio.Future[None] = self._loop.create_future()
+        if self._incomplete:
+            self._complete_waiters.append(future)
+        else:
+            future.set_result(None)
+        return future
+
+    def _wake_complete_waiters(self) -> None:
+        waiters, self._complete_waiters = self._complete_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     def queue_sizes(self, topic: str, partitions: Iterable[int]) -> list[int]:
         """Batches waiting in each partition of ``topic`` (for adaptive partitioning)."""
@@ -687,7 +714,7 @@ class RecordAccumulator:
             if leader in ready_nodes or tp in self._muted:
                 continue
             batch = batches[0]
-            if idempotence is not None and not idempotence.may_drain(batch):
+            if idempotence is not None and not idempotence.may_drain(batch, leader):
                 continue
             if batch.in_retry:
                 backoff_left = batch.last_attempt + batch.retry_backoff - now
@@ -763,7 +790,7 @@ class RecordAccumulator:
                 continue
             if first.in_retry and first.last_attempt + first.retry_backoff > now:
                 continue
-            if idempotence is not None and not idempotence.may_drain(first):
+            if idempotence is not None and not idempotence.may_drain(first, node):
                 continue
             if (
                 offload is not None
@@ -866,6 +893,18 @@ class RecordAccumulator:
                 break
         batches.insert(index, batch)
 
+    def remove_queued(self, batch: ProducerBatch) -> bool:
+        """Take ``batch`` out of its partition's queue; False if it is not queued there (it
+        is in flight, or done)."""
+        batches = self._batches.get(batch.tp)
+        if not batches:
+            return False
+        try:
+            batches.remove(batch)
+        except ValueError:
+            return False
+        return True
+
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return undrained batches older than ``delivery_timeout_ms``."""
         expired: list[ProducerBatch] = []
@@ -885,6 +924,8 @@ class RecordAccumulator:
     def deallocate(self, batch: ProducerBatch) -> None:
         """Return the batch's buffer to the pool once it is done."""
         self._incomplete.discard(batch)
+        if self._complete_waiters and not self._incomplete:
+            self._wake_complete_waiters()
         if batch.compressing:
             # A worker thread still reads the buffer: offload_done() returns it.
             batch.deallocate_pending = True

@@ -33,6 +33,7 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "BatchEncodingError",
+    "BatchOvertakenError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
     "BufferExhaustedError",
@@ -290,6 +291,24 @@ class DeliveryTimeoutError(KafkaError):
     """A record was not acknowledged within ``delivery_timeout_ms`` of being sent."""
 
     retriable = True
+
+
+class BatchOvertakenError(KafkaError):
+    """An idempotent or transactional batch whose outcome is unknown: the broker refused it
+    as out of order (OUT_OF_ORDER_SEQUENCE_NUMBER) after its sequence for the partition had
+    moved past it, and an earlier attempt of the batch may have been written.
+
+    The records may or may not be in the log. The producer does not send them again, since
+    that could write them twice or after records sent later; it restarts the partition's
+    sequences under a new epoch and goes on. Not retriable: sending the records again is the
+    application's choice, knowing they may be duplicated. The ``batch-overtaken-total``
+    metric counts these batches. In a transaction, the transaction must be aborted (the
+    abort hides the records from ``read_committed`` consumers either way).
+    """
+
+    retriable = False
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
 
 class FlushTimeoutError(KafkaError):

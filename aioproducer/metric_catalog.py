@@ -114,6 +114,12 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
             "(MESSAGE_TOO_LARGE).",
         ),
         ("batch-split-rate", "batches/s", "Batch splits per second."),
+        (
+            "batch-overtaken-total",
+            "batches",
+            "Batches failed with BatchOvertakenError: the broker's sequence for the partition "
+            "had moved past them, so whether they were written is unknown (aioproducer only).",
+        ),
         ("records-per-request-avg", "records", "Average records per Produce request."),
         (
             "compression-rate-avg",

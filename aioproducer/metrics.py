@@ -236,6 +236,7 @@ class ProducerMetrics:
         self.byte_total = 0
         self.compression_offload_total = 0
         self.batch_split_total = 0
+        self.batch_overtaken_total = 0
         self._record_send = _Windowed(window_s, now)
         self._record_errors = _Windowed(window_s, now)
         self._record_retries = _Windowed(window_s, now)
@@ -309,6 +310,10 @@ class ProducerMetrics:
         """A batch was handed to a worker thread to be compressed."""
         self.compression_offload_total += 1
 
+    def batch_overtaken(self) -> None:
+        """A batch failed with BatchOvertakenError (whether it was written is unknown)."""
+        self.batch_overtaken_total += 1
+
     def batch_split(self) -> None:
         """A batch the broker found too large was split into smaller ones."""
         self.batch_split_total += 1
@@ -368,6 +373,7 @@ class ProducerMetrics:
             "batch-size-max": self._batch_size.max(now),
             "batch-split-total": float(self.batch_split_total),
             "batch-split-rate": self._batch_splits.rate(now),
+            "batch-overtaken-total": float(self.batch_overtaken_total),
             "records-per-request-avg": self._records_per_request.avg(now),
             "compression-rate-avg": self._compression_rate.avg(now),
             "compression-offload-total": float(self.compression_offload_total),

@@ -533,7 +533,15 @@ class Producer:
         transactions = self._require_transactions("prepare_transaction()")
         transactions.check_prepare_allowed()
         await self.flush()
-        return transactions.prepare_transaction()
+        # The records are done, but a batch that expired in flight may still be on the wire
+        # (the broker may yet write it): prepared means nothing of the transaction is out.
+        await self._wait_transactional(
+            self._accumulator.wait_until_complete(),
+            "prepare_transaction() waiting for the transaction's requests still in flight",
+        )
+        return transactions.prepare_transaction(
+            has_incomplete_batches=self._accumulator.has_incomplete()
+        )
 
     async def abort_transaction(self) -> None:
         """Abort the open transaction: records not yet sent fail with

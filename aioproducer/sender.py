@@ -26,6 +26,7 @@ from aioproducer.backoff import ExponentialBackoff
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
+    BatchOvertakenError,
     DeliveryTimeoutError,
     KafkaConnectionError,
     KafkaError,
@@ -64,6 +65,7 @@ from aioproducer.protocol.messages import (
 from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.transactions import (
     IdempotenceManager,
+    SequenceVerdict,
     TransactionalRequest,
     TransactionManager,
     init_producer_id_error,
@@ -123,6 +125,34 @@ log = logging.getLogger("aioproducer.sender")
 _FENCED_EPOCH: Final = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 # The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
 _RECORD_ERROR_CODES: Final = frozenset({INVALID_TIMESTAMP, INVALID_RECORD})
+# Produce errors Kafka answers before appending anything (ReplicaManager, Partition and
+# UnifiedLog check them first): a batch refused with one of these was not written. Every
+# other outcome of an attempt (a lost connection, a timeout, NOT_LEADER_OR_FOLLOWER, which
+# Kafka also answers when leadership moved after the append) leaves the batch maybe written.
+_REFUSED_BEFORE_APPEND: Final = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.INVALID_TXN_STATE,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.TRANSACTION_ABORTABLE,
+    }
+)
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
 _MAX_POLL: Final = 1.0
 # Steps of the sender that fail one after another (each after a backoff) before the task
@@ -492,6 +522,8 @@ class Sender:
                 idempotence.bump_epoch_if_needed()
                 if idempotence.needs_producer_id and self.fatal_error is None:
                     delay = min(delay, self._maybe_init_producer_id(now))
+            for batch in idempotence.restart_partitions():
+                self._fail_stranded(batch, now)
         accumulator = self._accumulator
         cluster = self._metadata.cluster
         result = accumulator.ready(cluster, now)
@@ -676,6 +708,10 @@ class Sender:
                             f"{batch.partition}: delivery_timeout_ms passed while the batch "
                             f"was in flight to broker {node}",
                         )
+                        if self._transactions is not None:
+                            # The transaction cannot commit without it (Java's
+                            # failBatch -> handleFailedBatch makes it abortable).
+                            self._transactions.on_batch_failed(batch, error)
                         if self._idempotence is not None:
                             self._idempotence.on_final_failure(batch, str(error), answered=False)
                         log.warning("%s", error)
@@ -1032,6 +1068,7 @@ class Sender:
                 if entry is batches:
                     del requests[index]
                     self._in_flight_batches -= len(batches)
+                    self._attempts_ended(batches)
                     break
         if self._guarantee_order:
             for batch in batches:
@@ -1134,6 +1171,9 @@ class Sender:
             for batch in batches:
                 self._complete_batch(batch, -1, -1, now)
             return
+        if idempotence is not None:
+            for batch in batches:
+                idempotence.attempt_sent(batch, node)
         self._in_flight.setdefault(node, []).append(batches)
         self._in_flight_batches += len(batches)
         self._await_answer(
@@ -1169,6 +1209,7 @@ class Sender:
                 # Aborted already (force close or crash): nothing left to do.
                 return
             self._in_flight_batches -= len(batches)
+            self._attempts_ended(batches)
         else:
             return
         if self._guarantee_order:
@@ -1191,7 +1232,7 @@ class Sender:
                 self._metadata.request_update()
             for batch in batches:
                 if batch.final:
-                    self._accumulator.deallocate(batch)
+                    self._late_answer(batch, None, node)
                     continue
                 self._retry_or_fail(batch, exc, now, node=node)
             return
@@ -1222,8 +1263,9 @@ class Sender:
                 )
         for batch in batches:
             if batch.final:
-                # Expired while in flight: only its buffer is left to return.
-                self._accumulator.deallocate(batch)
+                # Failed while in flight (it expired): what the broker did still tells the
+                # partition's sequences, and only its buffer is left to return.
+                self._late_answer(batch, results.get(batch.tp), node)
                 continue
             partition_response = results.get(batch.tp)
             if partition_response is None:
@@ -1277,6 +1319,55 @@ class Sender:
             )
 
     # ---- outcomes ---------------------------------------------------------------------------
+
+    def _attempts_ended(self, batches: list[ProducerBatch]) -> None:
+        idempotence = self._idempotence
+        if idempotence is not None:
+            for batch in batches:
+                idempotence.attempt_ended(batch)
+
+    def _late_answer(self, batch: ProducerBatch, answer: Any, node: int) -> None:
+        """The request of a batch that already failed (it expired in flight) ended, with the
+        partition's ``answer`` (None: no answer). A success resolves the partition's
+        sequence at once and is logged: the application was told the records failed."""
+        idempotence = self._idempotence
+        code = -1 if answer is None else answer.error_code
+        if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+            log.warning(
+                "%d record(s) for %s-%d that had failed with a delivery timeout were written "
+                "by broker %d after all, at offset %d",
+                batch.record_count,
+                batch.topic,
+                batch.partition,
+                node,
+                answer.base_offset,
+            )
+            if idempotence is not None:
+                idempotence.on_success(batch, answer.base_offset)
+        elif idempotence is not None:
+            idempotence.on_late_failure(batch)
+        self._accumulator.deallocate(batch)
+
+    def _fail_stranded(self, batch: ProducerBatch, now: float) -> None:
+        """A batch whose partition restarted its sequences under a new epoch while an earlier
+        attempt of it may have been written: sending it again could write it twice."""
+        queued = self._accumulator.remove_queued(batch)
+        self._metrics.batch_overtaken()
+        error = BatchOvertakenError(
+            f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} may or may not "
+            "have been written: an earlier attempt's outcome is unknown and the partition's "
+            "sequences restarted under a new epoch, so the producer does not send them again"
+        )
+        if batch.last_error is not None:
+            error.__cause__ = batch.last_error
+        if self._transactions is not None:
+            self._transactions.on_batch_failed(batch, error)
+        log.warning("%s", error)
+        if batch.fail(error):
+            self._metrics.records_failed(batch.topic, batch.record_count)
+            self._notify(batch, error)
+        if queued:
+            self._accumulator.deallocate(batch)
 
     def _complete_batch(
         self, batch: ProducerBatch, base_offset: int, log_append_time: int, now: float
@@ -1351,7 +1442,21 @@ class Sender:
                 f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large: "
                 "larger than the topic's max.message.bytes (or the broker's message.max.bytes)"
             )
-        if self._can_retry(batch, exc, now, log_start_offset):
+        if code not in _REFUSED_BEFORE_APPEND:
+            batch.maybe_written = True
+        verdict = self._can_retry(batch, exc, now, log_start_offset)
+        if verdict is SequenceVerdict.OVERTAKEN:
+            self._metrics.batch_overtaken()
+            overtaken = BatchOvertakenError(
+                f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} may or may "
+                f"not have been written: broker {node} refused them as out of order after its "
+                "sequence for the partition had moved past them (it acknowledged later batches, "
+                "or lost track of earlier ones); the producer does not send them again"
+            )
+            overtaken.__cause__ = exc
+            self._fail_batch(batch, overtaken, now, node=node)
+            return
+        if verdict is SequenceVerdict.RETRY:
             log.info(
                 "retrying %d record(s) for %s-%d (broker %s, attempt %d): %s",
                 batch.record_count,
@@ -1386,14 +1491,22 @@ class Sender:
 
     def _can_retry(
         self, batch: ProducerBatch, exc: BaseException, now: float, log_start_offset: int
-    ) -> bool:
+    ) -> SequenceVerdict:
         # Java's Sender.canRetry, with TransactionManager.canRetry for sequence errors.
         if not isinstance(exc, KafkaError) or (not self._running and self._force_close):
-            return False
-        if now >= batch.delivery_deadline or batch.attempts >= self._retries:
-            return False
+            return SequenceVerdict.FAIL
         code = exc.error_code
         idempotence = self._idempotence
+        if now >= batch.delivery_deadline or batch.attempts >= self._retries:
+            if (
+                idempotence is not None
+                and code == OUT_OF_ORDER_SEQUENCE_NUMBER
+                and idempotence.can_retry(batch, code, log_start_offset)
+                is SequenceVerdict.OVERTAKEN
+            ):
+                # Out of time, but still not to be reported as a plain refusal.
+                return SequenceVerdict.OVERTAKEN
+            return SequenceVerdict.FAIL
         if idempotence is not None and code in (
             OUT_OF_ORDER_SEQUENCE_NUMBER,
             UNKNOWN_PRODUCER_ID,
@@ -1404,8 +1517,8 @@ class Sender:
             and code in _FENCED_EPOCH
             and idempotence.local_bump_refused(batch, str(exc.error_name))
         ):
-            return True
-        return exc.retriable
+            return SequenceVerdict.RETRY
+        return SequenceVerdict.RETRY if exc.retriable else SequenceVerdict.FAIL
 
     def _records_of(self, batch: ProducerBatch) -> list[Any] | None:
         """The records of a sent batch, decoded from its bytes; None if they cannot be."""

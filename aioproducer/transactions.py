@@ -70,6 +70,7 @@ __all__ = [
     "IdempotenceManager",
     "PartitionSequenceState",
     "PreparedTransaction",
+    "SequenceVerdict",
     "TransactionAbortedError",
     "TransactionManager",
     "TransactionState",
@@ -151,6 +152,25 @@ class PartitionSequenceState:
     # The last sequence of a retried batch that expired: whether the broker has it is unknown
     # until the partition's other batches resolve (Java's partitionsWithUnresolvedSequences).
     unresolved_sequence: int | None = None
+    # Produce requests out with a batch of the partition (of any epoch; a batch that expired
+    # in flight counts until its request ends), and the broker they went to: a partition's
+    # attempts are out at one broker at a time (see IdempotenceManager.may_drain).
+    outstanding: int = 0
+    outstanding_node: int = -1
+
+
+class SequenceVerdict(enum.Enum):
+    """What becomes of a batch the broker refused with a sequence error
+    (:meth:`IdempotenceManager.can_retry`)."""
+
+    RETRY = "retry"
+    """Send it again (after the batches before it, or under a bumped epoch)."""
+    FAIL = "fail"
+    """Fail it with the broker's error."""
+    OVERTAKEN = "overtaken"
+    """Fail it as :class:`~aioproducer.errors.BatchOvertakenError`: the broker's sequence
+    moved past it, so it may or may not be in the log, and sending it again could write it
+    twice or after later records."""
 
 
 def _sequence_after(sequence: int, count: int) -> int:
@@ -206,24 +226,30 @@ class IdempotenceManager:
         """Install the producer id and epoch InitProducerId returned.
 
         Partitions move to it as their batches of the old one are done (see :meth:`prepare`);
-        one whose sequences had to be rewritten starts again at sequence 0 at once.
+        one whose sequences had to be rewritten starts again at sequence 0 in
+        :meth:`restart_partitions`.
         """
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.needs_producer_id = False
         self.init_in_flight = False
         self._bumped_locally = False
-        for tp in self._partitions_to_rewrite:
-            self._start_sequences_at_beginning(tp)
-        self._partitions_to_rewrite.clear()
+        # A new id is a new epoch too: a bump still asked for is not needed.
+        self._local_bump_required = False
 
     def reset_sequences(self) -> None:
         """Forget every partition's sequences (a transactional producer's new epoch: the
         batches of the old one were aborted)."""
-        for state in self._partitions.values():
+        partitions = self._partitions
+        self._partitions = {}
+        for tp, state in partitions.items():
             for batch in state.in_flight:
                 batch.base_sequence = -1
-        self._partitions.clear()
+            if state.outstanding:
+                # Its requests still count where they went (see may_drain).
+                self._partitions[tp] = PartitionSequenceState(
+                    outstanding=state.outstanding, outstanding_node=state.outstanding_node
+                )
         self._partitions_to_rewrite.clear()
         self._local_bump_required = False
 
@@ -246,7 +272,8 @@ class IdempotenceManager:
 
     def bump_epoch_if_needed(self) -> None:
         """Bump the epoch locally if a partition asked for it (Java's
-        ``bumpIdempotentProducerEpoch``); an exhausted epoch asks for a new producer id."""
+        ``bumpIdempotentProducerEpoch``); an exhausted epoch asks for a new producer id.
+        The partitions that asked restart in :meth:`restart_partitions`."""
         if not self._local_bump_required or self.needs_producer_id:
             return
         self._local_bump_required = False
@@ -261,15 +288,45 @@ class IdempotenceManager:
         self._bumped_locally = True
         self.producer_epoch += 1
         log.info("producer id %d: epoch bumped to %d", self.producer_id, self.producer_epoch)
-        for tp in self._partitions_to_rewrite:
-            self._start_sequences_at_beginning(tp)
-        self._partitions_to_rewrite.clear()
 
-    def _start_sequences_at_beginning(self, tp: TopicPartition) -> None:
+    def restart_partitions(self) -> list[ProducerBatch]:
+        """Restart the sequences of the partitions that asked for it (an epoch bump or a new
+        producer id came since), each once no request with a batch of it is out.
+
+        Unlike Java, which restarts them at once: a batch given a new sequence while its old
+        attempt may still be written would be in the log twice. Returns the batches that
+        cannot be sent again (see :meth:`_start_sequences_at_beginning`): the caller fails
+        them as overtaken.
+        """
+        if not self._partitions_to_rewrite or self.needs_producer_id or self._local_bump_required:
+            return []
+        stranded: list[ProducerBatch] = []
+        for tp in list(self._partitions_to_rewrite):
+            state = self._partitions.get(tp)
+            if state is not None and state.outstanding:
+                continue
+            self._partitions_to_rewrite.discard(tp)
+            stranded.extend(self._start_sequences_at_beginning(tp))
+        return stranded
+
+    def _start_sequences_at_beginning(
+        self, tp: TopicPartition, *, strand: bool = True
+    ) -> list[ProducerBatch]:
         """Give ``tp``'s unfinished batches the current id and epoch and sequences from 0,
-        in their order (Java's ``TxnPartitionEntry.startSequencesAtBeginning``)."""
+        in their order (Java's ``TxnPartitionEntry.startSequencesAtBeginning``).
+
+        A batch an earlier attempt of which may have been written (``maybe_written``) is
+        left out and returned: under the new epoch the broker could not recognise it as a
+        duplicate. Java restarts it too, and may write it twice. ``strand`` False restarts
+        every batch (the same epoch, after the broker forgot the producer).
+        """
         state = self._state(tp)
         sequence = 0
+        stranded = [batch for batch in state.in_flight if strand and batch.maybe_written]
+        if stranded:
+            state.in_flight = [batch for batch in state.in_flight if not batch.maybe_written]
+            for batch in stranded:
+                state.retrying.discard(batch)
         for batch in state.in_flight:
             batch.producer_id = self.producer_id
             batch.producer_epoch = self.producer_epoch
@@ -281,6 +338,7 @@ class IdempotenceManager:
         state.next_sequence = sequence
         state.last_acked_sequence = -1
         state.unresolved_sequence = None
+        return stranded
 
     def _state(self, tp: TopicPartition) -> PartitionSequenceState:
         state = self._partitions.get(tp)
@@ -297,14 +355,25 @@ class IdempotenceManager:
         """True while any sequenced batch is out."""
         return any(state.in_flight for state in self._partitions.values())
 
-    def may_drain(self, batch: ProducerBatch) -> bool:
-        """Whether the head batch of its partition may go out now without breaking order
-        (Java's ``RecordAccumulator.shouldStopDrainBatchesForPartition``)."""
+    def may_drain(self, batch: ProducerBatch, node: int) -> bool:
+        """Whether the head batch of its partition may go out now to broker ``node`` without
+        breaking order (Java's ``RecordAccumulator.shouldStopDrainBatchesForPartition``,
+        with two rules Java lacks, below)."""
         if self.needs_producer_id:
             return False
-        state = self._partitions.get(batch.tp)
+        tp = batch.tp
+        state = self._partitions.get(tp)
         if state is None:
             return True
+        if state.outstanding and state.outstanding_node != node:
+            # Nothing goes to a new leader while an attempt of the partition is out at the
+            # old one: the old leader may still write it, and a batch written first at the
+            # new one would overtake it (Kafka keeps the last five batches per producer, so
+            # enough of those and a retry of it is no longer recognised as a duplicate).
+            return False
+        if tp in self._partitions_to_rewrite:
+            # Its sequences restart under a new epoch once its requests are answered.
+            return False
         if batch.has_sequence:
             # A retry goes out only as the oldest unacknowledged batch of its partition.
             return bool(state.in_flight) and state.in_flight[0] is batch
@@ -313,7 +382,26 @@ class IdempotenceManager:
         # new epoch at 0 before them), and while a sequence is unresolved.
         if state.retrying or state.unresolved_sequence is not None:
             return False
-        return not (state.in_flight and self._is_stale(state))
+        out = bool(state.in_flight) or state.outstanding > 0
+        if out and self._is_stale(state):
+            return False
+        # Until the broker acknowledged a batch of the partition under this id and epoch,
+        # one batch at a time: a leader that holds no state for the producer takes any
+        # sequence, so a second batch written before a refused first one would leave the
+        # first unable ever to be written in order.
+        return not (out and state.last_acked_sequence < 0)
+
+    def attempt_sent(self, batch: ProducerBatch, node: int) -> None:
+        """A Produce request with ``batch`` went to broker ``node``."""
+        state = self._state(batch.tp)
+        state.outstanding += 1
+        state.outstanding_node = node
+
+    def attempt_ended(self, batch: ProducerBatch) -> None:
+        """The request that took ``batch`` was answered, failed or abandoned."""
+        state = self._partitions.get(batch.tp)
+        if state is not None and state.outstanding > 0:
+            state.outstanding -= 1
 
     def prepare(self, batch: ProducerBatch) -> None:
         """Give a drained batch its producer id, epoch and sequence, and close it.
@@ -363,55 +451,58 @@ class IdempotenceManager:
             return True
         return batch.base_sequence == _sequence_after(state.last_acked_sequence, 1)
 
-    def can_retry(self, batch: ProducerBatch, code: int, log_start_offset: int) -> bool:
-        """Whether a batch the broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
-        UNKNOWN_PRODUCER_ID may be sent again; asks for an epoch bump where the broker
-        truly lost a sequence (Java's ``TransactionManager.canRetry``)."""
+    def can_retry(
+        self, batch: ProducerBatch, code: int, log_start_offset: int
+    ) -> SequenceVerdict:
+        """What becomes of a batch the broker answered OUT_OF_ORDER_SEQUENCE_NUMBER or
+        UNKNOWN_PRODUCER_ID; asks for an epoch bump where the broker truly lost a sequence
+        (Java's ``TransactionManager.canRetry``)."""
         tp = batch.tp
         state = self._state(tp)
         if code == ErrorCode.UNKNOWN_PRODUCER_ID:
             if log_start_offset < 0:
                 # The broker did not know its log start offset yet: ask again.
-                return True
+                return SequenceVerdict.RETRY
             if batch.sequence_reset:
                 # The head of the partition failed this way already and its batches were
                 # restarted from 0: this is one of those coming back.
-                return True
+                return SequenceVerdict.RETRY
             if state.last_acked_offset < log_start_offset:
                 # Retention removed the records the broker kept our sequence by.
                 self._sequences_lost(tp, "the broker removed the records it knew the producer by")
-                return True
+                return SequenceVerdict.RETRY
             self.request_epoch_bump(tp, "the broker lost the producer's state")
-            return True
+            return SequenceVerdict.RETRY
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             unresolved = state.unresolved_sequence
             if unresolved is None and not batch.sequence_reset and self._passed_over(state, batch):
                 # The broker acknowledged later batches of the partition and refuses this
-                # one, which it does not have: a broker that held no state for the producer
-                # on the partition (a new partition, whose first batch met a leader not yet
-                # ready) takes any sequence, and the later batches overtook it. Its
-                # sequence can never be the next one under this epoch: start the partition
-                # again under a bumped epoch, this batch first (it lands after the ones that
-                # overtook it). Retrying as it is would go on until delivery_timeout_ms.
+                # one. Either they overtook it (a leader without state for the producer took
+                # them first: may_drain keeps that from happening) or the broker wrote it and
+                # no longer remembers it (it keeps the last five batches per producer, and
+                # one after loading a snapshot). Resending could write it twice, or after
+                # the later ones: it fails, and the partition restarts under a new epoch.
                 self.request_epoch_bump(
-                    tp, "the broker acknowledged later batches of the partition without this one"
+                    tp, "the broker acknowledged later batches of the partition than one it refused"
                 )
-                return True
+                return SequenceVerdict.OVERTAKEN
             if unresolved is None and (batch.sequence_reset or not self.is_next_in_line(batch)):
                 # An earlier batch of the partition failed or is being retried.
-                return True
+                return SequenceVerdict.RETRY
             if unresolved is None or batch.base_sequence == _sequence_after(unresolved, 1):
                 # A real gap: start the partition again under a bumped epoch.
                 self.request_epoch_bump(tp, "the broker reported a sequence gap")
-            return True
-        return False
+                if batch.maybe_written:
+                    # The broker's sequence is not where this batch would continue it, and
+                    # an earlier attempt of it may have been written (its state lost since,
+                    # say): under a new epoch it would be written again.
+                    return SequenceVerdict.OVERTAKEN
+            return SequenceVerdict.RETRY
+        return SequenceVerdict.FAIL
 
     def _passed_over(self, state: PartitionSequenceState, batch: ProducerBatch) -> bool:
         """Whether ``batch``, under the partition's current id and epoch, lies wholly before
-        the last sequence the broker acknowledged. The broker recognises a retry of any of
-        its last five batches as a duplicate, and a retried batch goes out only as the
-        oldest of its partition, with at most four behind it (``max_in_flight`` 5): so an
-        OUT_OF_ORDER_SEQUENCE_NUMBER for such a batch means the broker never wrote it."""
+        the last sequence the broker acknowledged."""
         if state.last_acked_sequence < 0 or self._is_stale(state):
             return False
         if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
@@ -448,9 +539,15 @@ class IdempotenceManager:
         self.request_epoch_bump(tp, reason)
 
     def on_success(self, batch: ProducerBatch, base_offset: int = -1) -> None:
-        """The broker stored the batch."""
+        """The broker stored the batch (also when the answer came after the batch expired:
+        its sequence is then resolved, as Java's ``completeBatch`` does)."""
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
+            return
+        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+            # Of an older epoch or id than the partition's sequences now: says nothing of them.
+            with contextlib.suppress(ValueError):
+                state.in_flight.remove(batch)
             return
         last = _sequence_after(batch.base_sequence, batch.record_count - 1)
         if _is_later(last, state.last_acked_sequence):
@@ -490,11 +587,27 @@ class IdempotenceManager:
             return
         self._sequences_lost(batch.tp, f"batch {batch.topic}-{batch.partition} failed: {reason}")
 
+    def on_late_failure(self, batch: ProducerBatch) -> None:
+        """The request of a batch that had expired in flight ended without its being
+        written, or without saying: its sequence is unresolved until the partition's other
+        batches tell (as Java's ``markSequenceUnresolved``)."""
+        state = self._partitions.get(batch.tp)
+        if state is None or not batch.has_sequence:
+            return
+        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+            return
+        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
+        if _is_later(last, state.last_acked_sequence):
+            unresolved = state.unresolved_sequence
+            if unresolved is None or _is_later(last, unresolved):
+                state.unresolved_sequence = last
+
     def maybe_resolve_sequences(self) -> None:
         """Settle the partitions whose sequence was left unresolved by an expired batch, once
         nothing of theirs is out (Java's ``maybeResolveSequences``)."""
         for tp, state in self._partitions.items():
-            if state.unresolved_sequence is None or state.in_flight:
+            if state.unresolved_sequence is None or state.in_flight or state.outstanding:
+                # Also while a request of an expired batch is out: its answer may settle it.
                 continue
             if state.next_sequence == _sequence_after(state.last_acked_sequence, 1):
                 # A later batch was acknowledged: the broker has every sequence before it.
@@ -1144,21 +1257,25 @@ class TransactionManager(IdempotenceManager):
                 "begin_transaction() first"
             )
 
-    def prepare_transaction(self) -> PreparedTransaction:
+    def prepare_transaction(self, *, has_incomplete_batches: bool = False) -> PreparedTransaction:
         """Mark the open transaction prepared (Java's ``prepareTransaction``, KIP-939): every
         record of it was acknowledged (the producer flushed first) and every partition and
         offset added; from now on it may only be committed or aborted, by this producer or
         by another process that has the returned :class:`PreparedTransaction`. Closing the
         producer leaves it open.
 
+        ``has_incomplete_batches``: whether a batch of the transaction is buffered or its
+        request still out (the caller waits until none is, as EndTxn does).
+
         Raises:
-            IllegalStateError: no transaction is open, or a coordinator request of it
-                (an offset commit not awaited) is still underway.
+            IllegalStateError: no transaction is open, or a coordinator request or a
+                batch of it (an offset commit not awaited) is still underway.
             KafkaError: the transaction failed and must be aborted.
         """
         self.check_prepare_allowed()
         if (
-            self._in_flight is not None
+            has_incomplete_batches
+            or self._in_flight is not None
             or self._pending
             or self._new_partitions
             or self._pending_partitions
@@ -1317,7 +1434,7 @@ class TransactionManager(IdempotenceManager):
 
     # ---- batches --------------------------------------------------------------------------------
 
-    def may_drain(self, batch: ProducerBatch) -> bool:
+    def may_drain(self, batch: ProducerBatch, node: int) -> bool:
         """Like :meth:`IdempotenceManager.may_drain`, and only once the partition was added."""
         tp = batch.tp
         if tp not in self._partitions_in_transaction and self._transaction_v2:
@@ -1335,7 +1452,7 @@ class TransactionManager(IdempotenceManager):
             ):
                 self._new_partitions.add(tp)
             return False
-        return super().may_drain(batch)
+        return super().may_drain(batch, node)
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """Install a new producer id or epoch (InitProducerId, or EndTxn v5): the batches of
@@ -1354,7 +1471,9 @@ class TransactionManager(IdempotenceManager):
         transaction is aborted: the lost sequence makes the transaction abortable."""
         self.request_reset(f"{tp[0]}-{tp[1]}: {reason}")
 
-    def can_retry(self, batch: ProducerBatch, code: int, log_start_offset: int) -> bool:
+    def can_retry(
+        self, batch: ProducerBatch, code: int, log_start_offset: int
+    ) -> SequenceVerdict:
         """As :meth:`IdempotenceManager.can_retry`, the transactional way (Java's
         ``canRetry``): a real gap is not retried (the batch fails and the transaction must be
         aborted); records the broker removed by retention restart the partition's sequences
@@ -1362,16 +1481,21 @@ class TransactionManager(IdempotenceManager):
         state = self._state(batch.tp)
         if code == ErrorCode.UNKNOWN_PRODUCER_ID:
             if log_start_offset < 0 or batch.sequence_reset:
-                return True
+                return SequenceVerdict.RETRY
             if state.last_acked_offset < log_start_offset:
-                self._start_sequences_at_beginning(batch.tp)
-                return True
-            return False
+                self._start_sequences_at_beginning(batch.tp, strand=False)
+                return SequenceVerdict.RETRY
+            return SequenceVerdict.FAIL
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
-            return state.unresolved_sequence is None and (
+            if state.unresolved_sequence is None and (
                 batch.sequence_reset or not self.is_next_in_line(batch)
-            )
-        return False
+            ):
+                return SequenceVerdict.RETRY
+            if state.unresolved_sequence is None and self._passed_over(state, batch):
+                # The batch fails and the transaction must be aborted either way; the error
+                # says the batch may be in the log (where the abort hides it).
+                return SequenceVerdict.OVERTAKEN
+        return SequenceVerdict.FAIL
 
     def request_reset(self, reason: str) -> None:
         """A sequence was lost: the transaction must be aborted, and the epoch bumped after."""

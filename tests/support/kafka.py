@@ -77,6 +77,7 @@ __all__ = [
     "CLUSTER_JVM_OPTIONS",
     "LIBS_ENV",
     "POM",
+    "PROXIED_LISTENER",
     "KafkaBroker",
     "KafkaBrokerError",
     "KafkaCluster",
@@ -102,6 +103,9 @@ CDS_ENV = "AIOPRODUCER_KAFKA_CDS"
 MIN_JAVA = 17
 #: Every listener binds and advertises this address: the broker never leaves the machine.
 HOST = "127.0.0.1"
+#: The client listener of a :class:`KafkaBroker` made with ``proxy_port``: it advertises
+#: the proxy's port instead of its own.
+PROXIED_LISTENER = "PROXIED"
 
 #: The broker's JVM: a small heap, and start-up over throughput (a test broker moves
 #: little data): the serial collector, and the C1 compiler only.
@@ -399,22 +403,36 @@ def _can_write_class_archive(java: str) -> bool:
 
 @dataclass(frozen=True)
 class Listener:
-    """One listener of a node: ``name://host:port`` speaking ``security_protocol``."""
+    """One listener of a node: ``name://host:port`` speaking ``security_protocol``.
+
+    It advertises the address it binds, unless ``advertised_port`` names another port on
+    ``host``: a proxy's in front of it (:mod:`tests.support.kafka_proxy`), so that clients
+    told where the broker is by a Metadata answer from this listener connect to the proxy.
+    """
 
     name: str
     port: int
     security_protocol: str = "PLAINTEXT"
     host: str = HOST
+    advertised_port: int | None = None
 
     @property
     def address(self) -> str:
-        """``host:port``."""
+        """``host:port``: where the listener binds."""
         return f"{self.host}:{self.port}"
 
     @property
     def endpoint(self) -> str:
         """``NAME://host:port``, as ``listeners`` spells it."""
         return f"{self.name}://{self.address}"
+
+    @property
+    def advertised_endpoint(self) -> str:
+        """``NAME://host:port`` as ``advertised.listeners`` spells it: :attr:`endpoint`,
+        with ``advertised_port`` for the port when one is set."""
+        if self.advertised_port is None:
+            return self.endpoint
+        return f"{self.name}://{self.host}:{self.advertised_port}"
 
 
 @dataclass(frozen=True)
@@ -467,7 +485,7 @@ class NodeLayout:
         if self.is_broker:
             properties["inter.broker.listener.name"] = self.inter_broker_listener
             properties["advertised.listeners"] = ",".join(
-                listener.endpoint
+                listener.advertised_endpoint
                 for listener in self.listeners
                 if listener.name != self.controller_listener
             )
@@ -1018,6 +1036,14 @@ class KafkaBroker(_Administration):
             listener (:class:`KafkaSecurity`); :meth:`address` names their ports.
         jvm_options: the broker JVM's options: :data:`BROKER_JVM_OPTIONS` (a quick start)
             by default, :data:`THROUGHPUT_JVM_OPTIONS` for a broker that moves data.
+        proxy_port: The port a test's proxy listens on, on :attr:`host`
+            (:class:`tests.support.kafka_proxy.KafkaProxy`). The node then has one more
+            client listener, :data:`PROXIED_LISTENER`, which binds a port of its own
+            (``address("PROXIED")``, where the proxy forwards to) and advertises
+            ``proxy_port``: a client bootstrapping through the proxy is sent back to it
+            for the partition leaders and the coordinators, so every byte it exchanges
+            with the broker passes the proxy. The PLAINTEXT listener, which the
+            administration and read-back clients use, stays direct.
 
     The broker starts on :meth:`start` or on entering the ``with`` block, and stops on
     :meth:`stop` or on leaving it. An instance runs once.
@@ -1037,8 +1063,10 @@ class KafkaBroker(_Administration):
         log_level: str = "INFO",
         security: KafkaSecurity | None = None,
         jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
+        proxy_port: int | None = None,
     ) -> None:
         self._jvm_options = tuple(jvm_options)
+        self._proxy_port = proxy_port
         self._transaction_version = transaction_version
         self._security = security
         self._config = {key: _config_value(value) for key, value in (config or {}).items()}
@@ -1083,9 +1111,15 @@ class KafkaBroker(_Administration):
         return self.node.listener("PLAINTEXT").address
 
     def address(self, listener: str) -> str:
-        """``"127.0.0.1:<port>"`` of the listener called ``listener`` (``PLAINTEXT``, or one
-        of :data:`SECURE_LISTENERS` on a secured node)."""
+        """``"127.0.0.1:<port>"`` of the listener called ``listener`` (``PLAINTEXT``, one
+        of :data:`SECURE_LISTENERS` on a secured node, :data:`PROXIED_LISTENER` on a node
+        made with ``proxy_port``): where it binds."""
         return self.node.listener(listener).address
+
+    @property
+    def proxy_port(self) -> int | None:
+        """The port the :data:`PROXIED_LISTENER` advertises (None: no such listener)."""
+        return self._proxy_port
 
     @property
     def transaction_version(self) -> int | None:
@@ -1185,20 +1219,28 @@ class KafkaBroker(_Administration):
         assert work_dir is not None and log_file is not None
         security = self._security
         secure_listeners = SECURE_LISTENERS if security is not None else {}
-        client_port, controller_port, *secure_ports = _free_ports(2 + len(secure_listeners))
+        proxied = self._proxy_port is not None
+        client_port, controller_port, *other_ports = _free_ports(
+            2 + len(secure_listeners) + (1 if proxied else 0)
+        )
+        listeners = [
+            Listener("PLAINTEXT", client_port),
+            Listener("CONTROLLER", controller_port),
+            *(
+                Listener(name, port, protocol)
+                for (name, (protocol, _)), port in zip(
+                    secure_listeners.items(), other_ports[: len(secure_listeners)], strict=True
+                )
+            ),
+        ]
+        if proxied:
+            listeners.append(
+                Listener(PROXIED_LISTENER, other_ports[-1], advertised_port=self._proxy_port)
+            )
         node = NodeLayout(
             node_id=self.NODE_ID,
             roles=("broker", "controller"),
-            listeners=(
-                Listener("PLAINTEXT", client_port),
-                Listener("CONTROLLER", controller_port),
-                *(
-                    Listener(name, port, protocol)
-                    for (name, (protocol, _)), port in zip(
-                        secure_listeners.items(), secure_ports, strict=True
-                    )
-                ),
-            ),
+            listeners=tuple(listeners),
             log_dir=work_dir / f"data-{attempt}",
         )
         self._node = node

@@ -31,6 +31,7 @@ from aioproducer.buffer_pool import BufferPool
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
+    BatchOvertakenError,
     ClusterAuthorizationFailedError,
     DeliveryTimeoutError,
     IllegalStateError,
@@ -57,6 +58,7 @@ from aioproducer.protocol.messages import (
     AddPartitionsToTxnTopicResult,
     BatchIndexAndErrorMessage,
     Coordinator,
+    EndTxnRequest,
     FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -398,6 +400,17 @@ class Harness:
         assert requests and not requests[-1].future.done()
         requests[-1].future.set_result(InitProducerIdResponse(0, NONE, producer_id, epoch))
         self.sender.handle_responses(self.now)
+
+    async def establish(self, partition: int = 0) -> None:
+        """Have one record of ``partition`` acknowledged (sequence 0), then forget its
+        request: until the broker acknowledged a batch of a partition under the producer's
+        epoch, an idempotent producer sends it one batch at a time."""
+        leader = self.metadata.cluster.leader_for(TOPIC, partition)
+        self.append(partition, b"first")
+        self.step()
+        sent = self.last_produce(leader)
+        await self.respond(sent, ok(partition, 0))
+        self.conn(leader).sent.remove(sent)
 
     async def answer_metadata_refresh(self) -> None:
         """Step the sender so it asks for metadata, and answer with the same leaders."""
@@ -999,7 +1012,11 @@ async def test_sequences_grow_by_record_count_per_partition() -> None:
     first = [h.append(0, b"a"), h.append(0, b"b"), h.append(0, b"c")]
     other = [h.append(1, b"x")]
     h.step()
+    # Until the broker acknowledged a batch of the partition, one at a time.
     second = [h.append(0, b"d"), h.append(0, b"e")]
+    h.step()
+    assert len(h.produce_requests(1)) == 1
+    await h.respond(h.produce_requests(1)[0], ok(0, 0), ok(1, 0))
     h.step()
     third = [h.append(0, b"f")]
     h.step()
@@ -1012,7 +1029,6 @@ async def test_sequences_grow_by_record_count_per_partition() -> None:
     ]
     assert requests[0].batch(1).base_sequence == 0
     assert {r.batch(0).producer_id for r in requests} == {1000}
-    await h.respond(requests[0], ok(0, 0), ok(1, 0))
     await h.respond(requests[1], ok(0, 3))
     await h.respond(requests[2], ok(0, 5))
     assert offsets(first + second + third) == [0, 1, 2, 3, 4, 5]
@@ -1071,12 +1087,13 @@ async def test_a_request_the_connection_refuses_leaves_its_partitions_drainable(
 async def test_a_retry_keeps_the_order_within_a_partition() -> None:
     h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
     await h.init_producer_id(1000)
+    await h.establish()
     older = [h.append(0, b"a"), h.append(0, b"b")]
     h.step()
     newer = [h.append(0, b"c"), h.append(0, b"d"), h.append(0, b"e")]
     h.step()
     request_a, request_b = h.produce_requests(1)
-    assert (request_a.batch(0).base_sequence, request_b.batch(0).base_sequence) == (0, 2)
+    assert (request_a.batch(0).base_sequence, request_b.batch(0).base_sequence) == (1, 3)
 
     # The older batch met a leader change; the broker then saw the newer one out of order.
     await h.respond(request_a, error(0, NOT_LEADER_OR_FOLLOWER))
@@ -1099,8 +1116,8 @@ async def test_a_retry_keeps_the_order_within_a_partition() -> None:
     assert retry_b.values(0) == [b"c", b"d", b"e"]
     # Sequences stay as first assigned, under the same producer id.
     assert [(r.batch(0).producer_id, r.batch(0).base_sequence) for r in (retry_a, retry_b)] == [
-        (1000, 0),
-        (1000, 2),
+        (1000, 1),
+        (1000, 3),
     ]
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
     await h.respond(retry_b, ok(0, 22))
@@ -1111,6 +1128,7 @@ async def test_a_retry_keeps_the_order_within_a_partition() -> None:
 async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
     h = Harness(idempotent=True, linger_ms=0)
     await h.init_producer_id(1000)
+    await h.establish()
     older = h.append(0, b"a")
     h.step()
     newer = h.append(0, b"b")
@@ -1123,7 +1141,7 @@ async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
     h.step(h.now + 0.121)
     retry = h.last_produce(1)
     assert retry.values(0) == [b"b"]
-    assert (retry.batch(0).producer_id, retry.batch(0).base_sequence) == (1000, 1)
+    assert (retry.batch(0).producer_id, retry.batch(0).base_sequence) == (1000, 2)
     await h.respond(retry, ok(0, 1))
     assert offsets([older, newer]) == [0, 1]
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
@@ -1131,9 +1149,10 @@ async def test_out_of_order_on_a_later_batch_is_a_plain_retry() -> None:
 
 async def _older_and_newer() -> tuple[Harness, list[Any], list[Any], list[Sent]]:
     """An idempotent producer with two requests out for partition 0: the older batch
-    ``a, b`` (sequence 0) and the newer batch ``c`` (sequence 2)."""
+    ``a, b`` (sequence 1) and the newer batch ``c`` (sequence 3)."""
     h = Harness(idempotent=True, linger_ms=0, retry_backoff_ms=100)
     await h.init_producer_id(1000)
+    await h.establish()
     older = [h.append(0, b"a"), h.append(0, b"b")]
     h.step()
     newer = [h.append(0, b"c")]
@@ -1141,34 +1160,35 @@ async def _older_and_newer() -> tuple[Harness, list[Any], list[Any], list[Sent]]
     return h, older, newer, list(h.produce_requests(1))
 
 
-async def test_a_batch_that_later_ones_overtook_is_sent_again_under_a_bumped_epoch() -> None:
-    # A new partition's first batch meets a leader not yet ready (NOT_LEADER_OR_FOLLOWER);
-    # the broker, holding no state for the producer there, takes the next batch, sent right
-    # behind it. The retried first batch is then out of order for good under this epoch:
-    # it goes again at sequence 0 of a bumped epoch, rather than until delivery_timeout_ms.
+async def test_a_batch_that_later_ones_overtook_fails_as_overtaken_and_is_not_sent_again() -> None:
+    # The older batch's attempt ended without saying whether it was written
+    # (NOT_LEADER_OR_FOLLOWER: Kafka answers it also when leadership moved after the
+    # append); the newer one was acknowledged, and the older one's retry is refused as out
+    # of order. The broker may have written it and forgotten it (it keeps five batches per
+    # producer, one after loading a snapshot): sending it again could write it twice, and
+    # after the newer one. It fails as overtaken, counted, and the partition goes on.
     h, older, newer, (request_a, request_b) = await _older_and_newer()
     await h.respond(request_a, error(0, NOT_LEADER_OR_FOLLOWER))
-    await h.respond(request_b, ok(0, 0))
-    assert offsets(newer) == [0]
+    await h.respond(request_b, ok(0, 3))
+    assert offsets(newer) == [3]
     await h.answer_metadata_refresh()
     h.step(h.now + 0.25)
     retry = h.last_produce(1)
-    assert identity(retry) == (1000, 0, 0)
+    assert identity(retry) == (1000, 0, 1)
     await h.respond(retry, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    for future in older:
+        assert isinstance(future.exception(), BatchOvertakenError)
+        assert not future.exception().retriable
+    assert h.metrics.batch_overtaken_total == 1
     h.step(h.now + 0.5)
-    again = h.last_produce(1)
-    assert again is not retry
-    assert again.values(0) == [b"a", b"b"]
-    assert identity(again) == (1000, 1, 0)
-    await h.respond(again, ok(0, 1))
-    assert offsets(older) == [1, 2]
-    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
-    # The partition goes on under the new epoch.
+    assert h.last_produce(1) is retry, "the overtaken batch was sent again"
+    # The partition goes on under a bumped epoch, from sequence 0.
     last = h.append(0, b"d")
     h.step(h.now + 0.5)
-    assert identity(h.last_produce(1)) == (1000, 1, 2)
-    await h.respond(h.last_produce(1), ok(0, 3))
-    assert last.result().offset == 3
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 4))
+    assert last.result().offset == 4
+    assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
     assert h.memory_is_back()
 
 
@@ -1195,12 +1215,13 @@ async def test_a_gap_on_the_head_batch_bumps_the_epoch_and_restarts_its_partitio
     answer = error(0, code) if code == OUT_OF_ORDER_SEQUENCE_NUMBER else unknown_producer_id(0, 0)
     await h.respond(request_a, answer)
     h.step(h.now + 0.5)
+    # The partition restarts once nothing of it is out: the batch behind it may be written.
+    assert h.last_produce(1) is request_b
+    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    h.step(h.now + 0.5)
     retry_a = h.last_produce(1)
     assert retry_a.values(0) == [b"a", b"b"]
     assert identity(retry_a) == (1000, 1, 0)
-    # The batch behind it fails too (sent under the old epoch); it was restarted already,
-    # so that is a plain retry, after the head.
-    await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
     h.step(h.now + 0.5)
     assert h.last_produce(1) is retry_a
     await h.respond(retry_a, ok(0, 10))
@@ -1249,13 +1270,14 @@ async def test_a_split_batch_keeps_its_sequences_and_nothing_overtakes_it() -> N
     # of A carry 0-4 and go before B (Java's ProducerBatch.split, insertInSequenceOrder).
     h = Harness(idempotent=True, linger_ms=0, batch_size=1024)
     await h.init_producer_id(1000)
+    await h.establish()
     values = [f"{i}".encode() * 150 for i in range(5)]
     in_a = [h.append(0, value) for value in values]
     h.step()
     in_b = h.append(0, b"b")
     h.step()
     request_a, request_b = h.produce_requests(1)
-    assert identity(request_a)[2] == 0 and identity(request_b)[2] == 5
+    assert identity(request_a)[2] == 1 and identity(request_b)[2] == 6
     await h.respond(request_a, error(0, MESSAGE_TOO_LARGE))
     await h.respond(request_b, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
     sent_after: list[Sent] = []
@@ -1275,7 +1297,7 @@ async def test_a_split_batch_keeps_its_sequences_and_nothing_overtakes_it() -> N
     sequences = [identity(request) for request in sent_after]
     assert all(pid == 1000 and epoch == 0 for pid, epoch, _ in sequences)
     starts = [sequence for _, _, sequence in sequences]
-    assert starts[0] == 0 and starts[-1] == 5 and starts == sorted(starts)
+    assert starts[0] == 1 and starts[-1] == 6 and starts == sorted(starts)
     assert offsets([*in_a, in_b]) == list(range(100, 106))
     assert len(h.connections.all_sent(InitProducerIdRequest)) == 1
     assert h.memory_is_back()
@@ -1344,6 +1366,7 @@ async def test_an_expired_retry_leaves_the_sequence_unresolved_until_the_partiti
     # acknowledged the broker has everything before it, and nothing is bumped.
     h = Harness(idempotent=True, linger_ms=0, delivery_timeout_ms=5000, request_timeout_ms=4000)
     await h.init_producer_id(1000)
+    await h.establish()
     first = h.append(0, b"a")
     h.step()
     h.now += 1.0
@@ -1353,7 +1376,7 @@ async def test_an_expired_retry_leaves_the_sequence_unresolved_until_the_partiti
     await h.fail(request_a, KafkaConnectionError("lost"))
     h.step(h.now + 0.2)
     retry_a = h.last_produce(1)
-    assert identity(retry_a) == (1000, 0, 0)
+    assert identity(retry_a) == (1000, 0, 1)
     h.step(T0 + 5.0)  # delivery_timeout_ms of a passes with its retry in flight
     assert isinstance(first.exception(), DeliveryTimeoutError)
     waiting = h.append(0, b"c")
@@ -1363,7 +1386,7 @@ async def test_an_expired_retry_leaves_the_sequence_unresolved_until_the_partiti
     await h.respond(retry_a, ok(0, 0))
     h.step()
     assert h.last_produce(1).values(0) == [b"c"]
-    assert identity(h.last_produce(1)) == (1000, 0, 2)
+    assert identity(h.last_produce(1)) == (1000, 0, 3)
     await h.respond(h.last_produce(1), ok(0, 2))
     assert (second.result().offset, waiting.result().offset) == (1, 2)
 
@@ -1392,6 +1415,7 @@ async def test_the_last_acknowledged_sequence_is_the_highest() -> None:
     # batch that is next in line look out of order.
     h = Harness(idempotent=True, linger_ms=0)
     await h.init_producer_id(1000)
+    await h.establish()
     futures = [h.append(0, b"a")]
     h.step()
     futures.append(h.append(0, b"b"))
@@ -1399,11 +1423,11 @@ async def test_the_last_acknowledged_sequence_is_the_highest() -> None:
     futures.append(h.append(0, b"c"))
     h.step()
     request_a, request_b, request_c = h.produce_requests(1)
-    await h.respond(request_b, ok(0, 1))
-    await h.respond(request_a, ok(0, 0))
+    await h.respond(request_b, ok(0, 2))
+    await h.respond(request_a, ok(0, 1))
     assert h.idempotence is not None
     state = h.idempotence._partitions[(TOPIC, 0)]
-    assert state.last_acked_sequence == 1
+    assert state.last_acked_sequence == 2
     # c is next in line: OUT_OF_ORDER on it is a real gap, and bumps.
     await h.respond(request_c, error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
     h.step(h.now + 1.0)
@@ -2061,6 +2085,148 @@ async def test_a_transactional_batch_split_keeps_the_transaction_and_its_order()
     assert txn.state is TransactionState.IN_TRANSACTION
     commit = txn.begin_commit()
     assert not commit.done()
+
+
+async def _expired_in_flight(late: ProducePartitionResponse | None) -> tuple[
+    Harness, TransactionManager, list[RecordFuture]
+]:
+    """A transactional batch whose Produce is answered only after delivery_timeout_ms
+    (``late``; None: its connection dies instead)."""
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0, delivery_timeout_ms=3000, request_timeout_ms=3000)
+    futures = [h.append(0, b"a"), h.append(0, b"b")]
+    h.step()
+    request = h.last_produce(1)
+    h.step(T0 + 3.0)
+    for future in futures:
+        assert isinstance(future.exception(), DeliveryTimeoutError)
+    if late is None:
+        await h.fail(request, KafkaConnectionError("lost"))
+    else:
+        await h.respond(request, late)
+    return h, txn, futures
+
+
+@pytest.mark.parametrize("late", [ok(0, 7), error(0, NOT_LEADER_OR_FOLLOWER), None])
+async def test_a_transactional_batch_that_expires_in_flight_makes_the_commit_fail(
+    late: ProducePartitionResponse | None,
+) -> None:
+    # Java: getExpiredInflightBatches -> failBatch -> handleFailedBatch -> abortable. The
+    # records were reported failed; a commit would keep them (a late success) or commit the
+    # transaction without them.
+    h, txn, _ = await _expired_in_flight(late)
+    assert txn.state is TransactionState.ABORTABLE_ERROR
+    with pytest.raises(KafkaError, match="must be aborted"):
+        txn.begin_commit()
+    abort = txn.begin_abort()
+    assert not abort.done()
+    assert h.memory_is_back()
+
+
+async def test_end_txn_and_prepare_wait_for_a_batch_that_expired_while_its_request_is_out() -> None:
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0, delivery_timeout_ms=3000, request_timeout_ms=3000)
+    h.append(0, b"a")
+    h.step()
+    request = h.last_produce(1)
+    h.step(T0 + 3.0)
+    assert h.accumulator.has_incomplete(), "the broker may still write it"
+    waiter = h.accumulator.wait_until_complete()
+    with pytest.raises(KafkaError, match="must be aborted"):
+        txn.prepare_transaction(has_incomplete_batches=h.accumulator.has_incomplete())
+    abort = txn.begin_abort()
+    h.step()
+    assert h.connections.all_sent(EndTxnRequest) == [], "EndTxn went with a Produce still out"
+    await h.respond(request, ok(0, 7))
+    assert waiter.done() and not h.accumulator.has_incomplete()
+    assert not abort.done()
+
+
+async def test_a_late_success_after_an_in_flight_expiry_resolves_the_sequence() -> None:
+    # Java's completeBatch handles the answer of a batch already done: its sequence is
+    # acknowledged, and the partition goes on under the same epoch.
+    h = Harness(idempotent=True, linger_ms=0, delivery_timeout_ms=3000, request_timeout_ms=3000)
+    await h.init_producer_id(1000)
+    await h.establish()
+    h.append(0, b"a")
+    h.step()
+    request = h.last_produce(1)
+    h.step(T0 + 3.0)
+    later = h.append(0, b"b")
+    h.step()
+    assert h.last_produce(1) is request or identity(h.last_produce(1)) == (1000, 0, 2)
+    await h.respond(request, ok(0, 1))
+    h.step()
+    if h.last_produce(1) is not request:
+        await h.respond(h.last_produce(1), ok(0, 2))
+    h.step()
+    assert later.result().offset == 2
+    assert identity(h.last_produce(1)) == (1000, 0, 2), "the epoch was bumped for nothing"
+    assert h.memory_is_back()
+
+
+async def test_a_fresh_partition_has_one_batch_out_until_the_broker_acknowledges_one() -> None:
+    # A leader without state for the producer takes any sequence: a second batch written
+    # before a refused first one would leave the first unable ever to be written in order.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    first = h.append(0, b"a")
+    h.step()
+    second = h.append(0, b"b")
+    h.step()
+    assert len(h.produce_requests(1)) == 1
+    await h.respond(h.last_produce(1), error(0, NOT_LEADER_OR_FOLLOWER))
+    await h.answer_metadata_refresh()
+    h.step(h.now + 1.0)
+    retry = h.last_produce(1)
+    assert retry.values(0) == [b"a"] and len(h.produce_requests(1)) == 2
+    await h.respond(retry, ok(0, 0))
+    h.step()
+    assert h.last_produce(1).values(0) == [b"b"]
+    await h.respond(h.last_produce(1), ok(0, 1))
+    assert offsets([first, second]) == [0, 1]
+
+
+async def test_nothing_goes_to_a_new_leader_while_an_attempt_is_out_at_the_old() -> None:
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    await h.establish()
+    first = h.append(0, b"a")
+    h.step()
+    old = h.last_produce(1)
+    h.set_leaders({0: 2, 1: 1, 2: 2})
+    second = h.append(0, b"b")
+    h.step()
+    assert h.produce_requests(2) == [], "sent to the new leader with an attempt out at the old"
+    await h.respond(old, error(0, NOT_LEADER_OR_FOLLOWER))
+    h.step(h.now + 1.0)
+    retry = h.last_produce(2)
+    assert retry.values(0) == [b"a"]
+    await h.respond(retry, ok(0, 1))
+    h.step()
+    await h.respond(h.last_produce(2), ok(0, 2))
+    assert offsets([first, second]) == [1, 2]
+
+
+async def test_a_retried_head_out_of_order_after_an_unknown_outcome_is_not_resent() -> None:
+    # The first attempt's connection broke (it may be in the log); the broker since lost
+    # track of the producer's last batches (a restart from a snapshot keeps one) and refuses
+    # the retry as out of order. Under a new epoch it would be written twice.
+    h = Harness(idempotent=True, linger_ms=0)
+    await h.init_producer_id(1000)
+    await h.establish()
+    lost = h.append(0, b"a")
+    h.step()
+    await h.fail(h.last_produce(1), KafkaConnectionError("lost"))
+    h.step(h.now + 1.0)
+    await h.respond(h.last_produce(1), error(0, OUT_OF_ORDER_SEQUENCE_NUMBER))
+    assert isinstance(lost.exception(), BatchOvertakenError)
+    assert h.metrics.batch_overtaken_total == 1
+    after = h.append(0, b"b")
+    h.step(h.now + 1.0)
+    assert identity(h.last_produce(1)) == (1000, 1, 0)
+    await h.respond(h.last_produce(1), ok(0, 5))
+    assert after.result().offset == 5
 
 
 # ---- KIP-951 and KIP-219 ----------------------------------------------------------------------

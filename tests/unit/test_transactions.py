@@ -303,16 +303,16 @@ async def test_a_partition_is_drained_only_once_added_to_the_transaction(
     txn = open_txn.txn
     batch = make_batch("t", 1)
     txn.maybe_add_partition(("t", 1))
-    assert not txn.may_drain(batch)
+    assert not txn.may_drain(batch, 1)
     item, request = open_txn.expect(Kind.ADD_PARTITIONS)
     assert isinstance(request, AddPartitionsToTxnRequest)
     [transaction] = request.transactions
     assert (transaction.transactional_id, transaction.producer_id) == (TID, PRODUCER_ID)
     assert transaction.producer_epoch == EPOCH
     assert [(t.name, t.partitions) for t in transaction.topics] == [("t", [1])]
-    assert not txn.may_drain(batch), "drained while AddPartitionsToTxn is in flight"
+    assert not txn.may_drain(batch, 1), "drained while AddPartitionsToTxn is in flight"
     open_txn.answer(item, add_partitions_response(item.partitions))
-    assert txn.may_drain(batch)
+    assert txn.may_drain(batch, 1)
     assert txn.partitions_in_transaction == {("t", 1)}
     # Once added, a partition is not added again in the same transaction.
     txn.maybe_add_partition(("t", 1))
@@ -331,7 +331,7 @@ async def test_new_partitions_are_added_together(open_txn: Harness) -> None:
 
 async def test_an_unregistered_batch_gets_its_partition_added(open_txn: Harness) -> None:
     batch = make_batch("t", 3)
-    assert not open_txn.txn.may_drain(batch)
+    assert not open_txn.txn.may_drain(batch, 1)
     item, _ = open_txn.expect(Kind.ADD_PARTITIONS)
     assert item.partitions == {("t", 3)}
 
@@ -341,7 +341,7 @@ async def test_drained_batches_are_transactional_with_the_producer_id_and_epoch(
 ) -> None:
     open_txn.add(("t", 0))
     batch = make_batch("t", 0)
-    assert open_txn.txn.may_drain(batch)
+    assert open_txn.txn.may_drain(batch, 1)
     open_txn.txn.prepare(batch)
     assert batch.transactional
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
@@ -507,7 +507,7 @@ async def test_transaction_abortable_leaves_the_producer_able_to_abort_and_go_on
     assert txn.state is State.READY
     txn.begin_transaction()
     open_txn.add(("t", 0))
-    assert txn.may_drain(make_batch("t", 0))
+    assert txn.may_drain(make_batch("t", 0), 1)
 
 
 async def test_per_partition_errors_name_the_partition(open_txn: Harness) -> None:
@@ -937,7 +937,7 @@ async def test_v2_adds_no_partitions_and_drains_at_once(open_v2: Harness) -> Non
     assert open_v2.next() is None, "no AddPartitionsToTxn with transactions v2"
     assert txn.partitions_in_transaction == {("t", 0)}
     batch = make_batch("t", 0)
-    assert txn.may_drain(batch)
+    assert txn.may_drain(batch, 1)
     txn.prepare(batch)
     assert batch.transactional
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
@@ -946,7 +946,7 @@ async def test_v2_adds_no_partitions_and_drains_at_once(open_v2: Harness) -> Non
         0,
     )
     # A batch nobody registered drains too (its leader adds the partition).
-    assert txn.may_drain(make_batch("t", 1))
+    assert txn.may_drain(make_batch("t", 1), 1)
     assert txn.produce_version_cap is None
 
 
@@ -970,7 +970,7 @@ async def test_v2_commit_takes_the_bumped_epoch_from_end_txn(open_v2: Harness) -
     txn.begin_transaction()
     txn.maybe_add_partition(("t", 0))
     fresh = make_batch("t", 0)
-    assert txn.may_drain(fresh)
+    assert txn.may_drain(fresh, 1)
     txn.prepare(fresh)
     assert (fresh.producer_epoch, fresh.base_sequence) == (EPOCH + 1, 0)
 
@@ -1117,7 +1117,7 @@ async def test_turning_v2_on_between_transactions_bumps_the_epoch_first(
     txn.maybe_add_partition(("t", 0))
     assert harness.next() is None, "no AddPartitionsToTxn any more"
     batch = make_batch("t", 0)
-    assert txn.may_drain(batch)
+    assert txn.may_drain(batch, 1)
     txn.prepare(batch)
     assert (batch.producer_epoch, batch.base_sequence) == (EPOCH + 1, 0)
 
@@ -1292,7 +1292,7 @@ async def test_a_split_batch_stays_in_the_transaction(open_txn: Harness) -> None
     txn.split(big, [first, second])
     assert txn.state is State.IN_TRANSACTION
     assert not txn.needs_producer_id
-    assert txn.may_drain(first) and not txn.may_drain(second) and not txn.may_drain(later)
+    assert txn.may_drain(first, 1) and not txn.may_drain(second, 1) and not txn.may_drain(later, 1)
 
 
 @pytest.mark.parametrize(
