@@ -90,6 +90,8 @@ class _Connection(Protocol):
 
     def can_send(self) -> bool: ...
 
+    def throttle_delay(self, now: float) -> float: ...
+
     def send(
         self, request: Request[_R], version: int | None = None
     ) -> asyncio.Future[_R | None]: ...
@@ -314,8 +316,6 @@ class Sender:
         )
         self._availability = BrokerAvailability(config.partitioner_availability_timeout_ms)
         self._next_load_update = 0.0
-        # KIP-219: a broker that answered with a throttle time gets nothing before then.
-        self._throttled_until: dict[int, float] = {}
         # connections_max_idle_ms: idle connections are looked for at most this often.
         max_idle = config.connections_max_idle_ms / 1000.0
         self._idle_check_interval = min(1.0, max_idle / 4) if max_idle >= 0 else float("inf")
@@ -538,15 +538,7 @@ class Sender:
         delay = min(delay, result.next_ready_check_delay)
         sendable: list[int] = []
         availability = self._availability
-        throttled = self._throttled_until
         for node in result.ready_nodes:
-            if throttled:
-                until = throttled.get(node)
-                if until is not None:
-                    if until > now:
-                        delay = min(delay, until - now)
-                        continue
-                    del throttled[node]
             connection = self._connections.ready(node)
             if connection is None:
                 refused = self._connections.auth_error(node)
@@ -564,6 +556,12 @@ class Sender:
                 continue
             if connection.can_send():
                 sendable.append(node)
+            else:
+                # KIP-219: a throttled broker gets nothing until its throttle ends (at most
+                # in flight: the connection calls back when an answer frees a slot).
+                throttle = connection.throttle_delay(now)
+                if throttle > 0:
+                    delay = min(delay, throttle)
             availability.update(node, now, True)
         if self._partitioner is not None and now >= self._next_load_update:
             self._update_partition_load(cluster)
@@ -959,7 +957,8 @@ class Sender:
                 connections.ensure_connecting(node, now)
                 return _MAX_POLL
             if not ready.can_send():
-                return _MAX_POLL
+                throttle = ready.throttle_delay(now)
+                return throttle if throttle > 0 else _MAX_POLL
             connection = ready
             request = transactions.build_request(item)
             finding = False
@@ -1238,9 +1237,8 @@ class Sender:
             return
         response: ProduceResponse = future.result()
         if response.throttle_time_ms > 0:
-            # KIP-219: the broker answered at once and asks for a pause (a quota): nothing
-            # more goes to it until then (Java's NetworkClient throttles the connection).
-            self._throttled_until[node] = now + response.throttle_time_ms / 1000.0
+            # KIP-219: the connection holds every request to the broker until the throttle
+            # ends (see BrokerConnection.throttle_delay); here it is only counted.
             self._metrics.request_throttled(response.throttle_time_ms, now)
         results: dict[tuple[str, int], Any] = {}
         leaders: dict[tuple[str, int], tuple[int, int]] = {}

@@ -323,11 +323,20 @@ class BrokerConnection(asyncio.Protocol):
         return self._writable
 
     def can_send(self) -> bool:
-        """True when the connection is ready and has fewer than the maximum in flight."""
+        """True when the connection is ready, has fewer than the maximum in flight, and the
+        broker did not ask to be left alone for now (KIP-219, see :meth:`throttle_delay`)."""
+        session = self._session
         return (
             self._state is ConnectionState.READY
-            and self._session.in_flight_count() < self._max_in_flight
+            and session.in_flight_count() < self._max_in_flight
+            and (session.throttled_until == 0.0 or session.throttled_until <= self._clock())
         )
+
+    def throttle_delay(self, now: float) -> float:
+        """Seconds until the broker may be sent requests again: an answer over a quota
+        (KIP-219, at the versions where the broker expects the client to wait) holds every
+        request to it, as Java's ``NetworkClient`` does; 0 when not throttled."""
+        return max(0.0, self._session.throttled_until - now)
 
     def in_flight_count(self) -> int:
         """How many requests await a response."""

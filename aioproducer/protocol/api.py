@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from aioproducer.errors import UnsupportedVersionError
 
 __all__ = [
+    "CLIENT_THROTTLES_FROM",
     "FIRST_FLEXIBLE_VERSION",
     "NEVER_FLEXIBLE",
     "SMALL_RESPONSE_LIMIT",
@@ -65,6 +66,26 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
 }
 """The first version of each API that uses flexible encoding ("flexibleVersions" in the schemas)."""
 
+
+CLIENT_THROTTLES_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 6,
+    ApiKey.METADATA: 6,
+    ApiKey.OFFSET_FETCH: 4,
+    ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.API_VERSIONS: 2,
+    ApiKey.INIT_PRODUCER_ID: 1,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+    ApiKey.ADD_OFFSETS_TO_TXN: 1,
+    ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1,
+    ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.LIST_TRANSACTIONS: 0,
+}
+"""KIP-219: from which version of each API a broker over a quota answers at once and
+expects the client to send it nothing for ``throttle_time_ms`` (the schemas: "on quota
+violation, brokers send out responses before throttling"; Java's
+``AbstractResponse.shouldClientThrottle``). Below it, and for the SASL APIs, the broker
+delays the answer itself."""
 
 SMALL_RESPONSE_LIMIT = 1 << 20
 """The size cap of a response whose size does not grow with the cluster or the request

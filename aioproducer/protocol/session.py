@@ -48,6 +48,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.protocol.api import (
+    CLIENT_THROTTLES_FROM,
     SMALL_RESPONSE_LIMIT,
     ApiKey,
     Request,
@@ -180,6 +181,8 @@ class Session(Generic[W]):
         self._partial_frame_start = -1
         self._partial_frame_since: float | None = None
         self._versions_cache: dict[type[Request[Any]], int] = {}
+        # KIP-219: until when (clock seconds) the broker asked to be sent nothing.
+        self.throttled_until = 0.0
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -479,6 +482,14 @@ class Session(Generic[W]):
             error.__cause__ = exc
             in_flight.appendleft(entry)  # the request fails with the error, the others after it
             return Failure(error, error)
+        throttle_ms: int = getattr(response, "throttle_time_ms", 0)
+        if throttle_ms > 0:
+            first = CLIENT_THROTTLES_FROM.get(api_key)
+            if first is not None and version >= first:
+                # Java's NetworkClient.maybeThrottle: nothing more to this broker until then.
+                until = self._clock() + throttle_ms / 1000.0
+                if until > self.throttled_until:
+                    self.throttled_until = until
         outcomes.append((waiter, response))
         return None
 

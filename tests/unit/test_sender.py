@@ -141,13 +141,18 @@ class FakeConnection:
         self.max_in_flight = max_in_flight
         self.sent: list[Sent] = []
         self.send_error: BaseException | None = None
+        # KIP-219: set by a test as the real connection sets it from a throttled answer.
+        self.throttled_until = 0.0
         self._clock = clock
 
     def in_flight_count(self) -> int:
         return sum(1 for s in self.sent if not s.future.done())
 
     def can_send(self) -> bool:
-        return self.in_flight_count() < self.max_in_flight
+        return self.in_flight_count() < self.max_in_flight and self.throttled_until <= self._clock()
+
+    def throttle_delay(self, now: float) -> float:
+        return max(0.0, self.throttled_until - now)
 
     def send(self, request: Request[Any], version: int | None = None) -> asyncio.Future[Any]:
         if self.send_error is not None:
@@ -2257,6 +2262,7 @@ async def test_a_throttled_broker_gets_nothing_until_the_throttle_ends() -> None
     topics = [ProduceTopicResponse(TOPIC, [ok(0, 0)])]
     response = ProduceResponse(topics=topics, throttle_time_ms=500)
     h.last_produce(1).future.set_result(response)
+    h.conn(1).throttled_until = h.now + 0.5  # what the connection makes of that answer
     h.sender.handle_responses(h.now)
     assert first.result().offset == 0
     second = h.append(0, b"b")
@@ -2274,6 +2280,20 @@ async def test_a_throttled_broker_gets_nothing_until_the_throttle_ends() -> None
     assert (second.result().offset, other.result().offset) == (1, 0)
     snapshot = h.metrics.snapshot(0, 0, 0.0, 0)
     assert snapshot["produce-throttle-time-max"] == 500
+
+
+async def test_a_throttled_coordinator_gets_no_transactional_request_either() -> None:
+    # KIP-219 holds every request to the broker, as Java's NetworkClient does, not only
+    # Produce.
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0)
+    h.conn(1).throttled_until = h.now + 0.5
+    txn.begin_commit()
+    delay = h.step()
+    assert h.connections.all_sent(EndTxnRequest) == []
+    assert 0 < delay <= 0.5
+    h.step(h.now + 0.5)
+    assert len(h.connections.all_sent(EndTxnRequest)) == 1
 
 
 # ---- KIP-467: records the broker refused inside a batch ----------------------------------------

@@ -13,6 +13,7 @@
 - ``test_the_oldest_request_times_out``
 - ``test_max_in_flight_is_enforced_unless_told_otherwise``
 - ``test_versions_are_negotiated_from_the_broker_ranges``
+- ``test_a_throttled_answer_holds_the_broker_only_where_kip_219_says_so``
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.messages import ProduceRequest
 from aioproducer.protocol.session import Session
 from tests.support.echo import EchoRequest, EchoResponse
 
@@ -266,3 +268,19 @@ def test_versions_are_negotiated_from_the_broker_ranges() -> None:
     session.set_api_versions({ApiKey.METADATA: (9, 12)})
     with pytest.raises(UnsupportedVersionError, match="supports EchoRequest v9-v12"):
         session.negotiate(EchoRequest)
+
+
+@pytest.mark.parametrize(("version", "throttles"), [(5, False), (6, True)])
+def test_a_throttled_answer_holds_the_broker_only_where_kip_219_says_so(
+    version: int, throttles: bool
+) -> None:
+    # From Produce v6 the broker answers at once and expects the client to wait
+    # throttle_time_ms; before, it delayed the answer itself (Java's shouldClientThrottle).
+    clock = Clock()
+    session = make_session(clock)
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topics=[])
+    session.send(request, version, clock.now, "produce")
+    # No topics, then throttle_time_ms 500.
+    outcomes, failure = session.receive_data(frame(0, struct.pack(">ii", 0, 500)))
+    assert failure is None and len(outcomes) == 1
+    assert session.throttled_until == (clock.now + 0.5 if throttles else 0.0)
