@@ -470,8 +470,11 @@ class Session(Generic[W]):
                 and int.from_bytes(body[:2], "big") == UNSUPPORTED_VERSION
             ):
                 response = _decode_unsupported_api_versions(request, body, version)
+                # Encoded by the broker at v0, which has no throttle time.
+                throttle_ms = 0
             else:
                 response = request.decode_response(body, version)
+                throttle_ms = getattr(response, "throttle_time_ms", 0)
         except Exception as exc:
             # Not only CorruptResponseError: a decoder bug on hostile bytes must not escape
             # into the event loop's exception handler and leave the request pending.
@@ -482,7 +485,6 @@ class Session(Generic[W]):
             error.__cause__ = exc
             in_flight.appendleft(entry)  # the request fails with the error, the others after it
             return Failure(error, error)
-        throttle_ms: int = getattr(response, "throttle_time_ms", 0)
         if throttle_ms > 0:
             first = CLIENT_THROTTLES_FROM.get(api_key)
             if first is not None and version >= first:

@@ -32,7 +32,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.protocol.api import ApiKey
-from aioproducer.protocol.messages import ProduceRequest
+from aioproducer.protocol.messages import ApiVersionsRequest, ProduceRequest
 from aioproducer.protocol.session import Session
 from tests.support.echo import EchoRequest, EchoResponse
 
@@ -284,3 +284,15 @@ def test_a_throttled_answer_holds_the_broker_only_where_kip_219_says_so(
     outcomes, failure = session.receive_data(frame(0, struct.pack(">ii", 0, 500)))
     assert failure is None and len(outcomes) == 1
     assert session.throttled_until == (clock.now + 0.5 if throttles else 0.0)
+
+
+def test_an_api_versions_refusal_encoded_at_v0_throttles_nothing() -> None:
+    # A broker refuses an ApiVersions version it does not know with an answer at v0, which
+    # has no throttle time: nothing after the error and the ranges may be read as one.
+    clock = Clock()
+    session = make_session(clock)
+    session.send(ApiVersionsRequest(), 3, clock.now, "versions")
+    body = struct.pack(">hi", 35, 1) + struct.pack(">hhh", ApiKey.API_VERSIONS, 0, 2)
+    outcomes, failure = session.receive_data(frame(0, body + struct.pack(">i", 0x120000)))
+    assert failure is None and len(outcomes) == 1
+    assert session.throttled_until == 0.0
