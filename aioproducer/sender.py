@@ -1168,6 +1168,8 @@ class Sender:
             return
         if acks_zero:
             for batch in batches:
+                if self._guarantee_order:
+                    self._accumulator.unmute(batch.tp)
                 self._complete_batch(batch, -1, -1, now)
             return
         if idempotence is not None:

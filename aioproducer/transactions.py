@@ -1108,7 +1108,11 @@ class TransactionManager(IdempotenceManager):
         as in Java's sender.
         """
         state = self._txn_state
-        if state is _State.ABORTING_TRANSACTION:
+        bump = self._abort_by_bump
+        if state is _State.ABORTING_TRANSACTION or (
+            # An abort that goes on as an epoch bump (_abort_by_epoch_bump).
+            state is _State.INITIALIZING and bump is not None and not bump.done()
+        ):
             error = self._last_error
             if error is None:
                 return TransactionAbortedError(
@@ -1637,6 +1641,10 @@ class TransactionManager(IdempotenceManager):
                 _fail(item.result, error_copy(self._last_error, fresh=True))
         head = self._pending[0] if self._pending else None
         if head is not None and head.kind is _Kind.INIT_PRODUCER_ID:
+            if head.epoch_bump and has_incomplete_batches:
+                # An abort by epoch bump ends the transaction as EndTxn does: not while a
+                # Produce of it is out (its retry would start the next transaction with it).
+                return None
             return head
         if self._new_partitions and self._txn_state in (
             _State.IN_TRANSACTION,

@@ -44,6 +44,7 @@ from aioproducer.errors import (
     SenderCrashedError,
     TopicAuthorizationFailedError,
     UnsupportedVersionError,
+    error_for_code,
 )
 from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
@@ -1532,6 +1533,16 @@ async def test_duplicate_sequence_number_counts_as_success() -> None:
 # ---- acks=0 -------------------------------------------------------------------------------------
 
 
+async def test_acks_zero_with_one_in_flight_leaves_the_partition_drainable() -> None:
+    h = Harness(linger_ms=0, acks=0, max_in_flight_requests_per_connection=1)
+    first = h.append(0, b"a")
+    h.step()
+    second = h.append(0, b"b")
+    h.step(h.now + 0.1)
+    assert first.done() and second.done(), "the partition stayed muted after an acks=0 send"
+    assert [r.values(0) for r in h.produce_requests(1)] == [[b"a"], [b"b"]]
+
+
 async def test_acks_zero_completes_batches_at_once_without_in_flight() -> None:
     h = Harness(acks=0, linger_ms=0)
     futures = [h.append(0, b"a"), h.append(0, b"b"), h.append(2, b"c")]
@@ -2232,6 +2243,32 @@ async def test_a_retried_head_out_of_order_after_an_unknown_outcome_is_not_resen
     assert identity(h.last_produce(1)) == (1000, 1, 0)
     await h.respond(h.last_produce(1), ok(0, 5))
     assert after.result().offset == 5
+
+
+async def test_an_abort_by_epoch_bump_waits_for_the_produce_requests_of_the_transaction() -> None:
+    # The coordinator lost the producer id: the abort bumps the epoch with InitProducerId.
+    # Sent while a Produce of the transaction was out, the retry of that batch went into the
+    # next transaction under the new epoch, and was committed with it.
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0)
+    old = h.append(0, b"from-the-aborted-transaction")
+    h.step()
+    request = h.last_produce(1)
+    txn.transition_to_abortable(error_for_code(49, "AddPartitionsToTxn"))
+    abort = txn.begin_abort()
+    h.step()
+    assert h.connections.all_sent(InitProducerIdRequest) == [], "the abort went with a Produce out"
+    await h.respond(request, error(0, NOT_LEADER_OR_FOLLOWER))
+    h.step()
+    assert isinstance(old.exception(), KafkaError)
+    (init,) = h.connections.all_sent(InitProducerIdRequest)
+    init.future.set_result(InitProducerIdResponse(0, NONE, 5000, 3))
+    h.sender.handle_responses(h.now)
+    assert abort.done() and abort.exception() is None
+    for _ in range(3):
+        h.step(h.now + 1.0)
+    assert h.produce_requests(1) == [request], "a batch of the aborted transaction went again"
+    assert h.memory_is_back()
 
 
 # ---- KIP-951 and KIP-219 ----------------------------------------------------------------------
