@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
@@ -246,6 +247,8 @@ class Sender:
             ``accumulator.offload_done``; None for a pool of worker threads. Used only for
             the batches the accumulator's ``offload_threshold`` picks.
         clock: the monotonic clock, in seconds.
+        rng: the random source of the retry backoff's jitter (seed one to replay a run
+            exactly, as the simulation in ``tests/sim`` does); None for a fresh one.
     """
 
     def __init__(
@@ -263,6 +266,7 @@ class Sender:
         on_fatal: Callable[[], None] | None = None,
         offload: Callable[[ProducerBatch], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self._config = config
         # Told how many records were dropped when the task is cancelled or destroyed
@@ -283,7 +287,9 @@ class Sender:
         retry_backoff_ms = min(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._backoff_base = retry_backoff_ms / 1000.0
         # Retries of a batch wait longer each time (KIP-580), plus or minus 20%.
-        self._retry_backoff = ExponentialBackoff(retry_backoff_ms, config.retry_backoff_max_ms)
+        self._retry_backoff = ExponentialBackoff(
+            retry_backoff_ms, config.retry_backoff_max_ms, rng=rng
+        )
         self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
         self._in_flight_batches = 0
         # Requests sent and not yet handled, in the order sent: (future, handler).
@@ -914,7 +920,7 @@ class Sender:
             return _MAX_POLL
         item = transactions.next_request(now, accumulator.has_incomplete())
         if item is None:
-            return transactions.time_to_next_request(now)
+            return transactions.time_to_next_request(now, accumulator.has_incomplete())
         return self._send_transactional(transactions, item, now)
 
     def _abort_undrained_batches(self, exc: KafkaError) -> None:

@@ -1606,9 +1606,19 @@ class TransactionManager(IdempotenceManager):
                 break
         self._pending.insert(index, item)
 
-    def time_to_next_request(self, now: float) -> float:
-        """Seconds until a backed-off request may go again (inf with nothing to send)."""
+    def time_to_next_request(self, now: float, has_incomplete_batches: bool = False) -> float:
+        """Seconds until a backed-off request may go again: inf with nothing to send, and
+        while the next request waits for the transaction's batches (the answers that
+        complete them wake the sender)."""
         if not self.has_pending_work() or self._in_flight is not None:
+            return float("inf")
+        head = self._pending[0] if self._pending else None
+        if (
+            has_incomplete_batches
+            and head is not None
+            and (head.kind is _Kind.END_TXN or head.epoch_bump)
+            and not self._new_partitions
+        ):
             return float("inf")
         return max(0.0, self._retry_at - now)
 

@@ -2245,6 +2245,21 @@ async def test_a_retried_head_out_of_order_after_an_unknown_outcome_is_not_resen
     assert after.result().offset == 5
 
 
+async def test_a_commit_waiting_for_its_batches_does_not_spin_the_sender() -> None:
+    # EndTxn waits for the Produce still out; the step must not ask to run again at once
+    # (a busy loop on the event loop until the answer): the answer wakes it.
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0)
+    h.append(0, b"a")
+    h.step()
+    txn.begin_commit()
+    assert h.step() > 0
+    assert h.connections.all_sent(EndTxnRequest) == []
+    await h.respond(h.last_produce(1), ok(0, 0))
+    h.step()
+    assert len(h.connections.all_sent(EndTxnRequest)) == 1
+
+
 async def test_an_abort_by_epoch_bump_waits_for_the_produce_requests_of_the_transaction() -> None:
     # The coordinator lost the producer id: the abort bumps the epoch with InitProducerId.
     # Sent while a Produce of the transaction was out, the retry of that batch went into the
