@@ -609,6 +609,10 @@ class Sender:
         delay = min(delay, accumulator.next_expiry() - now)
         if self._in_flight_batches:
             delay = min(delay, self._expire_in_flight(now) - now)
+        if self._awaiting:
+            # Every request out, not only Produce (Java's NetworkClient checks them all at
+            # each poll): a coordinator or metadata answer that never comes must fail its
+            # request at request_timeout_ms, or a commit would wait for it for good.
             self._connections.check_request_timeouts(now)
             delay = min(delay, self._request_timeout_ms / 1000.0 / 4)
         if now >= self._next_idle_check:

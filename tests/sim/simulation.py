@@ -134,7 +134,7 @@ class RunOptions:
     """Choices of the caller that are not drawn from the seed."""
 
     trace: bool = False
-    # Also lose answers to non-Produce requests (finds a hang: see the report).
+    # Also lose answers to coordinator and metadata requests (each must time out).
     lose_control_answers: bool = False
     # Restrict the modes drawn (None: any).
     modes: tuple[str, ...] | None = None

@@ -13,22 +13,28 @@ import pytest
 from tests.sim.runner import Result, failure_report, run_seed
 from tests.sim.simulation import RunOptions, Simulation
 
-#: Seeds the suite runs: SEED_CHUNKS chunks of CHUNK seeds (measured: see the report in
-#: the module docstring of tests.sim; about 25 ms a seed in plain Python).
+#: Seeds the suite runs: SEED_CHUNKS chunks of CHUNK seeds (about 20 ms a seed in plain
+#: Python; ``python -m tests.sim --seeds 100000`` is the long soak).
 CHUNK = 100
-SEED_CHUNKS = 30
+SEED_CHUNKS = 50
 
 
-@pytest.mark.parametrize("first", [chunk * CHUNK for chunk in range(SEED_CHUNKS)])
-def test_seeds(first: int) -> None:
+#: More chunks with the answers to coordinator and metadata requests lost too.
+LOST_ANSWER_CHUNKS = 10
+
+
+def _run_chunk(first: int, options: RunOptions | None = None) -> None:
     failing: list[Result] = []
     for seed in range(first, first + CHUNK):
-        result = run_seed(seed)
+        result = run_seed(seed, options)
         if not result.ok:
             failing.append(result)
     if failing:
         reports = [failure_report(result) for result in failing]
-        trace = run_seed(failing[0].seed, RunOptions(trace=True)).trace
+        traced = RunOptions(trace=True)
+        if options is not None:
+            traced.lose_control_answers = options.lose_control_answers
+        trace = run_seed(failing[0].seed, traced).trace
         pytest.fail(
             f"{len(failing)} of seeds {first}..{first + CHUNK - 1} fail:\n"
             + "\n".join(reports)
@@ -36,6 +42,16 @@ def test_seeds(first: int) -> None:
             + "\n".join(trace[-400:]),
             pytrace=False,
         )
+
+
+@pytest.mark.parametrize("first", [chunk * CHUNK for chunk in range(SEED_CHUNKS)])
+def test_seeds(first: int) -> None:
+    _run_chunk(first)
+
+
+@pytest.mark.parametrize("first", [chunk * CHUNK for chunk in range(LOST_ANSWER_CHUNKS)])
+def test_seeds_with_lost_coordinator_and_metadata_answers(first: int) -> None:
+    _run_chunk(first, RunOptions(lose_control_answers=True))
 
 
 def test_a_seed_replays_exactly() -> None:

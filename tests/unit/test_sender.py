@@ -2245,6 +2245,20 @@ async def test_a_retried_head_out_of_order_after_an_unknown_outcome_is_not_resen
     assert after.result().offset == 5
 
 
+async def test_a_coordinator_request_out_alone_has_its_timeout_checked() -> None:
+    # With no Produce out, an EndTxn whose answer never comes must still time out (Java's
+    # NetworkClient checks every request at each poll), or the commit waits for good.
+    txn = await transaction_in_progress([0])
+    h = Harness(transactions=txn, linger_ms=0)
+    txn.begin_commit()
+    h.step()
+    assert len(h.connections.all_sent(EndTxnRequest)) == 1
+    checks = len(h.connections.timeout_checks)
+    delay = h.step(h.now + 1.0)
+    assert len(h.connections.timeout_checks) > checks
+    assert delay <= h.config.request_timeout_ms / 1000.0
+
+
 async def test_a_commit_waiting_for_its_batches_does_not_spin_the_sender() -> None:
     # EndTxn waits for the Produce still out; the step must not ask to run again at once
     # (a busy loop on the event loop until the answer): the answer wakes it.
