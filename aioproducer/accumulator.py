@@ -1062,6 +1062,8 @@ class RecordAccumulator:
             self._loop,
         )
         part.delivery_deadline = batch.delivery_deadline
+        # The records of an attempt that may have been written may be in the log still.
+        part.maybe_written = batch.maybe_written
         part.split_from = batch
         part.full = True
         part.buffer_size = 0

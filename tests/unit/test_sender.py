@@ -2245,6 +2245,22 @@ async def test_a_retried_head_out_of_order_after_an_unknown_outcome_is_not_resen
     assert after.result().offset == 5
 
 
+async def test_the_parts_of_a_split_batch_keep_its_unknown_outcome() -> None:
+    # An attempt lost with its connection may be in the log: the parts of the batch, split
+    # later for being too large, may be too (they are not restarted under a new epoch).
+    h = Harness(idempotent=True, linger_ms=0, batch_size=1024)
+    await h.init_producer_id(1000)
+    await h.establish()
+    for value in [f"{i}".encode() * 150 for i in range(5)]:
+        h.append(0, value)
+    h.step()
+    await h.fail(h.last_produce(1), KafkaConnectionError("lost"))
+    h.step(h.now + 1.0)
+    await h.respond(h.last_produce(1), error(0, MESSAGE_TOO_LARGE))
+    parts = list(h.accumulator.deque_for((TOPIC, 0)))
+    assert len(parts) >= 2 and all(part.maybe_written for part in parts)
+
+
 async def test_a_coordinator_request_out_alone_has_its_timeout_checked() -> None:
     # With no Produce out, an EndTxn whose answer never comes must still time out (Java's
     # NetworkClient checks every request at each poll), or the commit waits for good.
