@@ -992,6 +992,9 @@ class TransactionManager(IdempotenceManager):
         self._partitions_in_transaction: set[TopicPartition] = set()
         self._pending_partitions: set[TopicPartition] = set()
         self._new_partitions: set[TopicPartition] = set()
+        # Partitions of an AddPartitionsToTxn that got no answer (its connection died, it
+        # timed out): the coordinator may have added them, and so have a transaction open.
+        self._unconfirmed_partitions: set[TopicPartition] = set()
         self._add_partitions_attempts = 0
         self._transaction_started = False
         self._retry_at = 0.0
@@ -1099,6 +1102,7 @@ class TransactionManager(IdempotenceManager):
         return bool(self._new_partitions) and self._txn_state in (
             _State.IN_TRANSACTION,
             _State.COMMITTING_TRANSACTION,
+            _State.ABORTING_TRANSACTION,
         )
 
     def undrained_batch_error(self) -> KafkaError | None:
@@ -1326,8 +1330,13 @@ class TransactionManager(IdempotenceManager):
         if reason is not None and self._last_error is None:
             self._last_error = reason
         self._transition(_State.ABORTING_TRANSACTION)
-        # Partitions never added need no adding now: their batches are dropped.
+        # Partitions never added need no adding now: their batches are dropped. Those the
+        # coordinator may have added without our knowing are added (again) first, so that
+        # the EndTxn that follows aborts what it has open (as Java's
+        # beginCompletingTransaction adds the new partitions before EndTxn).
         self._new_partitions.clear()
+        if not self._transaction_started:
+            self._new_partitions |= self._unconfirmed_partitions
         for item in [i for i in self._pending if i.kind is not _Kind.INIT_PRODUCER_ID]:
             self._pending.remove(item)
             _fail(
@@ -1362,6 +1371,8 @@ class TransactionManager(IdempotenceManager):
         self._completion = None
         self._partitions_in_transaction.clear()
         self._pending_partitions.clear()
+        # InitProducerId aborts whatever the coordinator has open.
+        self._unconfirmed_partitions.clear()
         self._transaction_started = False
         self.needs_producer_id = True
         self._transition(_State.INITIALIZING)
@@ -1659,6 +1670,7 @@ class TransactionManager(IdempotenceManager):
         if self._new_partitions and self._txn_state in (
             _State.IN_TRANSACTION,
             _State.COMMITTING_TRANSACTION,
+            _State.ABORTING_TRANSACTION,
         ):
             partitions = frozenset(self._new_partitions)
             self._new_partitions.clear()
@@ -1772,6 +1784,8 @@ class TransactionManager(IdempotenceManager):
             self._pending_partitions -= item.partitions
             if self._txn_state in (_State.IN_TRANSACTION, _State.COMMITTING_TRANSACTION):
                 self._new_partitions |= item.partitions
+            elif self._txn_state is _State.ABORTING_TRANSACTION:
+                self._new_partitions |= item.partitions & self._unconfirmed_partitions
             return
         if self._txn_state is not _State.FATAL_ERROR:
             self._enqueue(item, front=True)
@@ -1892,6 +1906,8 @@ class TransactionManager(IdempotenceManager):
                 return
             # The connection died or the request timed out: the coordinator may have moved.
             log.debug("%s failed, retrying: %s", item.describe(), exc)
+            if item.kind is _Kind.ADD_PARTITIONS:
+                self._unconfirmed_partitions |= item.partitions
             self._forget_coordinator(item)
             self._retry(item, now)
             return
@@ -1982,6 +1998,8 @@ class TransactionManager(IdempotenceManager):
     def _handle_add_partitions(
         self, item: TransactionalRequest, response: AddPartitionsToTxnResponse, now: float
     ) -> None:
+        # An answer, whatever it says, is what the coordinator did with these partitions.
+        self._unconfirmed_partitions -= item.partitions
         errors: dict[TopicPartition, int] = {}
         if response.error_code:
             errors = dict.fromkeys(item.partitions, response.error_code)
@@ -2154,6 +2172,7 @@ class TransactionManager(IdempotenceManager):
         self._partitions_in_transaction.clear()
         self._pending_partitions.clear()
         self._new_partitions.clear()
+        self._unconfirmed_partitions.clear()
         self._transaction_started = False
         self._completion = None
         self._transaction_v2 = self._next_transaction_v2

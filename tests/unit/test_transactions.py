@@ -19,6 +19,7 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
     ProducerFencedError,
+    RequestTimedOutError,
     TopicAuthorizationFailedError,
     TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
@@ -1379,3 +1380,32 @@ async def test_preparing_needs_an_open_transaction_with_nothing_underway(
     with pytest.raises(IllegalStateError, match="still underway"):
         harness.txn.prepare_transaction()
     assert harness.txn.state is State.IN_TRANSACTION
+
+
+async def test_an_abort_after_an_unanswered_add_partitions_adds_them_again_then_ends(
+    open_txn: Harness,
+) -> None:
+    # AddPartitionsToTxn timed out: the coordinator may have added the partition and have
+    # the transaction open. An abort that skipped EndTxn ("nothing was added") left it open:
+    # the next transaction's records then never went out. As Java's
+    # beginCompletingTransaction, the abort adds them again, then sends EndTxn(abort).
+    h = open_txn
+    h.txn.maybe_add_partition(("t", 0))
+    item, _ = h.expect(Kind.ADD_PARTITIONS)
+    h.txn.handle_response(item, None, RequestTimedOutError("no answer"), h.now)
+    h.txn.transition_to_abortable(KafkaError("a record expired"))
+    abort = h.txn.begin_abort()
+    h.wait_backoff()
+    h.find(Kind.ADD_PARTITIONS)
+    again, _ = h.expect(Kind.ADD_PARTITIONS)
+    assert again.partitions == frozenset({("t", 0)})
+    h.answer(again, add_partitions_response(again.partitions))
+    end, _ = h.expect(Kind.END_TXN)
+    assert not end.committed
+    h.answer(end, EndTxnResponse(0, 0))
+    assert abort.done() and abort.exception() is None
+    assert h.txn.state is State.READY
+    # The next transaction adds its partition as any other.
+    h.txn.begin_transaction()
+    h.add(("t", 0))
+    assert h.txn.may_drain(make_batch("t", 0), 1)
