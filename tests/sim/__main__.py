@@ -57,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         failures += 1
         for text in result.violations:
-            kinds[text.split(" ")[0] if text.startswith(("hang", "internal")) else _kind(text)] += 1
+            kinds[
+                text.split(" ")[0].rstrip(":")
+                if text.startswith(("hang", "internal"))
+                else _kind(text)
+            ] += 1
         print(failure_report(result, options))
         if failures == 1 and not traced and not args.quiet:
             options.trace = True
