@@ -326,6 +326,12 @@ class Producer:
         With a ``timeout`` (seconds), records still undelivered when it runs out fail with
         :class:`~aioproducer.errors.ProducerClosedError`. Calling close again is harmless.
 
+        A transactional producer closing with a transaction open (not prepared) aborts it:
+        EndTxn goes to the coordinator within the timeout. ``timeout=0`` sends nothing more,
+        as Java's ``close(Duration.ZERO)``: the transaction stays open until the coordinator
+        aborts it after ``transaction_timeout_ms``, or a new producer with the same
+        ``transactional_id`` starts.
+
         Raises:
             SenderCrashedError: the sender task had died of a fault it could not recover
                 from (its cause chained); the producer is closed all the same, and the

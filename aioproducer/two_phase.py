@@ -117,6 +117,9 @@ class _CoordinatorClient:
             config.retry_backoff_ms, config.retry_backoff_max_ms, jitter=0.0
         )
         self._brokers: dict[int, tuple[str, int]] = {}
+        # Requests that went out and got no answer (a lost connection, a timeout): the
+        # broker may have acted on them.
+        self.unanswered = 0
 
     async def close(self) -> None:
         await self._manager.close()
@@ -212,10 +215,14 @@ class _CoordinatorClient:
         attempts: int,
     ) -> tuple[_R, int]:
         while True:
+            sent = False
             try:
                 connection = await connect()
+                sent = True
                 return await self.request(connection, request, what), attempts
             except KafkaError as exc:
+                if sent:
+                    self.unanswered += 1
                 if not exc.retriable or time.monotonic() >= self.deadline:
                     raise
                 log.debug("%s: %s; retrying", what, exc)
@@ -239,9 +246,24 @@ def _config(
     return ProducerConfig.from_options(config, **options)
 
 
-def _completion_error(prepared: PreparedTransaction, commit: bool, code: int) -> KafkaError:
+def _completion_error(
+    prepared: PreparedTransaction, commit: bool, code: int, unanswered: bool
+) -> KafkaError:
     action = "commit" if commit else "abort"
     error = error_for_code(code)
+    if unanswered:
+        # The first EndTxn may have completed it (and, with transactions v2, bumped the
+        # epoch): the retry is then refused this very way.
+        error.args = (
+            f"cannot tell whether the prepared transaction of transactional id "
+            f"{prepared.transactional_id!r} (producer id {prepared.producer_id}, epoch "
+            f"{prepared.producer_epoch}) was {action}ed: an EndTxn({action}) sent earlier got "
+            f"no answer and may have completed it, and the retry was answered "
+            f"{error.error_name} (it is not open under that epoch any more). It may also "
+            "have been aborted by a newer producer with this transactional id or after "
+            "transaction_timeout_ms; a consumer reading committed data shows which",
+        )
+        return error
     error.args = (
         f"cannot {action} the prepared transaction of transactional id "
         f"{prepared.transactional_id!r} (producer id {prepared.producer_id}, epoch "
@@ -284,7 +306,9 @@ async def complete_prepared_transaction(
             coordinator no longer has the transaction open under that epoch: a newer
             producer with the transactional id started, or the coordinator aborted it
             after ``transaction_timeout_ms``, or it was completed with the other outcome.
-            The message says so; nothing was committed.
+            The message says so; nothing was committed, unless an earlier EndTxn of this
+            call went unanswered (it may have completed the transaction): the message then
+            says the outcome is unknown.
         RequestTimedOutError: no answer within ``timeout``; the outcome is unknown, and
             completing again (with the same outcome) is safe.
         KafkaConnectionError: no bootstrap server answered.
@@ -324,7 +348,7 @@ async def complete_prepared_transaction(
                 attempts = await client.backoff(attempts, what)
                 continue
             if code in _FENCED:
-                raise _completion_error(prepared, commit, code)
+                raise _completion_error(prepared, commit, code, client.unanswered > 0)
             raise error_for_code(code, where=what)
     finally:
         await client.close()
@@ -358,6 +382,21 @@ async def fetch_committed_offsets(
         KafkaError: the group coordinator refused (for example GROUP_AUTHORIZATION_FAILED).
         RequestTimedOutError: no answer within ``timeout``.
     """
+    found = await _fetch_committed(group_id, partitions, config=config, timeout=timeout, **options)
+    return {tp: offset for tp, (offset, _) in found.items()}
+
+
+async def _fetch_committed(
+    group_id: str,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    config: Mapping[str, Any] | ProducerConfig | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """As :func:`fetch_committed_offsets`, with the metadata committed with each offset:
+    ``{(topic, partition): (offset, metadata)}``, ``(-1, None)`` where nothing is
+    committed."""
     wanted: dict[str, list[int]] = {}
     for topic, partition in partitions:
         wanted.setdefault(topic, []).append(partition)
@@ -386,12 +425,12 @@ async def fetch_committed_offsets(
             if code:
                 raise error_for_code(code, where=what)
             found = {
-                (t.name, p.partition_index): p.committed_offset
+                (t.name, p.partition_index): (p.committed_offset, p.metadata)
                 for t in response.topics
                 for p in t.partitions
             }
             return {
-                (topic, p): found.get((topic, p), -1)
+                (topic, p): found.get((topic, p), (-1, None))
                 for topic, indexes in wanted.items()
                 for p in indexes
             }

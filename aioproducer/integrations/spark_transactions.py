@@ -41,17 +41,21 @@ driver aborts its transaction.
 
 Streaming queries also make a replayed micro-batch harmless. Each task's transaction
 commits, with the data, the offset ``batch id + 1`` of partition 0 of the marker topic in
-the consumer group ``<prefix>-<Spark partition id>`` (TxnOffsetCommit). A task first reads
-that offset back (OffsetFetch, stable offsets only): a batch its partition already committed
-(the driver committed it but the query stopped before Spark recorded the batch as done) is
-not written again. The transactional ids are the same for every micro-batch (one marker
-group per Spark partition, whatever the attempt), and a restarted query uses them again, so
-its tasks abort what a crashed run left open.
+the consumer group ``<prefix>-<Spark partition id>`` (TxnOffsetCommit), its metadata naming
+the query (``sql.streaming.queryId``) and the digest of the partition's rows. A task first
+reads that offset back (OffsetFetch, stable offsets only): a batch its partition already
+committed (the driver committed it but the query stopped before Spark recorded the batch as
+done) is not written again, if the marker is this query's and its rows are the same (else
+the task fails: the replay is split otherwise). Before committing a micro-batch, the driver
+puts its layout on record (:func:`_record_batch`), and refuses a replay split otherwise. The
+transactional ids are the same for every micro-batch (one marker group per Spark partition,
+whatever the attempt), and a restarted query uses them again, so its tasks abort what a
+crashed run left open.
 
 The prefix is the ``transactional.id.prefix`` option. Without it, a batch write makes a
-unique one (``aioproducer-spark-<random>``), and a streaming query derives one from its
-``checkpointLocation`` option (so a restart from the checkpoint finds its ids again);
-a streaming query needs one of the two. The marker topic is the ``topic`` option, or the
+unique one (``aioproducer-spark-<random>``), and a streaming query's tasks derive one from
+the query's id, which Spark keeps in the checkpoint (so a restart finds its ids again,
+however the checkpoint's path is spelled). The marker topic is the ``topic`` option, or the
 ``transactional.marker.topic`` option when rows name their topic.
 
 Limits (see the docs page "Delivery guarantees of the Spark sink"):
@@ -71,24 +75,26 @@ Limits (see the docs page "Delivery guarantees of the Spark sink"):
 - A batch write whose driver commit fails part-way (one transaction committed, another
   timed out) is written in part; a streaming micro-batch in that case is completed by
   the replay after a restart, thanks to the markers.
-- A replayed micro-batch must put the same rows in the same Spark partitions (a
-  deterministic source and plan, which Spark's checkpoints assume too).
+- A replayed micro-batch whose commit had begun must put the same rows in the same Spark
+  partitions, or it is refused (nothing is lost or written twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from aioproducer import BatchResults, Producer, ProducerConfig
-from aioproducer.errors import ConfigurationError, KafkaError
+from aioproducer.errors import ConfigurationError, IllegalStateError, KafkaError
 from aioproducer.integrations.spark import (
     KafkaBatchWriter,
     KafkaCommitMessage,
@@ -107,8 +113,8 @@ from aioproducer.integrations.spark import (
 from aioproducer.metadata import validate_topic
 from aioproducer.transactions import PreparedTransaction
 from aioproducer.two_phase import (
+    _fetch_committed,
     complete_prepared_transaction,
-    fetch_committed_offsets,
     list_transactions,
 )
 
@@ -139,6 +145,9 @@ _EXACTLY_ONCE_ONLY = ("transactional.id.prefix", "transactional.marker.topic")
 
 # The local property Spark's micro-batch execution sets to the batch id for its tasks.
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
+# The local property Spark's streaming execution sets to the query's id: kept in the
+# checkpoint, so the same for every run of a query, and new after a checkpoint is deleted.
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:
@@ -203,25 +212,97 @@ class TransactionalCommitMessage(KafkaCommitMessage):
             nothing was written again.
         attempt: the task's attempt number; the driver aborts what the attempts before it
             left open.
+        prefix: the transactional id prefix the task used (streaming: derived from the
+            query's id unless given); None for a batch write, whose driver chose it.
+        query_id: the streaming query's id (None for a batch write).
+        digest: a streaming task's digest of its partition's input rows (see
+            :class:`_InputDigest`), written or not.
     """
 
     prepared: PreparedTransaction | None = None
     already_written: bool = False
     attempt: int = 0
+    prefix: str | None = None
+    query_id: str | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
 class _Marker:
     """The offset that records, inside a task's transaction, that a micro-batch's
-    partition was written: ``offset`` (batch id + 1) of ``topic``-0 in ``group``."""
+    partition was written: ``offset`` (batch id + 1) of ``topic``-0 in ``group``, with
+    metadata naming the query that wrote it and the digest of the rows it covered."""
 
     group: str
     topic: str
     offset: int
+    query_id: str
 
     @property
     def partition(self) -> tuple[str, int]:
         return (self.topic, 0)
+
+    def metadata(self, digest: str) -> str:
+        return json.dumps(
+            {"query": self.query_id, "batch": self.offset - 1, "rows": digest},
+            separators=(",", ":"),
+        )
+
+
+def _read_metadata(text: str | None) -> dict[str, Any] | None:
+    """The fields of a marker's (or batch record's) metadata; None for anything else (no
+    metadata, or a marker written before markers named their query)."""
+    if not text:
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) and isinstance(fields.get("query"), str) else None
+
+
+def _as_bytes(value: Any) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    return repr(value).encode()
+
+
+class _InputDigest:
+    """An order-independent digest of a partition's input rows: how many, and the sum of
+    each row's CRC-32 of its topic, key and value columns. A replayed micro-batch whose
+    partition holds the same rows has the same digest, in whatever order they come."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.total = 0
+
+    def add(self, columns: Mapping[str, list[Any]]) -> None:
+        values = columns["value"]
+        keys = columns.get("key")
+        topics = columns.get("topic")
+        total = self.total
+        for index, value in enumerate(values):
+            crc = zlib.crc32(_as_bytes(value))
+            if keys is not None:
+                crc = zlib.crc32(b"\x00" + _as_bytes(keys[index]), crc)
+            if topics is not None:
+                crc = zlib.crc32(b"\x00" + _as_bytes(topics[index]), crc)
+            total += crc
+        self.total = total % (1 << 64)
+        self.rows += len(values)
+
+    def __str__(self) -> str:
+        return f"{self.rows}:{self.total:016x}"
+
+
+def _derived_prefix(query_id: str) -> str:
+    """A streaming query's prefix when none is given: from its id, which its checkpoint
+    keeps (however the checkpoint's path is spelled), and which a new checkpoint renews."""
+    return f"aioproducer-spark-{hashlib.sha256(query_id.encode()).hexdigest()[:20]}"
 
 
 def _transactional_id(prefix: str, partition: int, attempt: int) -> str:
@@ -267,13 +348,17 @@ async def _produce_prepared(
     transactional_id: str,
     marker: _Marker | None,
     earlier_attempts: list[str] | None = None,
+    digest: _InputDigest | None = None,
 ) -> tuple[PreparedTransaction | None, int, bool]:
     """Send every chunk in one transaction under ``transactional_id`` and prepare it:
     (the prepared transaction, records sent, already written). An empty partition needs
-    no transaction; a micro-batch partition whose ``marker`` is committed already is not
-    written again; an empty micro-batch partition still starts the producer, to abort what
-    a crashed run left open under its transactional id."""
+    no transaction; a micro-batch partition whose ``marker`` is committed already, by the
+    same query, is not written again (its rows must be the ones that marker covered); an
+    empty micro-batch partition still starts the producer, to abort what a crashed run left
+    open under its transactional id. ``digest`` takes every row of the partition."""
     position = 0
+    if marker is not None and digest is None:
+        digest = _InputDigest()
     if earlier_attempts:
         # A retry: abort what the failed attempts left open now, rather than have
         # consumers reading committed data wait for the driver's commit.
@@ -289,10 +374,35 @@ async def _produce_prepared(
         await producer.start()
         try:
             if marker is not None:
-                committed = await fetch_committed_offsets(
+                assert digest is not None
+                committed = await _fetch_committed(
                     marker.group, [marker.partition], config=producer.config
                 )
-                if committed[marker.partition] >= marker.offset:
+                offset, metadata = committed[marker.partition]
+                recorded = _read_metadata(metadata)
+                if (
+                    recorded is not None
+                    and recorded["query"] == marker.query_id
+                    and offset >= marker.offset
+                ):
+                    if offset == marker.offset:
+                        # The replay of the micro-batch that marker recorded: only the
+                        # same rows may be skipped (a replay split into partitions another
+                        # way would lose rows here, or write others twice).
+                        for columns in _prepend(first, chunks) if first is not None else ():
+                            digest.add(columns)
+                        if str(digest) != recorded.get("rows"):
+                            raise IllegalStateError(
+                                f"micro-batch {marker.offset - 1} is replayed with other rows "
+                                f"in Spark partition {marker.group.rsplit('-', 1)[-1]} "
+                                f"than the run that committed it (rows:digest "
+                                f"{digest} now, {recorded.get('rows')} then): its source "
+                                "or plan split it into partitions differently (a file "
+                                "source after a change of spark.default.parallelism or of "
+                                "the cores, say). Writing it could lose rows or write them "
+                                "twice: restart the query with the partitioning of the run "
+                                "that committed it"
+                            )
                     log.info(
                         "transactional id %r: micro-batch %d was committed already; not "
                         "writing it again",
@@ -308,6 +418,8 @@ async def _produce_prepared(
             sent = 0
             pending: deque[BatchResults] = deque()
             for columns in _prepend(first, chunks):
+                if digest is not None:
+                    digest.add(columns)
                 topic, items = _items(layout, sink.topic, columns)
                 if not items:
                     continue
@@ -321,13 +433,17 @@ async def _produce_prepared(
             while pending:
                 await pending.popleft()
             if marker is not None:
+                assert digest is not None
                 await producer.send_offsets_to_transaction(
-                    {marker.partition: marker.offset}, marker.group
+                    {marker.partition: (marker.offset, marker.metadata(str(digest)))},
+                    marker.group,
                 )
             prepared = await producer.prepare_transaction()
         except BaseException:
-            # Closing aborts the open (not yet prepared) transaction.
-            await producer.close(timeout=0)
+            # A close that may wait aborts the open (not yet prepared) transaction with
+            # EndTxn; close(timeout=0) would leave it open until transaction.timeout.ms,
+            # holding back consumers reading committed data.
+            await producer.close(timeout=producer.config.request_timeout_ms / 1000.0)
             raise
         await producer.close()
         return prepared, sent, False
@@ -542,17 +658,6 @@ class TransactionalStreamWriter(KafkaStreamWriter):
 
     def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
         super().__init__(sink, layout)
-        prefix = sink.transactional_id_prefix
-        if prefix is None:
-            location = sink.checkpoint_location
-            if location is None:
-                raise ConfigurationError(
-                    "a streaming query with delivery.guarantee exactly_once needs option "
-                    "'transactional.id.prefix' (the same for every run of the query) or a "
-                    "'checkpointLocation' option to derive it from"
-                )
-            digest = hashlib.sha256(location.encode()).hexdigest()[:20]
-            prefix = f"aioproducer-spark-{digest}"
         marker = sink.marker_topic or sink.topic
         if marker is None:
             raise ConfigurationError(
@@ -561,7 +666,8 @@ class TransactionalStreamWriter(KafkaStreamWriter):
                 "the 'topic' option, or 'transactional.marker.topic' when rows name their "
                 "topic"
             )
-        self.prefix = prefix
+        # None: each task derives it from the query's id (see _derived_prefix).
+        self.prefix = sink.transactional_id_prefix
         self.marker_topic = marker
 
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
@@ -569,37 +675,125 @@ class TransactionalStreamWriter(KafkaStreamWriter):
         and prepare it; a micro-batch this partition committed already is skipped."""
         context = _task_context()
         batch = context.getLocalProperty(_BATCH_ID_PROPERTY) if context is not None else None
-        if batch is None:
+        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY) if context is not None else None
+        if batch is None or query_id is None:
             raise ConfigurationError(
-                f"no micro-batch id in the task (Spark local property {_BATCH_ID_PROPERTY}); "
-                "exactly once needs a micro-batch trigger, not continuous processing"
+                f"no micro-batch or query id in the task (Spark local properties "
+                f"{_BATCH_ID_PROPERTY}, {_QUERY_ID_PROPERTY}); exactly once needs a "
+                "micro-batch trigger, not continuous processing"
             )
+        prefix = self.prefix or _derived_prefix(query_id)
         partition = _partition_id()
         attempt = _attempt_number()
         # One marker group per Spark partition, whatever the attempt.
-        marker = _Marker(f"{self.prefix}-{partition}", self.marker_topic, int(batch) + 1)
+        marker = _Marker(f"{prefix}-{partition}", self.marker_topic, int(batch) + 1, query_id)
+        digest = _InputDigest()
         prepared, records, already = _run(
             _produce_prepared(
                 self.sink,
                 self.layout,
                 _chunks(self.layout, iterator),
-                _transactional_id(self.prefix, partition, attempt),
+                _transactional_id(prefix, partition, attempt),
                 marker,
-                _earlier_attempts(self.prefix, partition, attempt),
+                _earlier_attempts(prefix, partition, attempt),
+                digest,
             )
         )
-        return TransactionalCommitMessage(partition, records, prepared, already, attempt)
+        return TransactionalCommitMessage(
+            partition, records, prepared, already, attempt, prefix, query_id, str(digest)
+        )
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        """Commit every task's transaction of the micro-batch.
+        """Commit every task's transaction of the micro-batch, once the batch's layout is
+        on record (see :func:`_record_batch`).
 
         Raises:
             KafkaError: a transaction could not be committed: the micro-batch fails, and
                 runs again when the query restarts (partitions committed already are not
                 written twice).
+            IllegalStateError: the micro-batch is a replay split into partitions otherwise
+                than the run that began committing it: nothing is committed.
         """
-        _commit(self.sink, self.prefix, messages, f"micro-batch {batchId}")
+        prefix, query_id = _query_of(messages, self.prefix)
+        what = f"micro-batch {batchId}"
+        if prefix is None or query_id is None:
+            return
+        try:
+            _run(_record_batch(self.sink, prefix, self.marker_topic, query_id, batchId, messages))
+        except BaseException:
+            _abort(self.sink, prefix, messages, f"{what}, refused")
+            raise
+        _commit(self.sink, prefix, messages, what)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         """Abort every task's transaction of the failed micro-batch."""
-        _abort(self.sink, self.prefix, messages, f"the failed micro-batch {batchId}")
+        prefix, _ = _query_of(messages, self.prefix)
+        if prefix is None:
+            return  # no task got as far as its transactional id
+        _abort(self.sink, prefix, messages, f"the failed micro-batch {batchId}")
+
+
+def _query_of(messages: list[Any], prefix: str | None) -> tuple[str | None, str | None]:
+    """The prefix and query id the tasks of a micro-batch used."""
+    query_id = None
+    for message in messages:
+        if isinstance(message, TransactionalCommitMessage) and message.query_id is not None:
+            query_id = message.query_id
+            prefix = prefix or message.prefix
+            break
+    return prefix, query_id
+
+
+def _layout(messages: list[Any]) -> str:
+    """The partitions of a micro-batch and the digest of each one's rows, in one string."""
+    parts = sorted(
+        (m.partition_id, m.digest or "")
+        for m in messages
+        if isinstance(m, TransactionalCommitMessage)
+    )
+    text = ";".join(f"{partition}={digest}" for partition, digest in parts)
+    return f"{len(parts)}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+
+
+async def _record_batch(
+    sink: SinkOptions,
+    prefix: str,
+    topic: str,
+    query_id: str,
+    batch: int,
+    messages: list[Any],
+) -> None:
+    """Before the first transaction of a micro-batch is committed, put on record (the
+    offset ``batch + 1`` of ``topic``-0 in group ``<prefix>-batches``, committed in a
+    transaction of its own) how the micro-batch was split: how many partitions, and the
+    digest of each one's rows. A replay of a micro-batch found on record must be split the
+    same way, or nothing of it is committed: some of its partitions may be committed
+    already, and markers are per partition (a replay with fewer partitions would never
+    consult the markers of the others)."""
+    group = f"{prefix}-batches"
+    layout = _layout(messages)
+    config = _completion_config(sink)
+    committed = await _fetch_committed(group, [(topic, 0)], config=config)
+    offset, metadata = committed[(topic, 0)]
+    recorded = _read_metadata(metadata)
+    if recorded is not None and recorded["query"] == query_id and offset == batch + 1:
+        if recorded.get("layout") != layout:
+            raise IllegalStateError(
+                f"micro-batch {batch} is replayed split into partitions otherwise than the run "
+                f"that began committing it (partitions:digest {layout} now, "
+                f"{recorded.get('layout')} then): part of it may be committed, and writing "
+                "it again could lose rows or write them twice. Nothing of it was committed "
+                "now: restart the query with the partitioning of the earlier run (the same "
+                "spark.default.parallelism, cores and source options)"
+            )
+        return
+    record = json.dumps(
+        {"query": query_id, "batch": batch, "layout": layout}, separators=(",", ":")
+    )
+    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({(topic, 0): (batch + 1, record)}, group)
+    finally:
+        await producer.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -223,22 +224,27 @@ def _run_query(args: list[str], env: dict[str, str], log: Path) -> subprocess.Po
         )
 
 
-def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_restart(
-    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
-) -> None:
-    topic = new_topic(kafka, partitions=3)
-    files, per_file = 4, 3000
-    source = tmp_path / "input"
-    source.mkdir()
-    for number in range(files):
+def _input_files(source: Path, first: int, files: int, per_file: int) -> None:
+    """JSON files of ids, one micro-batch each: ids ``first * per_file`` on."""
+    source.mkdir(exist_ok=True)
+    for number in range(first, first + files):
         lines = (json.dumps({"id": number * per_file + i}) for i in range(per_file))
         (source / f"part-{number}.json").write_text("\n".join(lines) + "\n")
-    args = [str(source), str(tmp_path / "checkpoint"), topic, kafka.bootstrap_servers]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop(CRASH_FLAG, None)
-    log = tmp_path / "query.log"
-    flag = tmp_path / "crashed"
 
+
+def _run_to_end(args: list[str], env: dict[str, str], log: Path) -> int:
+    query = _run_query(args, env, log)
+    try:
+        return query.wait(_QUERY_HANG)
+    finally:
+        if query.poll() is None:
+            os.killpg(query.pid, signal.SIGKILL)
+            query.wait()
+
+
+def _crash_while_committing(args: list[str], env: dict[str, str], log: Path, flag: Path) -> None:
+    """Run the query until its driver committed one partition of micro-batch 1, then kill
+    it (see tests.support.spark_crash)."""
     first = _run_query(args, {**env, CRASH_FLAG: str(flag)}, log)
     try:
         deadline = time.monotonic() + _QUERY_HANG
@@ -249,13 +255,42 @@ def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_r
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
 
-    restarted = _run_query(args, env, log)
-    try:
-        assert restarted.wait(_QUERY_HANG) == 0, log.read_text()[-3000:]
-    finally:
-        if restarted.poll() is None:
-            os.killpg(restarted.pid, signal.SIGKILL)
-            restarted.wait()
+
+def _query_env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(CRASH_FLAG, None)
+    return env
+
+
+def _committed_values(kafka: KafkaBroker, topic: str, expected: int) -> collections.Counter[int]:
+    records = read_back(
+        kafka.bootstrap_servers,
+        topic,
+        expected=expected,
+        isolation_level="read_committed",
+        extra_wait=1.0,
+        timeout=120.0,
+    )
+    return collections.Counter(int(r.value) for r in records if r.value is not None)
+
+
+def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_restart(
+    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    topic = new_topic(kafka, partitions=3)
+    files, per_file = 4, 3000
+    source = tmp_path / "input"
+    _input_files(source, 0, files, per_file)
+    checkpoint = tmp_path / "checkpoint"
+    args = [str(source), str(checkpoint), topic, kafka.bootstrap_servers]
+    env = _query_env()
+    log = tmp_path / "query.log"
+    _crash_while_committing(args, env, log, tmp_path / "crashed")
+
+    # The same checkpoint, spelled otherwise: the same query (its id is in the checkpoint),
+    # so its markers are found and the replay writes nothing twice.
+    respelled = [str(source), f"file://{checkpoint}/", topic, kafka.bootstrap_servers]
+    assert _run_to_end(respelled, env, log) == 0, log.read_text()[-3000:]
     total = files * per_file
     records = read_back(
         kafka.bootstrap_servers,
@@ -279,6 +314,63 @@ def test_a_streaming_query_killed_while_committing_writes_every_row_once_after_r
     for key, ids in by_key.items():
         assert ids == sorted(ids), f"key {key!r} is out of order"
         assert all(i % KEYS == int(key) for i in ids)
+
+
+def test_a_query_started_again_after_its_checkpoint_was_deleted_writes_its_rows(
+    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    # A new checkpoint is a new query (a new id): the markers the old one left under the
+    # same prefix and path must not make it skip its micro-batches 0 and 1.
+    topic = new_topic(kafka, partitions=3)
+    per_file = 300
+    first_input, second_input = tmp_path / "first", tmp_path / "second"
+    _input_files(first_input, 0, 3, per_file)
+    _input_files(second_input, 3, 2, per_file)
+    checkpoint = tmp_path / "checkpoint"
+    prefix = f"orders-{uuid.uuid4().hex[:8]}"
+    env = _query_env()
+    log = tmp_path / "query.log"
+    first = [str(first_input), str(checkpoint), topic, kafka.bootstrap_servers, "3", prefix]
+    assert _run_to_end(first, env, log) == 0, log.read_text()[-3000:]
+    shutil.rmtree(checkpoint)
+    second = [str(second_input), str(checkpoint), topic, kafka.bootstrap_servers, "3", prefix]
+    assert _run_to_end(second, env, log) == 0, log.read_text()[-3000:]
+    committed = _committed_values(kafka, topic, 5 * per_file)
+    assert set(committed) == set(range(5 * per_file)), (
+        f"{5 * per_file - len(committed)} rows never reached Kafka"
+    )
+    assert max(committed.values()) == 1
+
+
+def test_a_replay_split_otherwise_fails_loudly_and_writes_nothing_twice(
+    kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    # Micro-batch 1 is committed in part by a run with 3 Spark partitions; the restart
+    # splits it into 2 (as a file source does after a change of parallelism). The markers
+    # are per partition: skipping or writing by them would lose rows or write them twice.
+    topic = new_topic(kafka, partitions=3)
+    files, per_file = 3, 700
+    source = tmp_path / "input"
+    _input_files(source, 0, files, per_file)
+    checkpoint = str(tmp_path / "checkpoint")
+    env = _query_env()
+    log = tmp_path / "query.log"
+    three = [str(source), checkpoint, topic, kafka.bootstrap_servers, "3"]
+    _crash_while_committing(three, env, log, tmp_path / "crashed")
+    mark = len(log.read_text())
+
+    two = [str(source), checkpoint, topic, kafka.bootstrap_servers, "2"]
+    assert _run_to_end(two, env, log) != 0, "the replay split otherwise was written"
+    refused = log.read_text()[mark:]
+    assert "replayed" in refused and "partition" in refused, refused[-3000:]
+    partial = _committed_values(kafka, topic, per_file)
+    assert max(partial.values()) == 1, "a row was committed twice"
+
+    # Restarted with the partitioning of the run that began committing it, it completes.
+    assert _run_to_end(three, env, log) == 0, log.read_text()[-3000:]
+    committed = _committed_values(kafka, topic, files * per_file)
+    assert set(committed) == set(range(files * per_file))
+    assert max(committed.values()) == 1
 
 
 def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewTopic) -> None:
@@ -424,7 +516,7 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
     writer = TransactionalStreamWriter(sink, layout)
 
     def prepare(partition: int, attempt: int, chunks: Iterator[Any], batch: int) -> Any:
-        marker = _Marker(f"{prefix}-{partition}", topic, batch + 1)
+        marker = _Marker(f"{prefix}-{partition}", topic, batch + 1, "query-id")
         return asyncio.run(
             _produce_prepared(
                 sink,
@@ -462,7 +554,8 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
     # Left by an earlier run of the query, which had a Spark partition 5.
     prepare(5, 0, iter([{"value": [b"dropped"]}]), batch=3)
     prepared, records, _ = prepare(0, 0, kept_attempt(), batch=4)
-    writer.commit([TransactionalCommitMessage(0, records, prepared, attempt=0)], 4)
+    message = TransactionalCommitMessage(0, records, prepared, query_id="query-id", digest="3:0")
+    writer.commit([message], 4)
 
     open_now = {
         t.transactional_id

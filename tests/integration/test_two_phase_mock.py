@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from aioproducer import PreparedTransaction, Producer, complete_prepared_transaction
-from aioproducer.errors import TransactionalIdAuthorizationFailedError
+from aioproducer.errors import ProducerFencedError, TransactionalIdAuthorizationFailedError
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -72,3 +72,26 @@ def test_completion_raises_an_error_that_will_not_go_away(tracked: MockCluster) 
             )
         )
     assert _end_txn_requests(tracked) == 1
+
+
+def test_a_refusal_after_an_unanswered_end_txn_says_the_outcome_is_unknown(
+    tracked: MockCluster,
+) -> None:
+    # The first EndTxn is answered only after request_timeout_ms (it may have committed);
+    # the retry is refused as fenced, which is what a retry after a commit that bumped the
+    # epoch would get: the error must not say that nothing was committed.
+    prepared = asyncio.run(_prepare(tracked))
+    tracked.coordinator_set("transaction", prepared.transactional_id, 1)
+    tracked.broker_push_request_error_rtts(
+        1, ApiKey.END_TXN, [(0, 1500), (ErrorCode.PRODUCER_FENCED, 0)]
+    )
+    with pytest.raises(ProducerFencedError, match="cannot tell whether"):
+        asyncio.run(
+            complete_prepared_transaction(
+                prepared,
+                bootstrap_servers=tracked.bootstrap_servers,
+                request_timeout_ms=1000,
+                retry_backoff_ms=10,
+            )
+        )
+    assert _end_txn_requests(tracked) == 2

@@ -11,6 +11,11 @@ commits the transaction of one partition only, creates that file and stops there
 its parent process dies): the test then kills the query, which leaves micro-batch 1 partly
 committed in Kafka and not recorded as done in the checkpoint. Run again without it, the
 query replays micro-batch 1.
+
+Two more arguments may follow: how many Spark partitions the rows are split into (3 by
+default; a restart with another number replays a micro-batch split otherwise, as a file
+source does after a change of parallelism), and a ``transactional.id.prefix`` (``-``, the
+default, for the one derived from the query's id).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from aioproducer.integrations.spark_transactions import (
     TransactionalCommitMessage,
     TransactionalStreamWriter,
     _complete_all,
+    _query_of,
+    _record_batch,
 )
 
 CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
@@ -43,8 +50,12 @@ class _CrashingStreamWriter(TransactionalStreamWriter):
         prepared = [
             m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared
         ]
-        # One partition's transaction is committed, then the driver "dies": before the
-        # sweep of a full commit, so the others stay open for the restarted query.
+        # As the real commit: the micro-batch's layout goes on record first. Then one
+        # partition's transaction is committed, and the driver "dies": before the sweep of
+        # a full commit, so the others stay open for the restarted query.
+        prefix, query_id = _query_of(messages, self.prefix)
+        assert prefix is not None and query_id is not None
+        _run(_record_batch(self.sink, prefix, self.marker_topic, query_id, batchId, messages))
         failures = _run(_complete_all(self.sink, prepared[:1], True, f"micro-batch {batchId}"))
         assert not failures, failures
         Path(flag).write_text(str(prepared[0].partition_id))
@@ -68,7 +79,14 @@ class CrashingDataSource(KafkaDataSource):
         return _CrashingStreamWriter(sink, layout)
 
 
-def main(input_dir: str, checkpoint: str, topic: str, bootstrap: str) -> None:
+def main(
+    input_dir: str,
+    checkpoint: str,
+    topic: str,
+    bootstrap: str,
+    partitions: str = "3",
+    prefix: str = "-",
+) -> None:
     from pyspark.sql.types import LongType, StructField, StructType
 
     from tests.support.spark import local_spark
@@ -81,10 +99,13 @@ def main(input_dir: str, checkpoint: str, topic: str, bootstrap: str) -> None:
             .option("maxFilesPerTrigger", 1)
             .json(input_dir)
             .selectExpr(f"CAST(id % {KEYS} AS STRING) AS key", "CAST(id AS STRING) AS value")
-            .repartition(3, "key")
+            .repartition(int(partitions), "key")
         )
+        writer = rows.writeStream.format("aioproducer_crash")
+        if prefix != "-":
+            writer = writer.option("transactional.id.prefix", prefix)
         query = (
-            rows.writeStream.format("aioproducer_crash")
+            writer
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", topic)
             .option("delivery.guarantee", "exactly_once")
@@ -96,4 +117,4 @@ def main(input_dir: str, checkpoint: str, topic: str, bootstrap: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:7])

@@ -17,6 +17,12 @@ from aioproducer.integrations.spark_transactions import (
     TransactionalBatchWriter,
     TransactionalCommitMessage,
     TransactionalStreamWriter,
+    _derived_prefix,
+    _InputDigest,
+    _layout,
+    _Marker,
+    _query_of,
+    _read_metadata,
 )
 
 LAYOUT = _Layout(
@@ -88,20 +94,18 @@ def test_a_batch_write_gets_a_prefix_of_its_own_unless_one_is_given() -> None:
     assert TransactionalBatchWriter(given, LAYOUT).prefix == "orders"
 
 
-def test_a_streaming_query_finds_its_prefix_again_from_its_checkpoint() -> None:
-    options = {"delivery.guarantee": "exactly_once", "checkpointLocation": "/checkpoints/q"}
-    first = TransactionalStreamWriter(parse(**options), LAYOUT)
-    again = TransactionalStreamWriter(parse(**options), LAYOUT)
-    other = TransactionalStreamWriter(
-        parse(**{**options, "checkpointLocation": "/checkpoints/other"}), LAYOUT
-    )
-    assert first.prefix == again.prefix != other.prefix
-    assert first.marker_topic == "t"
+def test_a_streaming_query_derives_its_prefix_from_its_query_id() -> None:
+    # Spark keeps the query id in the checkpoint: the same however the checkpoint's path
+    # is spelled, and new once the checkpoint is deleted.
+    assert _derived_prefix("q-1") == _derived_prefix("q-1") != _derived_prefix("q-2")
+    assert _derived_prefix("q-1").startswith("aioproducer-spark-")
+    writer = TransactionalStreamWriter(parse(**{"delivery.guarantee": "exactly_once"}), LAYOUT)
+    assert writer.prefix is None and writer.marker_topic == "t"
+    given = parse(**{"delivery.guarantee": "exactly_once", "transactional.id.prefix": "orders"})
+    assert TransactionalStreamWriter(given, LAYOUT).prefix == "orders"
 
 
-def test_a_streaming_query_needs_a_prefix_and_a_marker_topic() -> None:
-    with pytest.raises(ConfigurationError, match=r"transactional\.id\.prefix"):
-        TransactionalStreamWriter(parse(**{"delivery.guarantee": "exactly_once"}), LAYOUT)
+def test_a_streaming_query_needs_a_marker_topic() -> None:
     no_topic = SinkOptions.parse(
         {
             "kafka.bootstrap.servers": "k:9092",
@@ -111,6 +115,43 @@ def test_a_streaming_query_needs_a_prefix_and_a_marker_topic() -> None:
     )
     with pytest.raises(ConfigurationError, match=r"transactional\.marker\.topic"):
         TransactionalStreamWriter(no_topic, LAYOUT)
+
+
+def test_the_input_digest_counts_the_rows_whatever_their_order() -> None:
+    rows = [(b"k1", b"a"), (b"k2", b"b"), (None, b"c")]
+
+    def digest(ordered: list[tuple[bytes | None, bytes]], chunk: int) -> str:
+        result = _InputDigest()
+        for start in range(0, len(ordered), chunk):
+            part = ordered[start : start + chunk]
+            result.add({"key": [k for k, _ in part], "value": [v for _, v in part]})
+        return str(result)
+
+    assert digest(rows, 3) == digest(list(reversed(rows)), 1)
+    assert digest(rows, 3) != digest(rows[:2], 3)
+    assert digest(rows, 3) != digest([(b"k1", b"b"), (b"k2", b"a"), (None, b"c")], 3)
+    assert digest(rows, 3).startswith("3:")
+
+
+def test_a_marker_names_its_query_and_only_such_markers_are_read() -> None:
+    marker = _Marker("p-0", "t", 5, "query-1")
+    fields = _read_metadata(marker.metadata("3:00ff"))
+    assert fields == {"query": "query-1", "batch": 4, "rows": "3:00ff"}
+    # Markers of earlier versions carried no metadata: they name no query.
+    assert _read_metadata("") is None and _read_metadata(None) is None
+    assert _read_metadata("not json") is None and _read_metadata('{"batch": 4}') is None
+
+
+def test_a_batch_layout_is_its_partitions_and_their_digests() -> None:
+    def message(partition: int, digest: str) -> TransactionalCommitMessage:
+        return TransactionalCommitMessage(partition, 1, digest=digest, query_id="q", prefix="p")
+
+    two = [message(0, "1:01"), message(1, "1:02")]
+    assert _layout(two) == _layout(list(reversed(two)))
+    assert _layout(two).startswith("2:")
+    assert _layout([message(0, "2:03")]) != _layout(two)
+    assert _layout([message(0, "1:02"), message(1, "1:01")]) != _layout(two)
+    assert _query_of(two, None) == ("p", "q") and _query_of(two, "given") == ("given", "q")
 
 
 def test_the_commit_message_pickles_with_its_prepared_transaction() -> None:
