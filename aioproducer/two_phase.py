@@ -392,11 +392,13 @@ async def _fetch_committed(
     *,
     config: Mapping[str, Any] | ProducerConfig | None = None,
     timeout: float | None = None,
+    require_stable: bool = True,
     **options: Any,
 ) -> dict[tuple[str, int], tuple[int, str | None]]:
     """As :func:`fetch_committed_offsets`, with the metadata committed with each offset:
     ``{(topic, partition): (offset, metadata)}``, ``(-1, None)`` where nothing is
-    committed."""
+    committed. ``require_stable`` False answers at once with what is committed, leaving out
+    the offsets of open transactions."""
     wanted: dict[str, list[int]] = {}
     for topic, partition in partitions:
         wanted.setdefault(topic, []).append(partition)
@@ -406,7 +408,7 @@ async def _fetch_committed(
     seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
     client = _CoordinatorClient(cfg, time.monotonic() + seconds)
     what = f"OffsetFetch for group {group_id!r}"
-    request = OffsetFetchRequest(group_id, wanted, require_stable=True)
+    request = OffsetFetchRequest(group_id, wanted, require_stable=require_stable)
     attempts = 0
     try:
         while True:

@@ -16,8 +16,9 @@ How it works:
 1. Prepare (each partition task, on an executor): a transactional producer with the
    transactional id ``<prefix>-<Spark partition id>`` starts (``-retry<n>`` appended for
    attempt ``n`` of the task). Starting it fences any earlier producer with that id and
-   aborts the transaction it left open (a crashed run of a streaming query). A retry
-   first does the same for the ids of the attempts before it. The task sends its rows in
+   aborts the transaction it left open (a crashed run of a streaming query). It fences
+   no other attempt of its task (a speculative copy would kill the attempt Spark keeps):
+   the driver aborts what the attempts that lose leave open. The task sends its rows in
    one transaction, flushes, and stops short of committing
    (:meth:`~aioproducer.Producer.prepare_transaction`); the producer is closed with the
    transaction open, and the task returns the :class:`~aioproducer.PreparedTransaction`
@@ -92,6 +93,8 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+
+import crc32c
 
 from aioproducer import BatchResults, Producer, ProducerConfig
 from aioproducer.errors import ConfigurationError, IllegalStateError, KafkaError
@@ -261,39 +264,60 @@ def _read_metadata(text: str | None) -> dict[str, Any] | None:
     return fields if isinstance(fields, dict) and isinstance(fields.get("query"), str) else None
 
 
-def _as_bytes(value: Any) -> bytes:
+def _encoded(value: Any) -> bytes:
+    """``value`` (a column of a row) as bytes that no other value shares: a type tag, then a
+    length or the contents, so that null differs from empty and fields cannot run into
+    each other."""
     if value is None:
-        return b""
+        return b"\x00"
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
+        data = bytes(value)
+        return b"\x01" + len(data).to_bytes(4, "big") + data
     if isinstance(value, str):
-        return value.encode()
-    return repr(value).encode()
+        data = value.encode()
+        return b"\x02" + len(data).to_bytes(4, "big") + data
+    if isinstance(value, bool | int):
+        return b"\x03" + int(value).to_bytes(9, "big", signed=True)
+    if isinstance(value, Mapping):
+        value = sorted(value.items())
+    if isinstance(value, list | tuple):
+        return (
+            b"\x04"
+            + len(value).to_bytes(4, "big")
+            + b"".join(_encoded(item) for item in value)
+        )
+    data = repr(value).encode()
+    return b"\x05" + len(data).to_bytes(4, "big") + data
+
+
+#: The columns a row can have (see the Spark sink's layout), in the order a row's digest
+#: takes them. A column a chunk lacks counts as null in every row: the Arrow path leaves
+#: out a key column whose values are all null.
+_DIGEST_COLUMNS = ("topic", "partition", "key", "value", "timestamp", "headers")
 
 
 class _InputDigest:
-    """An order-independent digest of a partition's input rows: how many, and the sum of
-    each row's CRC-32 of its topic, key and value columns. A replayed micro-batch whose
-    partition holds the same rows has the same digest, in whatever order they come."""
+    """An order-independent digest of a partition's input rows: how many, and the sum of a
+    64-bit checksum (CRC-32 and CRC-32C) of each row's columns, each encoded with its type
+    and length. A replayed micro-batch whose partition holds the same rows has the same
+    digest, in whatever order and chunks they come."""
 
     def __init__(self) -> None:
         self.rows = 0
         self.total = 0
 
     def add(self, columns: Mapping[str, list[Any]]) -> None:
-        values = columns["value"]
-        keys = columns.get("key")
-        topics = columns.get("topic")
+        count = len(columns["value"])
+        present = [columns.get(name) for name in _DIGEST_COLUMNS]
         total = self.total
-        for index, value in enumerate(values):
-            crc = zlib.crc32(_as_bytes(value))
-            if keys is not None:
-                crc = zlib.crc32(b"\x00" + _as_bytes(keys[index]), crc)
-            if topics is not None:
-                crc = zlib.crc32(b"\x00" + _as_bytes(topics[index]), crc)
-            total += crc
+        for index in range(count):
+            row = b"".join(
+                _encoded(column[index]) if column is not None else b"\x00"
+                for column in present
+            )
+            total += (zlib.crc32(row) << 32) | crc32c.crc32c(row)
         self.total = total % (1 << 64)
-        self.rows += len(values)
+        self.rows += count
 
     def __str__(self) -> str:
         return f"{self.rows}:{self.total:016x}"
@@ -347,7 +371,6 @@ async def _produce_prepared(
     chunks: Iterator[Mapping[str, list[Any]]],
     transactional_id: str,
     marker: _Marker | None,
-    earlier_attempts: list[str] | None = None,
     digest: _InputDigest | None = None,
 ) -> tuple[PreparedTransaction | None, int, bool]:
     """Send every chunk in one transaction under ``transactional_id`` and prepare it:
@@ -355,22 +378,21 @@ async def _produce_prepared(
     no transaction; a micro-batch partition whose ``marker`` is committed already, by the
     same query, is not written again (its rows must be the ones that marker covered); an
     empty micro-batch partition still starts the producer, to abort what a crashed run left
-    open under its transactional id. ``digest`` takes every row of the partition."""
+    open under its transactional id. ``digest`` takes every row of the partition.
+
+    It fences no other attempt of its task: a speculative copy (attempt 1 while attempt 0
+    goes on) would kill the attempt Spark keeps. What the attempts that lose leave open,
+    the driver aborts (:func:`_abort_left_open`)."""
     position = 0
     if marker is not None and digest is None:
         digest = _InputDigest()
-    if earlier_attempts:
-        # A retry: abort what the failed attempts left open now, rather than have
-        # consumers reading committed data wait for the driver's commit.
-        for earlier, error in await _fence(sink, earlier_attempts):
-            log.warning("could not abort the transaction of %r: %s", earlier, error)
     try:
         first = next(chunks, None)
         if first is None and marker is None:
             return None, 0, False
         producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
-        # Starting fences any earlier producer with this id (an earlier attempt of this
-        # task, a crashed run of the query) and aborts the transaction it left open.
+        # Starting fences any earlier producer with this id (a crashed run of the query)
+        # and aborts the transaction it left open.
         await producer.start()
         try:
             if marker is not None:
@@ -633,7 +655,6 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                 _chunks(self.layout, iterator),
                 _transactional_id(self.prefix, partition, attempt),
                 None,
-                _earlier_attempts(self.prefix, partition, attempt),
             )
         )
         return TransactionalCommitMessage(partition, records, prepared, attempt=attempt)
@@ -695,7 +716,6 @@ class TransactionalStreamWriter(KafkaStreamWriter):
                 _chunks(self.layout, iterator),
                 _transactional_id(prefix, partition, attempt),
                 marker,
-                _earlier_attempts(prefix, partition, attempt),
                 digest,
             )
         )
@@ -767,33 +787,79 @@ async def _record_batch(
     offset ``batch + 1`` of ``topic``-0 in group ``<prefix>-batches``, committed in a
     transaction of its own) how the micro-batch was split: how many partitions, and the
     digest of each one's rows. A replay of a micro-batch found on record must be split the
-    same way, or nothing of it is committed: some of its partitions may be committed
-    already, and markers are per partition (a replay with fewer partitions would never
-    consult the markers of the others)."""
+    same way if the run that recorded it committed any partition of it, or nothing of it
+    is committed: markers are per partition (a replay with fewer partitions would never
+    consult the markers of the others). If that run committed none, the replay's layout
+    replaces the record."""
     group = f"{prefix}-batches"
     layout = _layout(messages)
-    config = _completion_config(sink)
-    committed = await _fetch_committed(group, [(topic, 0)], config=config)
-    offset, metadata = committed[(topic, 0)]
-    recorded = _read_metadata(metadata)
-    if recorded is not None and recorded["query"] == query_id and offset == batch + 1:
-        if recorded.get("layout") != layout:
-            raise IllegalStateError(
-                f"micro-batch {batch} is replayed split into partitions otherwise than the run "
-                f"that began committing it (partitions:digest {layout} now, "
-                f"{recorded.get('layout')} then): part of it may be committed, and writing "
-                "it again could lose rows or write them twice. Nothing of it was committed "
-                "now: restart the query with the partitioning of the earlier run (the same "
-                "spark.default.parallelism, cores and source options)"
-            )
-        return
-    record = json.dumps(
-        {"query": query_id, "batch": batch, "layout": layout}, separators=(",", ":")
-    )
+    # Started first: it aborts a record's transaction that a crashed driver left open.
     producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
     await producer.start()
     try:
+        config = producer.config
+        committed = await _fetch_committed(group, [(topic, 0)], config=config)
+        offset, metadata = committed[(topic, 0)]
+        recorded = _read_metadata(metadata)
+        if recorded is not None and recorded["query"] == query_id and offset == batch + 1:
+            if recorded.get("layout") == layout:
+                return
+            earlier = str(recorded.get("layout"))
+            now = sum(1 for m in messages if isinstance(m, TransactionalCommitMessage))
+            if await _any_partition_committed(
+                prefix, topic, query_id, batch, earlier, now, config
+            ):
+                raise IllegalStateError(
+                    f"micro-batch {batch} is replayed split into partitions otherwise than "
+                    f"the run that began committing it (partitions:digest {layout} now, "
+                    f"{earlier} then), and part of it was committed: writing it again could "
+                    "lose rows or write them twice. Nothing of it was committed now: "
+                    "restart the query with the partitioning of the earlier run (the same "
+                    "spark.default.parallelism, cores and source options)"
+                )
+            log.info(
+                "micro-batch %d: the run that recorded it committed none of it; recording "
+                "the replay's partitions instead",
+                batch,
+            )
+        record = json.dumps(
+            {"query": query_id, "batch": batch, "layout": layout}, separators=(",", ":")
+        )
         async with producer.transaction():
             await producer.send_offsets_to_transaction({(topic, 0): (batch + 1, record)}, group)
     finally:
         await producer.close()
+
+
+async def _any_partition_committed(
+    prefix: str,
+    topic: str,
+    query_id: str,
+    batch: int,
+    earlier: str,
+    partitions_now: int,
+    config: ProducerConfig,
+) -> bool:
+    """Whether the run that recorded micro-batch ``batch`` (split as ``earlier``)
+    committed any partition of it: a marker of this query for ``batch`` or later.
+
+    The replay's own tasks prepared transactions that hold offsets of the marker groups of
+    its partitions: those groups are read without waiting for open transactions (each of
+    those tasks waited for the earlier run's before it began). The others, partitions the
+    replay does not have, wait for any transaction of the earlier run still completing."""
+    count_text = earlier.split(":", 1)[0]
+    count = int(count_text) if count_text.isdigit() else 0
+
+    async def committed(partition: int) -> bool:
+        answer = await _fetch_committed(
+            f"{prefix}-{partition}",
+            [(topic, 0)],
+            config=config,
+            require_stable=partition >= partitions_now,
+        )
+        offset, metadata = answer[(topic, 0)]
+        fields = _read_metadata(metadata)
+        return fields is not None and fields["query"] == query_id and offset >= batch + 1
+
+    found = await asyncio.gather(*(committed(partition) for partition in range(count)))
+    return any(found)

@@ -432,7 +432,7 @@ def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_linger
     )
     writer = TransactionalBatchWriter(sink, layout)
 
-    def attempt(number: int, values: list[bytes], earlier: list[str]) -> Any:
+    def attempt(number: int, values: list[bytes]) -> Any:
         return asyncio.run(
             _produce_prepared(
                 sink,
@@ -440,14 +440,13 @@ def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_linger
                 iter([{"value": values}]),
                 _transactional_id(writer.prefix, 0, number),
                 None,
-                earlier,
             )
         )
 
     # The retry (attempt 1) writes the whole partition and prepares...
-    prepared, records, _ = attempt(1, [b"a", b"b", b"c"], [_transactional_id(writer.prefix, 0, 0)])
+    prepared, records, _ = attempt(1, [b"a", b"b", b"c"])
     # ...then the failed attempt's worker, still running, prepares what it had read.
-    attempt(0, [b"a"], [])
+    attempt(0, [b"a"])
     writer.commit([TransactionalCommitMessage(0, records, prepared, attempt=1)])
     committed = read_back(
         any_kafka.bootstrap_servers,
@@ -524,7 +523,6 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
                 chunks,
                 _transactional_id(prefix, partition, attempt),
                 marker,
-                [],
             )
         )
 
@@ -540,7 +538,8 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
 
     def speculative_copy() -> None:
         # A speculative copy (attempt 1) of partition 0, started while attempt 0 writes,
-        # prepares before it; Spark keeps attempt 0.
+        # prepares before it; Spark keeps attempt 0, which the copy must not have fenced
+        # (it goes through what write() runs: nothing of another attempt is fenced).
         prepare(0, 1, iter([{"value": [b"loser"]}]), batch=4)
         asyncio.run(open_elsewhere())
 

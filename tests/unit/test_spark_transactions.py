@@ -157,3 +157,33 @@ def test_a_batch_layout_is_its_partitions_and_their_digests() -> None:
 def test_the_commit_message_pickles_with_its_prepared_transaction() -> None:
     message = TransactionalCommitMessage(3, 10, PreparedTransaction("p-3", 7, 2, True))
     assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_the_input_digest_tells_apart_what_kafka_would_receive_differently() -> None:
+    def digest(*chunks: dict[str, list[object]]) -> str:
+        result = _InputDigest()
+        for chunk in chunks:
+            result.add(chunk)
+        return str(result)
+
+    # A null value (a tombstone) is not an empty one; nor a null key an empty key.
+    assert digest({"key": [b"k"], "value": [None]}) != digest({"key": [b"k"], "value": [b""]})
+    assert digest({"key": [None], "value": [b"v"]}) != digest({"key": [b""], "value": [b"v"]})
+    # Fields do not run into each other.
+    assert digest({"key": [b"c"], "value": [b"a\x00b"]}) != digest(
+        {"key": [b"b\x00c"], "value": [b"a"]}
+    )
+    # Every column counts: partition, timestamp, headers, topic.
+    for column, one, other in (
+        ("partition", 0, 2),
+        ("timestamp", 1000, 9999),
+        ("headers", [("h", b"1")], [("h", b"2")]),
+        ("topic", "a", "b"),
+    ):
+        first = digest({"value": [b"v"], column: [one]})
+        assert first != digest({"value": [b"v"], column: [other]})
+    # A chunk without a key column (the Arrow path leaves out one whose keys are all null)
+    # counts as null keys: the same rows give the same digest however they are chunked.
+    assert digest({"value": [b"a", b"b"]}, {"key": [b"k"], "value": [b"c"]}) == digest(
+        {"key": [None], "value": [b"a"]}, {"key": [None, b"k"], "value": [b"b", b"c"]}
+    )
