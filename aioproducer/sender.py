@@ -1360,24 +1360,36 @@ class Sender:
 
     def _fail_stranded(self, batch: ProducerBatch, now: float) -> None:
         """A batch whose partition restarted its sequences under a new epoch while an earlier
-        attempt of it may have been written: sending it again could write it twice."""
-        queued = self._accumulator.remove_queued(batch)
+        attempt of it may have been written: sending it again could write it twice. No
+        request of its partition is out (see IdempotenceManager.restart_partitions), so it
+        waits in its queue for a retry."""
+        self._accumulator.remove_queued(batch)
+        self._fail_overtaken(
+            batch,
+            "an earlier attempt's outcome is unknown and the partition's sequences restarted "
+            "under a new epoch",
+            batch.last_error,
+            now,
+        )
+
+    def _fail_overtaken(
+        self,
+        batch: ProducerBatch,
+        why: str,
+        cause: BaseException | None,
+        now: float,
+        node: int | None = None,
+    ) -> None:
+        """Fail ``batch`` with :class:`BatchOvertakenError` (whether it was written is
+        unknown, and sending it again could write it twice), counted in
+        ``batch-overtaken-total``."""
         self._metrics.batch_overtaken()
         error = BatchOvertakenError(
             f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} may or may not "
-            "have been written: an earlier attempt's outcome is unknown and the partition's "
-            "sequences restarted under a new epoch, so the producer does not send them again"
+            f"have been written: {why}; the producer does not send them again"
         )
-        if batch.last_error is not None:
-            error.__cause__ = batch.last_error
-        if self._transactions is not None:
-            self._transactions.on_batch_failed(batch, error)
-        log.warning("%s", error)
-        if batch.fail(error):
-            self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, error)
-        if queued:
-            self._accumulator.deallocate(batch)
+        error.__cause__ = cause
+        self._fail_batch(batch, error, now, node=node)
 
     def _complete_batch(
         self, batch: ProducerBatch, base_offset: int, log_append_time: int, now: float
@@ -1456,15 +1468,15 @@ class Sender:
             batch.maybe_written = True
         verdict = self._can_retry(batch, exc, now, log_start_offset)
         if verdict is SequenceVerdict.OVERTAKEN:
-            self._metrics.batch_overtaken()
-            overtaken = BatchOvertakenError(
-                f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} may or may "
-                f"not have been written: broker {node} refused them as out of order after its "
-                "sequence for the partition had moved past them (it acknowledged later batches, "
-                "or lost track of earlier ones); the producer does not send them again"
+            self._fail_overtaken(
+                batch,
+                f"broker {node} refused them as out of order after its sequence for the "
+                "partition had moved past them (it acknowledged later batches, or lost track "
+                "of earlier ones)",
+                exc,
+                now,
+                node,
             )
-            overtaken.__cause__ = exc
-            self._fail_batch(batch, overtaken, now, node=node)
             return
         if verdict is SequenceVerdict.RETRY:
             log.info(

@@ -178,6 +178,26 @@ def _sequence_after(sequence: int, count: int) -> int:
     return (sequence + count) % SEQUENCE_MODULO
 
 
+def _last_sequence(batch: ProducerBatch) -> int:
+    """The sequence of ``batch``'s last record."""
+    return _sequence_after(batch.base_sequence, batch.record_count - 1)
+
+
+def _counts_in(state: PartitionSequenceState, batch: ProducerBatch) -> bool:
+    """Whether ``batch`` was sent under the producer id and epoch ``state``'s sequences
+    run under now (an older one's outcome says nothing of them)."""
+    return (batch.producer_id, batch.producer_epoch) == (state.producer_id, state.producer_epoch)
+
+
+def _mark_unresolved(state: PartitionSequenceState, batch: ProducerBatch) -> None:
+    """Whether the broker has ``batch`` is unknown until the partition's other batches tell
+    (Java's ``markSequenceUnresolved``); the highest such sequence is kept."""
+    last = _last_sequence(batch)
+    unresolved = state.unresolved_sequence
+    if unresolved is None or _is_later(last, unresolved):
+        state.unresolved_sequence = last
+
+
 def _is_later(sequence: int, than: int) -> bool:
     """Whether ``sequence`` comes after ``than`` (with the wrap at 2**31)."""
     if than < 0:
@@ -505,10 +525,9 @@ class IdempotenceManager:
         the last sequence the broker acknowledged."""
         if state.last_acked_sequence < 0 or self._is_stale(state):
             return False
-        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+        if not _counts_in(state, batch):
             return False
-        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
-        return _is_later(state.last_acked_sequence, last)
+        return _is_later(state.last_acked_sequence, _last_sequence(batch))
 
     def local_bump_refused(self, batch: ProducerBatch, error_name: str) -> bool:
         """Whether a broker's PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answer to ``batch``
@@ -544,12 +563,12 @@ class IdempotenceManager:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+        if not _counts_in(state, batch):
             # Of an older epoch or id than the partition's sequences now: says nothing of them.
             with contextlib.suppress(ValueError):
                 state.in_flight.remove(batch)
             return
-        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
+        last = _last_sequence(batch)
         if _is_later(last, state.last_acked_sequence):
             state.last_acked_sequence = last
         if base_offset >= 0:
@@ -580,10 +599,7 @@ class IdempotenceManager:
             return
         if not answered:
             if batch.attempts > 0:
-                last = _sequence_after(batch.base_sequence, batch.record_count - 1)
-                unresolved = state.unresolved_sequence
-                if unresolved is None or _is_later(last, unresolved):
-                    state.unresolved_sequence = last
+                _mark_unresolved(state, batch)
             return
         self._sequences_lost(batch.tp, f"batch {batch.topic}-{batch.partition} failed: {reason}")
 
@@ -594,13 +610,10 @@ class IdempotenceManager:
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
             return
-        if (batch.producer_id, batch.producer_epoch) != (state.producer_id, state.producer_epoch):
+        if not _counts_in(state, batch):
             return
-        last = _sequence_after(batch.base_sequence, batch.record_count - 1)
-        if _is_later(last, state.last_acked_sequence):
-            unresolved = state.unresolved_sequence
-            if unresolved is None or _is_later(last, unresolved):
-                state.unresolved_sequence = last
+        if _is_later(_last_sequence(batch), state.last_acked_sequence):
+            _mark_unresolved(state, batch)
 
     def maybe_resolve_sequences(self) -> None:
         """Settle the partitions whose sequence was left unresolved by an expired batch, once
