@@ -252,16 +252,19 @@ class _Marker:
         )
 
 
-def _read_metadata(text: str | None) -> dict[str, Any] | None:
+def _read_metadata(text: str | None, query_id: str | None = None) -> dict[str, Any] | None:
     """The fields of a marker's (or batch record's) metadata; None for anything else (no
-    metadata, or a marker written before markers named their query)."""
+    metadata, or a marker written before markers named their query), and, given
+    ``query_id``, for the metadata of another query."""
     if not text:
         return None
     try:
         fields = json.loads(text)
     except ValueError:
         return None
-    return fields if isinstance(fields, dict) and isinstance(fields.get("query"), str) else None
+    if not (isinstance(fields, dict) and isinstance(fields.get("query"), str)):
+        return None
+    return fields if query_id is None or fields["query"] == query_id else None
 
 
 def _encoded(value: Any) -> bytes:
@@ -401,12 +404,8 @@ async def _produce_prepared(
                     marker.group, [marker.partition], config=producer.config
                 )
                 offset, metadata = committed[marker.partition]
-                recorded = _read_metadata(metadata)
-                if (
-                    recorded is not None
-                    and recorded["query"] == marker.query_id
-                    and offset >= marker.offset
-                ):
+                recorded = _read_metadata(metadata, marker.query_id)
+                if recorded is not None and offset >= marker.offset:
                     if offset == marker.offset:
                         # The replay of the micro-batch that marker recorded: only the
                         # same rows may be skipped (a replay split into partitions another
@@ -800,8 +799,8 @@ async def _record_batch(
         config = producer.config
         committed = await _fetch_committed(group, [(topic, 0)], config=config)
         offset, metadata = committed[(topic, 0)]
-        recorded = _read_metadata(metadata)
-        if recorded is not None and recorded["query"] == query_id and offset == batch + 1:
+        recorded = _read_metadata(metadata, query_id)
+        if recorded is not None and offset == batch + 1:
             if recorded.get("layout") == layout:
                 return
             earlier = str(recorded.get("layout"))
@@ -858,8 +857,7 @@ async def _any_partition_committed(
             require_stable=partition >= partitions_now,
         )
         offset, metadata = answer[(topic, 0)]
-        fields = _read_metadata(metadata)
-        return fields is not None and fields["query"] == query_id and offset >= batch + 1
+        return _read_metadata(metadata, query_id) is not None and offset >= batch + 1
 
     found = await asyncio.gather(*(committed(partition) for partition in range(count)))
     return any(found)
