@@ -26,8 +26,10 @@ from aioproducer.transactions import (
     TransactionState,
 )
 from aioproducer.two_phase import (
+    TransactionDescription,
     TransactionListing,
     complete_prepared_transaction,
+    describe_transactions,
     fetch_committed_offsets,
     list_transactions,
 )
@@ -51,11 +53,13 @@ __all__ = [
     "RecordMetadataSequence",
     "SyncProducer",
     "TimestampType",
+    "TransactionDescription",
     "TransactionListing",
     "TransactionState",
     "UnsecuredTokenProvider",
     "__version__",
     "complete_prepared_transaction",
+    "describe_transactions",
     "fetch_committed_offsets",
     "list_transactions",
     "read_properties",

@@ -32,7 +32,10 @@ waiting for offsets an open transaction committed to be decided (``require_stabl
 the state of each one's transaction (ListTransactions, asked of every broker): how a
 coordinator of two-phase commits finds the prepared transactions nobody will complete (an
 attempt that lost, a run that crashed) and aborts them, by starting a producer with each
-of their transactional ids.
+of their transactional ids. :func:`describe_transactions` tells, for given transactional
+ids, what each one's coordinator holds (DescribeTransactions): whether a prepared
+transaction is still open under its producer id and epoch, and how long its timeout leaves
+it, before anything is committed.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from aioproducer.net.manager import ConnectionManager
 from aioproducer.protocol.api import Request, Response
 from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.messages import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     EndTxnRequest,
     EndTxnResponse,
     FindCoordinatorRequest,
@@ -70,8 +75,10 @@ from aioproducer.protocol.messages import (
 from aioproducer.transactions import CoordinatorType, PreparedTransaction
 
 __all__ = [
+    "TransactionDescription",
     "TransactionListing",
     "complete_prepared_transaction",
+    "describe_transactions",
     "fetch_committed_offsets",
     "list_transactions",
 ]
@@ -537,3 +544,122 @@ async def list_transactions(
         )
     }
     return [found[key] for key in sorted(found)]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """What a transaction coordinator holds for a transactional id, as
+    :func:`describe_transactions` returns it (Java's ``TransactionDescription``).
+
+    Attributes:
+        transactional_id: the transactional id.
+        state: the state of its transaction, as in :class:`TransactionListing`
+            (``"Ongoing"`` for a transaction begun, or prepared, and not yet ended).
+        producer_id: the producer id it has now.
+        producer_epoch: the epoch it has now (a prepared transaction is still open only
+            under the epoch it was prepared with).
+        timeout_ms: the transaction's ``transaction_timeout_ms``.
+        start_time_ms: when the open transaction began, by the coordinator's clock (ms
+            since the Unix epoch); -1 when no transaction is open.
+        partitions: the topic partitions of the open transaction that have no
+            transaction marker yet.
+    """
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: dict[str, list[int]]
+
+    def matches(self, prepared: PreparedTransaction) -> bool:
+        """Whether ``prepared`` is this transactional id's open transaction (``Ongoing``
+        under its producer id and epoch): committing it would succeed, unless its timeout
+        runs out first."""
+        return (
+            self.state == "Ongoing"
+            and self.transactional_id == prepared.transactional_id
+            and self.producer_id == prepared.producer_id
+            and self.producer_epoch == prepared.producer_epoch
+        )
+
+    def time_left_ms(self, now_ms: float | None = None) -> float:
+        """How long the coordinator still lets the open transaction run before it aborts
+        it (``start_time_ms + timeout_ms - now``; the local clock stands in for the
+        coordinator's). Infinite with no transaction open."""
+        if self.start_time_ms < 0:
+            return float("inf")
+        now = time.time() * 1000.0 if now_ms is None else now_ms
+        return self.start_time_ms + self.timeout_ms - now
+
+
+async def describe_transactions(
+    transactional_ids: Iterable[str],
+    *,
+    config: Mapping[str, Any] | ProducerConfig | None = None,
+    timeout: float | None = None,
+    **options: Any,
+) -> dict[str, TransactionDescription]:
+    """What the transaction coordinators hold for ``transactional_ids``
+    (DescribeTransactions, asked of each id's coordinator, as the Java admin client's
+    ``describeTransactions`` does).
+
+    Args:
+        transactional_ids: the ids to describe.
+        config: connection options, as for :func:`complete_prepared_transaction`.
+        timeout: seconds for the whole call; ``max_block_ms`` by default.
+        **options: connection options by snake_case name.
+
+    Returns:
+        A description per transactional id the coordinators know; an id no coordinator
+        knows (never used, or expired after ``transactional.id.expiration.ms``) is left
+        out.
+
+    Raises:
+        UnsupportedVersionError: a broker older than Kafka 3.0 (no DescribeTransactions).
+        RequestTimedOutError: no answer within ``timeout``.
+        KafkaError: a coordinator refused with another error (an authorization error
+            without the ``DESCRIBE`` ACL on the transactional id, for one).
+    """
+    ids = sorted(set(transactional_ids))
+    cfg = _config(config, options)
+    seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
+    client = _CoordinatorClient(cfg, time.monotonic() + seconds)
+
+    async def describe(transactional_id: str) -> TransactionDescription | None:
+        what = f"DescribeTransactions for {transactional_id!r}"
+        request = DescribeTransactionsRequest([transactional_id])
+        attempts = 0
+        while True:
+            response: DescribeTransactionsResponse
+            response, attempts = await client.ask_coordinator(
+                CoordinatorType.TRANSACTION, transactional_id, request, what, attempts
+            )
+            entry = next(
+                (e for e in response.transaction_states if e.transactional_id == transactional_id),
+                None,
+            )
+            code = entry.error_code if entry is not None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                return None
+            if code in _COORDINATOR_MOVED or code in _LIST_RETRY:
+                attempts = await client.backoff(attempts, what)
+                continue
+            if code or entry is None:
+                raise error_for_code(code, where=what)
+            return TransactionDescription(
+                entry.transactional_id,
+                entry.transaction_state,
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.transaction_timeout_ms,
+                entry.transaction_start_time_ms,
+                entry.topics,
+            )
+
+    try:
+        found = await asyncio.gather(*(describe(transactional_id) for transactional_id in ids))
+    finally:
+        await client.close()
+    return {d.transactional_id: d for d in found if d is not None}

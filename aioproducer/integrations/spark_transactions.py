@@ -97,7 +97,13 @@ from typing import Any
 import crc32c
 
 from aioproducer import BatchResults, Producer, ProducerConfig
-from aioproducer.errors import ConfigurationError, IllegalStateError, KafkaError
+from aioproducer.errors import (
+    ConfigurationError,
+    IllegalStateError,
+    KafkaError,
+    TransactionAbortedError,
+    UnsupportedVersionError,
+)
 from aioproducer.integrations.spark import (
     KafkaBatchWriter,
     KafkaCommitMessage,
@@ -116,8 +122,10 @@ from aioproducer.integrations.spark import (
 from aioproducer.metadata import validate_topic
 from aioproducer.transactions import PreparedTransaction
 from aioproducer.two_phase import (
+    TransactionDescription,
     _fetch_committed,
     complete_prepared_transaction,
+    describe_transactions,
     list_transactions,
 )
 
@@ -284,11 +292,7 @@ def _encoded(value: Any) -> bytes:
     if isinstance(value, Mapping):
         value = sorted(value.items())
     if isinstance(value, list | tuple):
-        return (
-            b"\x04"
-            + len(value).to_bytes(4, "big")
-            + b"".join(_encoded(item) for item in value)
-        )
+        return b"\x04" + len(value).to_bytes(4, "big") + b"".join(_encoded(item) for item in value)
     data = repr(value).encode()
     return b"\x05" + len(data).to_bytes(4, "big") + data
 
@@ -315,8 +319,7 @@ class _InputDigest:
         total = self.total
         for index in range(count):
             row = b"".join(
-                _encoded(column[index]) if column is not None else b"\x00"
-                for column in present
+                _encoded(column[index]) if column is not None else b"\x00" for column in present
             )
             total += (zlib.crc32(row) << 32) | crc32c.crc32c(row)
         self.total = total % (1 << 64)
@@ -599,7 +602,93 @@ def _committed_ids(
     )
 
 
+def _margin_ms(sink: SinkOptions, description: TransactionDescription) -> float:
+    """How much of its timeout a prepared transaction must have left for the driver to
+    commit it: time for the EndTxn requests (``request.timeout.ms``), at most a tenth of
+    the timeout, which also absorbs a small skew between the driver's clock and the
+    coordinator's."""
+    request_timeout = _completion_config(sink).request_timeout_ms
+    return min(float(request_timeout), description.timeout_ms / 10.0)
+
+
+def _refusal(
+    sink: SinkOptions,
+    message: TransactionalCommitMessage,
+    description: TransactionDescription | None,
+) -> str | None:
+    """Why the prepared transaction of ``message`` must not be counted on to commit; None
+    if it is open under its producer id and epoch with time enough left."""
+    prepared = message.prepared
+    assert prepared is not None
+    where = f"Spark partition {message.partition_id} ({prepared.transactional_id!r})"
+    if description is None:
+        return f"{where}: the coordinator does not know its transactional id"
+    if not description.matches(prepared):
+        return (
+            f"{where}: prepared under producer id {prepared.producer_id}, epoch "
+            f"{prepared.producer_epoch}, but the coordinator holds {description.state} "
+            f"under producer id {description.producer_id}, epoch "
+            f"{description.producer_epoch} (aborted after transaction.timeout.ms, or "
+            "fenced by a newer producer with its transactional id)"
+        )
+    left = description.time_left_ms()
+    if left < _margin_ms(sink, description):
+        return (
+            f"{where}: {max(left, 0.0) / 1000.0:.1f} s left of its "
+            f"transaction.timeout.ms ({description.timeout_ms} ms), too little to commit "
+            "every partition before the coordinator aborts it"
+        )
+    return None
+
+
+async def _check_prepared(sink: SinkOptions, messages: list[Any], what: str) -> None:
+    """Before the first EndTxn(commit): every prepared transaction must still be open under
+    its producer id and epoch, with time left (DescribeTransactions), or nothing is
+    committed: committing the others would write the batch in part.
+
+    Raises:
+        TransactionAbortedError: a transaction is gone or about to time out (the caller
+            aborts them all).
+        KafkaError: the coordinators could not be asked.
+    """
+    prepared = [m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared]
+    if not prepared:
+        return
+    try:
+        found = await describe_transactions(
+            [m.prepared.transactional_id for m in prepared if m.prepared is not None],
+            config=_completion_config(sink),
+        )
+    except UnsupportedVersionError as exc:
+        log.warning(
+            "%s: the cluster cannot describe transactions (Kafka before 3.0: %s); "
+            "committing without checking that every prepared transaction is still open",
+            what,
+            exc,
+        )
+        return
+    refusals = [
+        reason
+        for m in prepared
+        if m.prepared is not None
+        and (reason := _refusal(sink, m, found.get(m.prepared.transactional_id))) is not None
+    ]
+    if refusals:
+        raise TransactionAbortedError(
+            f"{what}: nothing was committed, and every prepared transaction is aborted: "
+            f"{len(refusals)} of {len(prepared)} could not be committed with the others "
+            f"({'; '.join(refusals)}). A write that lasts longer than "
+            "transaction.timeout.ms needs a longer kafka.transaction.timeout.ms (up to the "
+            "brokers' transaction.max.timeout.ms)"
+        )
+
+
 def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
+    try:
+        _run(_check_prepared(sink, messages, what))
+    except BaseException:
+        _abort(sink, prefix, messages, f"{what}, refused")
+        raise
     failures = _run(_complete_all(sink, messages, True, what))
     _abort_left_open(sink, prefix, messages, _committed_ids(messages, failures), what)
     if not failures:
@@ -617,15 +706,56 @@ def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> N
     raise first
 
 
-def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
-    for partition, error in _run(_complete_all(sink, messages, False, what)):
-        log.warning(
-            "%s: the transaction of Spark partition %d could not be aborted (the coordinator "
-            "aborts it after transaction.timeout.ms): %s",
-            what,
-            partition,
-            error,
+async def _outcomes(sink: SinkOptions, messages: list[Any], partitions: set[int]) -> dict[int, str]:
+    """For the prepared transactions of ``partitions`` that could not be aborted, what
+    became of them, in words: committed already, aborted already, or unknown."""
+    prepared = {
+        m.partition_id: m.prepared
+        for m in messages
+        if isinstance(m, TransactionalCommitMessage)
+        and m.prepared is not None
+        and m.partition_id in partitions
+    }
+    try:
+        found = await describe_transactions(
+            [p.transactional_id for p in prepared.values()], config=_completion_config(sink)
         )
+    except KafkaError:
+        found = {}
+    outcomes = {}
+    for partition, p in prepared.items():
+        d = found.get(p.transactional_id)
+        same = d is not None and d.producer_id == p.producer_id
+        if same and d is not None and d.state in ("PrepareCommit", "CompleteCommit"):
+            outcomes[partition] = (
+                "it was committed already: its rows are in Kafka, for consumers reading "
+                "committed data"
+            )
+        elif same and d is not None and d.state in ("PrepareAbort", "CompleteAbort"):
+            outcomes[partition] = "it was aborted already"
+        elif d is not None and not same:
+            outcomes[partition] = (
+                "a newer producer with its transactional id took over, which aborted it"
+            )
+        else:
+            outcomes[partition] = (
+                "the coordinator aborts it after transaction.timeout.ms if it is still open"
+            )
+    return outcomes
+
+
+def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
+    failures = _run(_complete_all(sink, messages, False, what))
+    if failures:
+        outcomes = _run(_outcomes(sink, messages, {partition for partition, _ in failures}))
+        for partition, error in failures:
+            log.warning(
+                "%s: the transaction of Spark partition %d could not be aborted (%s): %s",
+                what,
+                partition,
+                outcomes.get(partition, "unknown"),
+                error,
+            )
     _abort_left_open(sink, prefix, messages, frozenset(), what)
 
 
@@ -805,9 +935,7 @@ async def _record_batch(
                 return
             earlier = str(recorded.get("layout"))
             now = sum(1 for m in messages if isinstance(m, TransactionalCommitMessage))
-            if await _any_partition_committed(
-                prefix, topic, query_id, batch, earlier, now, config
-            ):
+            if await _any_partition_committed(prefix, topic, query_id, batch, earlier, now, config):
                 raise IllegalStateError(
                     f"micro-batch {batch} is replayed split into partitions otherwise than "
                     f"the run that began committing it (partitions:digest {layout} now, "

@@ -42,6 +42,7 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
 
 
@@ -62,6 +63,7 @@ FIRST_FLEXIBLE_VERSION: dict[int, int] = {
     ApiKey.TXN_OFFSET_COMMIT: 3,
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
 }
 """The first version of each API that uses flexible encoding ("flexibleVersions" in the schemas)."""
@@ -79,6 +81,7 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     ApiKey.END_TXN: 1,
     ApiKey.TXN_OFFSET_COMMIT: 1,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
 }
 """KIP-219: from which version of each API a broker over a quota answers at once and

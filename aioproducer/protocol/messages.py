@@ -63,6 +63,9 @@ __all__ = [
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
+    "DescribeTransactionsState",
     "EndTxnRequest",
     "EndTxnResponse",
     "FinalizedFeatureKey",
@@ -1432,6 +1435,81 @@ class OffsetFetchRequest(Request[OffsetFetchResponse]):
         error_code = r.int16() if version >= 2 else 0
         r.skip_tags()
         return OffsetFetchResponse(throttle, topics, error_code)
+
+
+# ---- DescribeTransactions (65) ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DescribeTransactionsState:
+    """What a transaction coordinator holds for one transactional id: the state of its
+    transaction (``Ongoing``, ``CompleteCommit``...), its producer id and epoch, its timeout
+    and when it began (the coordinator's clock, ms since the epoch; -1 with no transaction
+    open), and the partitions it holds that have no marker yet."""
+
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: dict[str, list[int]]
+
+
+@dataclass(slots=True)
+class DescribeTransactionsResponse(Response):
+    """One entry per transactional id asked, each with its own error code."""
+
+    throttle_time_ms: int
+    transaction_states: list[DescribeTransactionsState]
+
+
+@dataclass(slots=True)
+class DescribeTransactionsRequest(Request[DescribeTransactionsResponse]):
+    """Describe transactional ids (v0, KIP-664). Only the coordinator of an id describes
+    it (``NOT_COORDINATOR`` elsewhere): the caller asks each id's coordinator."""
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_TRANSACTIONS
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+
+    transactional_ids: list[str]
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        w.text_items(self.transactional_ids)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> DescribeTransactionsResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def topic(r: _BodyReader) -> tuple[str, list[int]]:
+            entry = (r.text(), r.int32_items())
+            r.skip_tags()
+            return entry
+
+        def state(r: _BodyReader) -> DescribeTransactionsState:
+            entry = DescribeTransactionsState(
+                r.int16(),
+                r.text(),
+                r.text(),
+                r.int32(),
+                r.int64(),
+                r.int64(),
+                r.int16(),
+                dict(r.items(topic)),
+            )
+            r.skip_tags()
+            return entry
+
+        throttle_time_ms = r.int32()
+        response = DescribeTransactionsResponse(throttle_time_ms, r.items(state))
+        r.skip_tags()
+        return response
 
 
 # ---- ListTransactions (66) ----------------------------------------------------------------

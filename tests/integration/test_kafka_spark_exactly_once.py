@@ -21,6 +21,10 @@ after one partition's transaction was committed, and restarted from its checkpoi
 replays the micro-batch, the committed partition is not written again (its marker offset
 says so), the others are, and every row is read exactly once, in order per key.
 
+A batch write whose first wave of tasks outlives ``transaction.timeout.ms`` while the
+second wave runs commits nothing and says why: the driver checks every prepared
+transaction (DescribeTransactions) before committing any.
+
 Records are read back with confluent-kafka's consumer (tests.support.readback).
 """
 
@@ -184,6 +188,54 @@ def test_at_least_once_duplicates_what_the_failed_attempt_sent(
     committed = _counts(kafka, topic, "read_committed")
     assert set(committed) == {str(i).encode() for i in range(_ROWS)}
     assert sum(committed.values()) > _ROWS
+
+
+def test_a_write_whose_first_wave_outlives_the_transaction_timeout_commits_nothing(
+    spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    # Two cores, four partitions: partitions 0 and 1 (the first wave) prepare at once;
+    # 2 and 3 wait 10 s for their first row. The first wave's transactions outlive their
+    # 4 s timeout, and the coordinator aborts them while the second wave runs: committing
+    # the second wave's would write half the DataFrame.
+    from pyspark.errors import PySparkException
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import LongType
+
+    kafka = any_kafka
+    topic = new_topic(kafka, partitions=2)
+
+    def late_for_the_second_wave(value: int) -> int:
+        if value in (2000, 3000):
+            time.sleep(10.0)
+        return value
+
+    late = udf(late_for_the_second_wave, LongType())
+    df = (
+        spark.range(0, 4000, 1, 4)
+        .select(late(col("id")).alias("id"))
+        .selectExpr("CAST(id AS STRING) AS value")
+    )
+    with pytest.raises(PySparkException) as caught:
+        (
+            df.write.format("aioproducer")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("topic", topic)
+            .option("delivery.guarantee", "exactly_once")
+            .option("kafka.transaction.timeout.ms", "4000")
+            .mode("append")
+            .save()
+        )
+    message = str(caught.value)
+    assert "nothing was committed" in message
+    assert "transaction.timeout.ms" in message
+    # Every record the tasks sent is decided, and none is committed.
+    for partition in (0, 1):
+        committed, everything = _end_offsets(kafka, topic, partition)
+        assert committed == everything
+    assert read_back(
+        kafka.bootstrap_servers, topic, expected=1, timeout=3.0, isolation_level="read_committed"
+    ) == []
+    assert len(read_back(kafka.bootstrap_servers, topic, expected=4000, timeout=30.0)) == 4000
 
 
 def test_exactly_once_options_are_checked_on_the_driver(spark: Any, kafka: KafkaBroker) -> None:

@@ -17,6 +17,9 @@ FindCoordinator + EndTxn.
   becomes visible to fetch_committed_offsets only when the transaction commits.
 - list_transactions finds the prepared transactions still open under a prefix (and not
   those of another prefix, nor the completed ones when asked for open ones only).
+- describe_transactions tells a prepared transaction still open under its producer id and
+  epoch (with its timeout and start) from one committed or aborted, and leaves out an id
+  the coordinator does not know.
 
 Records are read back with confluent-kafka's consumer (tests.support.readback).
 """
@@ -42,6 +45,7 @@ from aioproducer import (
     Producer,
     TransactionState,
     complete_prepared_transaction,
+    describe_transactions,
     fetch_committed_offsets,
     list_transactions,
 )
@@ -381,3 +385,41 @@ def test_list_transactions_finds_the_prepared_transactions_left_open_under_a_pre
         )
     )
     assert listed(states=["Ongoing"], transactional_id_prefix=prefix) == {}
+
+
+def test_describe_transactions_tells_an_open_prepared_transaction_from_an_ended_one(
+    any_kafka: KafkaBroker, new_topic: NewTopic
+) -> None:
+    topic = new_topic(any_kafka, partitions=2)
+    bootstrap = any_kafka.bootstrap_servers
+    prefix = _transactional_id("described")
+    before_ms = time.time() * 1000.0
+    committed = asyncio.run(_prepare(any_kafka, topic, f"{prefix}-0", 4))
+    aborted = asyncio.run(_prepare(any_kafka, topic, f"{prefix}-1", 4))
+    ids = [committed.transactional_id, aborted.transactional_id, f"{prefix}-never-used"]
+
+    described = asyncio.run(describe_transactions(ids, bootstrap_servers=bootstrap))
+    assert sorted(described) == sorted(ids[:2])  # the unknown id is left out
+    for prepared in (committed, aborted):
+        d = described[prepared.transactional_id]
+        assert d.matches(prepared)
+        assert (d.state, d.producer_id, d.producer_epoch) == (
+            "Ongoing",
+            prepared.producer_id,
+            prepared.producer_epoch,
+        )
+        assert sorted(d.partitions.get(topic, [])) == [0, 1]
+        assert d.timeout_ms == 60_000  # the producer's transaction_timeout_ms by default
+        # The coordinator's clock, near this machine's: the transaction began after
+        # before_ms, less a second of slack.
+        assert d.start_time_ms >= before_ms - 1000
+        assert 0 < d.time_left_ms() <= d.timeout_ms
+
+    asyncio.run(complete_prepared_transaction(committed, bootstrap_servers=bootstrap))
+    asyncio.run(complete_prepared_transaction(aborted, commit=False, bootstrap_servers=bootstrap))
+    described = asyncio.run(describe_transactions(ids, bootstrap_servers=bootstrap))
+    assert described[committed.transactional_id].state in {"PrepareCommit", "CompleteCommit"}
+    assert described[aborted.transactional_id].state in {"PrepareAbort", "CompleteAbort"}
+    for prepared in (committed, aborted):
+        assert not described[prepared.transactional_id].matches(prepared)
+        assert described[prepared.transactional_id].producer_id == prepared.producer_id

@@ -22,6 +22,12 @@ kp = pytest.importorskip("kafka.protocol")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 from kafka.protocol.admin import (  # noqa: E402
+    DescribeTransactionsRequest as KDescribeTransactionsRequest,
+)
+from kafka.protocol.admin import (  # noqa: E402
+    DescribeTransactionsResponse as KDescribeTransactionsResponse,
+)
+from kafka.protocol.admin import (  # noqa: E402
     ListTransactionsRequest as KListTransactionsRequest,
 )
 from kafka.protocol.admin import (  # noqa: E402
@@ -322,6 +328,14 @@ def _list_transactions(v: int) -> tuple[Request, Any]:
     return m.ListTransactionsRequest(**fields), KListTransactionsRequest(**fields)
 
 
+def _describe_transactions(v: int) -> tuple[Request, Any]:
+    ids = ["spark-0", "spark-1-retry1"]
+    return (
+        m.DescribeTransactionsRequest(ids),
+        KDescribeTransactionsRequest(transactional_ids=ids),
+    )
+
+
 def _list_transactions_response() -> Any:
     R = KListTransactionsResponse
     return R(
@@ -398,6 +412,7 @@ REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] 
     (m.TxnOffsetCommitRequest, _txn_offset_commit),
     (m.OffsetFetchRequest, _offset_fetch),
     (m.ListTransactionsRequest, _list_transactions),
+    (m.DescribeTransactionsRequest, _describe_transactions),
     (m.SaslHandshakeRequest, _sasl_handshake),
     (m.SaslAuthenticateRequest, _sasl_authenticate),
     (m.DescribeClusterRequest, _describe_cluster),
@@ -736,6 +751,58 @@ def test_responses_encoded_by_kafka_python_decode_to_the_same_fields(
     ours = request.decode_response(memoryview(data), version)
     theirs = type(their_response).decode(data, version=version)
     _assert_matches(ours, theirs, renames, type(ours).__name__)
+
+
+def test_describe_transactions_responses_decode_to_the_same_fields() -> None:
+    R = KDescribeTransactionsResponse
+    S = R.TransactionState
+    data = bytes(
+        R(
+            throttle_time_ms=3,
+            transaction_states=[
+                S(
+                    error_code=0,
+                    transactional_id="spark-0",
+                    transaction_state="Ongoing",
+                    transaction_timeout_ms=60_000,
+                    transaction_start_time_ms=1_700_000_000_123,
+                    producer_id=1 << 40,
+                    producer_epoch=7,
+                    topics=[
+                        S.TopicData(topic="alpha", partitions=[0, 3]),
+                        S.TopicData(topic="beta", partitions=[1]),
+                    ],
+                ),
+                S(
+                    error_code=105,
+                    transactional_id="gone",
+                    transaction_state="",
+                    transaction_timeout_ms=0,
+                    transaction_start_time_ms=-1,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=[],
+                ),
+            ],
+        ).encode(version=0)
+    )
+    request, _ = _describe_transactions(0)
+    ours = request.decode_response(memoryview(data), 0)
+    assert isinstance(ours, m.DescribeTransactionsResponse)
+    assert ours.throttle_time_ms == 3
+    assert ours.transaction_states == [
+        m.DescribeTransactionsState(
+            0,
+            "spark-0",
+            "Ongoing",
+            60_000,
+            1_700_000_000_123,
+            1 << 40,
+            7,
+            {"alpha": [0, 3], "beta": [1]},
+        ),
+        m.DescribeTransactionsState(105, "gone", "", 0, -1, -1, -1, {}),
+    ]
 
 
 @pytest.mark.parametrize("version", _versions(m.FindCoordinatorRequest))
