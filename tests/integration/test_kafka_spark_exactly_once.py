@@ -232,9 +232,16 @@ def test_a_write_whose_first_wave_outlives_the_transaction_timeout_commits_nothi
     for partition in (0, 1):
         committed, everything = _end_offsets(kafka, topic, partition)
         assert committed == everything
-    assert read_back(
-        kafka.bootstrap_servers, topic, expected=1, timeout=3.0, isolation_level="read_committed"
-    ) == []
+    assert (
+        read_back(
+            kafka.bootstrap_servers,
+            topic,
+            expected=1,
+            timeout=3.0,
+            isolation_level="read_committed",
+        )
+        == []
+    )
     assert len(read_back(kafka.bootstrap_servers, topic, expected=4000, timeout=30.0)) == 4000
 
 
