@@ -330,7 +330,9 @@ class TransactionAbortedError(KafkaError):
 
     Raised by the futures of records still buffered when ``abort_transaction()`` runs (or when
     the producer closes with a transaction open). Not retriable: send the record again in a
-    new transaction.
+    new transaction. The exactly-once Spark sink raises it when it aborted every
+    transaction of a write rather than commit it in part (see "Delivery guarantees of the
+    Spark sink").
     """
 
 

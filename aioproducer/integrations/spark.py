@@ -1453,7 +1453,9 @@ class KafkaDataSource(DataSource):
         if sink.delivery_guarantee == "exactly_once":
             from aioproducer.integrations.spark_transactions import TransactionalBatchWriter
 
-            return TransactionalBatchWriter(sink, layout)
+            writer = TransactionalBatchWriter(sink, layout)
+            writer.recover()
+            return writer
         return KafkaBatchWriter(sink, layout)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

@@ -24,7 +24,11 @@ How it works:
    transaction open, and the task returns the :class:`~aioproducer.PreparedTransaction`
    (transactional id, producer id, epoch) in its commit message. A task that fails aborts
    its transaction.
-2. Commit (the driver, once every task succeeded): each prepared transaction is committed
+2. Commit (the driver, once every task succeeded): every prepared transaction is checked
+   first (:func:`~aioproducer.describe_transactions`: still open under its producer id and
+   epoch, with time left), or nothing is committed (:func:`_check_prepared`); a batch
+   write given a prefix puts its decision on record (:class:`_Decision`); then each
+   prepared transaction is committed
    with :func:`~aioproducer.complete_prepared_transaction` (FindCoordinator + EndTxn under
    the carried producer id and epoch); then the driver lists the transactions still open
    under the write's ids (:func:`~aioproducer.list_transactions`) and aborts each, by
@@ -73,9 +77,11 @@ Limits (see the docs page "Delivery guarantees of the Spark sink"):
   (or ``transaction.timeout.ms`` after a batch write).
 - The sweep aborts every open transaction under the prefix: one write or query per
   prefix at a time.
-- A batch write whose driver commit fails part-way (one transaction committed, another
-  timed out) is written in part; a streaming micro-batch in that case is completed by
-  the replay after a restart, thanks to the markers.
+- A batch write is committed in part only if a transaction is lost between the check and
+  its EndTxn, or if the driver dies while committing; in that case, with a prefix given,
+  the next write under the prefix completes it (:func:`_recover`) and writes the same rows
+  no second time. A streaming micro-batch in either case is completed by the replay after
+  a restart, thanks to the markers.
 - A replayed micro-batch whose commit had begun must put the same rows in the same Spark
   partitions, or it is refused (nothing is lost or written twice).
 """
@@ -90,7 +96,7 @@ import re
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -683,13 +689,32 @@ async def _check_prepared(sink: SinkOptions, messages: list[Any], what: str) -> 
         )
 
 
-def _commit(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> None:
+def _commit(
+    sink: SinkOptions,
+    prefix: str,
+    messages: list[Any],
+    what: str,
+    before: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Check every prepared transaction of ``messages``, then commit them all, then abort
+    what the write's other attempts left open. ``before`` puts the decision on record
+    (``"committing"``) after the check and before the first EndTxn, and ``"done"`` once
+    every one was committed.
+
+    Raises:
+        TransactionAbortedError: the check failed: every transaction is aborted.
+        KafkaError: a transaction could not be committed.
+    """
     try:
         _run(_check_prepared(sink, messages, what))
+        if before is not None:
+            _run(before("committing"))
     except BaseException:
         _abort(sink, prefix, messages, f"{what}, refused")
         raise
     failures = _run(_complete_all(sink, messages, True, what))
+    if before is not None and not failures:
+        _run(before("done"))
     _abort_left_open(sink, prefix, messages, _committed_ids(messages, failures), what)
     if not failures:
         return
@@ -759,14 +784,245 @@ def _abort(sink: SinkOptions, prefix: str, messages: list[Any], what: str) -> No
     _abort_left_open(sink, prefix, messages, frozenset(), what)
 
 
+def _digest_sum(messages: list[Any]) -> str | None:
+    """The digest of a whole write's rows (see :class:`_InputDigest`), whatever its
+    partitioning: the sum of its partitions' digests; None if a task took none."""
+    rows = total = 0
+    for m in messages:
+        if not isinstance(m, TransactionalCommitMessage):
+            continue
+        if m.digest is None:
+            return None
+        count, _, checksum = m.digest.partition(":")
+        rows += int(count)
+        total = (total + int(checksum, 16)) % (1 << 64)
+    return f"{rows}:{total:016x}"
+
+
+#: Prepared transactions per group of a commit decision: a group offset's metadata holds
+#: 4096 bytes by default (``offset.metadata.max.bytes``); an entry takes at most 40.
+_DECISION_CHUNK = 60
+
+
+def _decision_groups(prefix: str, chunks: int) -> list[str]:
+    """The consumer groups that hold a batch write's commit decision: ``<prefix>-commit``
+    (the head), then ``<prefix>-commit-1`` on for the prepared transactions."""
+    return [f"{prefix}-commit"] + [f"{prefix}-commit-{k}" for k in range(1, chunks + 1)]
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """A batch write's decision to commit, put on record before its first EndTxn: the
+    write, the digest of its rows, and every prepared transaction to commit (Spark
+    partition, attempt, producer id, epoch). ``state`` is ``"committing"``, then
+    ``"done"`` once every one was committed."""
+
+    write: str
+    rows: str | None
+    transactions: list[tuple[int, int, PreparedTransaction]]
+    state: str = "committing"
+
+    def chunks(self) -> list[list[list[int]]]:
+        entries = [
+            [partition, attempt, p.producer_id, p.producer_epoch]
+            for partition, attempt, p in self.transactions
+        ]
+        return [
+            entries[start : start + _DECISION_CHUNK]
+            for start in range(0, len(entries), _DECISION_CHUNK)
+        ]
+
+    def head(self, chunks: int) -> str:
+        v2 = any(p.transaction_v2 for _, _, p in self.transactions)
+        return json.dumps(
+            {
+                "write": self.write,
+                "state": self.state,
+                "rows": self.rows,
+                "chunks": chunks,
+                "v2": v2,
+            },
+            separators=(",", ":"),
+        )
+
+
+async def _put_decision(sink: SinkOptions, prefix: str, topic: str, decision: _Decision) -> None:
+    """Put ``decision`` on record, atomically (one transaction of the transactional id
+    ``<prefix>-commit``, whose start fences an earlier driver's)."""
+    group = f"{prefix}-commit"
+    chunks = decision.chunks() if decision.state == "committing" else []
+    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for group_k, entries in zip(
+                _decision_groups(prefix, len(chunks))[1:], chunks, strict=True
+            ):
+                text = json.dumps(entries, separators=(",", ":"))
+                await producer.send_offsets_to_transaction({(topic, 0): (1, text)}, group_k)
+            await producer.send_offsets_to_transaction(
+                {(topic, 0): (1, decision.head(len(chunks)))}, group
+            )
+    finally:
+        await producer.close()
+
+
+async def _recover(sink: SinkOptions, prefix: str, topic: str) -> _Decision | None:
+    """Complete a batch write under ``prefix`` whose driver stopped while committing (its
+    decision is on record as ``"committing"``): commit each of its prepared transactions
+    that is still open, and put the decision on record as done. The completed decision;
+    None if there was nothing to complete.
+
+    Raises:
+        TransactionAbortedError: some of its transactions were aborted before they could
+            be committed (they outlived ``transaction.timeout.ms``): that write is in Kafka
+            in part; the message says which partitions.
+    """
+    group = f"{prefix}-commit"
+    # Started first: its start aborts a decision's transaction an earlier driver left open
+    # (that driver had not decided: it committed nothing).
+    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
+    await producer.start()
+    await producer.close()
+    config = _completion_config(sink)
+    _, head_text = (await _fetch_committed(group, [(topic, 0)], config=config))[(topic, 0)]
+    head = _json_object(head_text)
+    if head is None or head.get("state") != "committing":
+        return None
+    groups = _decision_groups(prefix, int(head.get("chunks", 0)))[1:]
+    answers = await asyncio.gather(
+        *(_fetch_committed(g, [(topic, 0)], config=config) for g in groups)
+    )
+    transactions = [
+        (
+            int(partition),
+            int(attempt),
+            PreparedTransaction(
+                _transactional_id(prefix, int(partition), int(attempt)),
+                int(producer_id),
+                int(epoch),
+                transaction_v2=bool(head.get("v2")),
+            ),
+        )
+        for answer in answers
+        for partition, attempt, producer_id, epoch in json.loads(answer[(topic, 0)][1] or "[]")
+    ]
+    decision = _Decision(str(head.get("write")), head.get("rows"), transactions)
+    log.warning(
+        "an earlier exactly-once write under prefix %r (write %s) stopped while committing: "
+        "committing the rest of its %d partition transactions",
+        prefix,
+        decision.write,
+        len(transactions),
+    )
+    results = await asyncio.gather(
+        *(complete_prepared_transaction(p, commit=True, config=config) for _, _, p in transactions),
+        return_exceptions=True,
+    )
+    failed = {
+        partition: (p, result)
+        for (partition, _, p), result in zip(transactions, results, strict=True)
+        if isinstance(result, BaseException)
+    }
+    lost: list[int] = []
+    if failed:
+        try:
+            found = await describe_transactions(
+                [p.transactional_id for p, _ in failed.values()], config=config
+            )
+        except KafkaError as exc:
+            raise _not_completed(prefix, decision, failed, exc) from exc
+        for partition, (p, error) in failed.items():
+            d = found.get(p.transactional_id)
+            if d is not None and d.producer_id == p.producer_id:
+                if d.state in ("PrepareCommit", "CompleteCommit"):
+                    continue  # committed already (its answer was lost, or a retry)
+                if d.state == "Ongoing" and d.producer_epoch == p.producer_epoch:
+                    # Still open under its epoch: the commit failed for another reason
+                    # (the coordinator unreachable); a later run can still complete it.
+                    raise _not_completed(prefix, decision, failed, error)
+            lost.append(partition)
+    await _put_decision(sink, prefix, topic, replace(decision, state="done"))
+    if lost:
+        committed = sorted(p for p, _, _ in transactions if p not in lost)
+        raise TransactionAbortedError(
+            f"an earlier exactly-once write under prefix {prefix!r} (write {decision.write}) "
+            "stopped while committing, and could be completed only in part: the rows of "
+            f"its Spark partitions {committed} are in Kafka, those of {sorted(lost)} are "
+            "not (their transactions outlived transaction.timeout.ms before this run could "
+            "commit them). This write was not started; run it again to write all of its "
+            "rows"
+        )
+    log.warning(
+        "the earlier exactly-once write under prefix %r (write %s) is complete: every one "
+        "of its %d partition transactions is committed",
+        prefix,
+        decision.write,
+        len(transactions),
+    )
+    return decision
+
+
+def _not_completed(
+    prefix: str,
+    decision: _Decision,
+    failed: Mapping[int, tuple[PreparedTransaction, BaseException]],
+    error: BaseException,
+) -> KafkaError:
+    return IllegalStateError(
+        f"an earlier exactly-once write under prefix {prefix!r} (write {decision.write}) "
+        f"stopped while committing, and this run could not complete it: the transactions "
+        f"of its Spark partitions {sorted(failed)} could not be committed now ({error}). "
+        "This write was not started, lest it abort them: run it again once the cluster "
+        "answers (they stay open until transaction.timeout.ms)"
+    )
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class TransactionalBatchWriter(KafkaBatchWriter):
     """Writes a DataFrame exactly once (``delivery.guarantee`` ``exactly_once``): each task
-    prepares a transaction, the driver commits them all (see the module)."""
+    prepares a transaction, the driver commits them all (see the module).
+
+    With a ``transactional.id.prefix`` (and a ``topic`` or ``transactional.marker.topic``)
+    the driver puts its decision to commit on record before committing, and a write that
+    finds an earlier write's decision not done (its driver stopped while committing)
+    completes that write first; if this write's rows are the same as that one's, it then
+    writes nothing (they are in Kafka already)."""
 
     def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
         super().__init__(sink, layout)
         # One prefix per write, made on the driver (the tasks get it pickled).
         self.prefix = sink.transactional_id_prefix or f"aioproducer-spark-{uuid.uuid4().hex}"
+        self.decision_topic = (
+            (sink.marker_topic or sink.topic) if sink.transactional_id_prefix else None
+        )
+        self.write_id = uuid.uuid4().hex
+        # An earlier write this driver completed (see recover()).
+        self.recovered: _Decision | None = None
+
+    def recover(self) -> None:
+        """Complete an earlier write under this write's ``transactional.id.prefix`` whose
+        driver stopped while committing (on the driver, before any task starts: a task's
+        producer would abort the transactions it left open). Does nothing without a
+        prefix given.
+
+        Raises:
+            TransactionAbortedError: that write could be completed only in part (the
+                message says which partitions are in Kafka); this one must not start.
+            IllegalStateError: that write could not be completed now; this one must not
+                start.
+        """
+        if self.decision_topic is not None:
+            self.recovered = _run(_recover(self.sink, self.prefix, self.decision_topic))
 
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
         """Send the partition's rows in a transaction and prepare it.
@@ -777,6 +1033,7 @@ class TransactionalBatchWriter(KafkaBatchWriter):
         """
         partition = _partition_id()
         attempt = _attempt_number()
+        digest = _InputDigest() if self.decision_topic is not None else None
         prepared, records, _ = _run(
             _produce_prepared(
                 self.sink,
@@ -784,9 +1041,30 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                 _chunks(self.layout, iterator),
                 _transactional_id(self.prefix, partition, attempt),
                 None,
+                digest,
             )
         )
-        return TransactionalCommitMessage(partition, records, prepared, attempt=attempt)
+        return TransactionalCommitMessage(
+            partition,
+            records,
+            prepared,
+            attempt=attempt,
+            digest=str(digest) if digest is not None else None,
+        )
+
+    def decision(self, messages: list[Any]) -> _Decision:
+        """What the driver puts on record before committing ``messages``."""
+        return _Decision(
+            self.write_id,
+            _digest_sum(messages),
+            [
+                (m.partition_id, m.attempt, m.prepared)
+                for m in messages
+                if isinstance(m, TransactionalCommitMessage)
+                and m.prepared is not None
+                and not m.prepared.empty
+            ],
+        )
 
     def commit(self, messages: list[Any]) -> None:
         """Commit every task's transaction.
@@ -795,7 +1073,29 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             KafkaError: a transaction could not be committed (for example, it stayed open
                 longer than ``transaction.timeout.ms`` and the coordinator aborted it).
         """
-        _commit(self.sink, self.prefix, messages, "the exactly-once write")
+        what = "the exactly-once write"
+        rows = _digest_sum(messages)
+        if self.recovered is not None and rows is not None and rows == self.recovered.rows:
+            log.warning(
+                "%s: its rows (rows:digest %s) are those of the earlier write %s, which this "
+                "driver completed before starting: not writing them twice",
+                what,
+                rows,
+                self.recovered.write,
+            )
+            _abort(self.sink, self.prefix, messages, f"{what}, written already")
+            return
+        topic = self.decision_topic
+        decision = self.decision(messages)
+        if topic is None or not decision.transactions:
+            _commit(self.sink, self.prefix, messages, what)
+            return
+        sink, prefix = self.sink, self.prefix
+
+        async def put(state: str) -> None:
+            await _put_decision(sink, prefix, topic, replace(decision, state=state))
+
+        _commit(self.sink, self.prefix, messages, what, before=put)
 
     def abort(self, messages: list[Any]) -> None:
         """Abort every task's transaction: nothing of the write is committed."""

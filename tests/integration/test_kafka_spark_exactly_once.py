@@ -21,6 +21,11 @@ after one partition's transaction was committed, and restarted from its checkpoi
 replays the micro-batch, the committed partition is not written again (its marker offset
 says so), the others are, and every row is read exactly once, in order per key.
 
+A batch write whose driver dies after committing one partition's transaction (its
+decision to commit on record) is completed by the next run of the write under its
+``transactional.id.prefix``, which then writes its rows (the same, split otherwise) no
+second time; a later write with other rows is written.
+
 A batch write whose first wave of tasks outlives ``transaction.timeout.ms`` while the
 second wave runs commits nothing and says why: the driver checks every prepared
 transaction (DescribeTransactions) before committing any.
@@ -652,3 +657,80 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
         extra_wait=1.0,
     )
     assert sorted(r.value for r in rows) == [b"a", b"b", b"c"]
+
+
+def _save_under(df: Any, kafka: KafkaBroker, topic: str, prefix: str) -> None:
+    (
+        df.write.format("aioproducer")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("topic", topic)
+        .option("delivery.guarantee", "exactly_once")
+        .option("transactional.id.prefix", prefix)
+        .mode("append")
+        .save()
+    )
+
+
+def test_a_batch_write_whose_driver_died_mid_commit_is_completed_by_the_next_run(
+    spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
+) -> None:
+    from tests.support.spark_batch_crash import rows
+
+    kafka = any_kafka
+    topic = new_topic(kafka, partitions=3)
+    prefix = f"nightly-{uuid.uuid4().hex[:8]}"
+    flag = tmp_path / "committed-one"
+    log = tmp_path / "write.log"
+    with log.open("ab") as out:
+        crashing = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.spark_batch_crash",
+                topic,
+                kafka.bootstrap_servers,
+                prefix,
+                str(flag),
+                "4000",
+                "4",
+            ],
+            env=_query_env(),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + _QUERY_HANG
+        while not flag.exists() and crashing.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert flag.exists(), f"the write did not reach its commit:\n{log.read_text()[-3000:]}"
+    finally:
+        os.killpg(crashing.pid, signal.SIGKILL)
+        crashing.wait()
+    # The driver died after committing one Spark partition's transaction: the write is in
+    # Kafka in part (consumers reading committed data wait behind the open ones).
+    import asyncio
+
+    from aioproducer import describe_transactions
+
+    partition = int(flag.read_text())
+    described = asyncio.run(
+        describe_transactions(
+            [f"{prefix}-{p}" for p in range(4)], bootstrap_servers=kafka.bootstrap_servers
+        )
+    )
+    states = {int(i.rsplit("-", 1)[1]): d.state for i, d in described.items()}
+    assert states[partition] in {"PrepareCommit", "CompleteCommit"}
+    assert {p: states[p] for p in range(4) if p != partition} == {
+        p: "Ongoing" for p in range(4) if p != partition
+    }
+
+    # The write run again, the same rows split otherwise: its driver completes the
+    # interrupted write, and then writes nothing twice.
+    _save_under(rows(spark, 0, 4000, 3), kafka, topic, prefix)
+    assert _committed_values(kafka, topic, 4000) == collections.Counter(range(4000))
+
+    # The next write under the prefix, with other rows, is written as usual.
+    _save_under(rows(spark, 4000, 1000, 2), kafka, topic, prefix)
+    assert _committed_values(kafka, topic, 5000) == collections.Counter(range(5000))

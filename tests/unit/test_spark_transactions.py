@@ -5,6 +5,7 @@ tests/integration/test_kafka_spark_exactly_once.py.)"""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -13,11 +14,15 @@ from aioproducer import PreparedTransaction
 from aioproducer.errors import ConfigurationError
 from aioproducer.integrations.spark import SinkOptions, _Layout
 from aioproducer.integrations.spark_transactions import (
+    _DECISION_CHUNK,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     TransactionalBatchWriter,
     TransactionalCommitMessage,
     TransactionalStreamWriter,
+    _Decision,
+    _decision_groups,
     _derived_prefix,
+    _digest_sum,
     _InputDigest,
     _layout,
     _Marker,
@@ -187,3 +192,43 @@ def test_the_input_digest_tells_apart_what_kafka_would_receive_differently() -> 
     assert digest({"value": [b"a", b"b"]}, {"key": [b"k"], "value": [b"c"]}) == digest(
         {"key": [None], "value": [b"a"]}, {"key": [None, b"k"], "value": [b"b", b"c"]}
     )
+
+
+def test_a_writes_digest_is_the_same_however_its_rows_are_split() -> None:
+    rows = [{"key": [str(i).encode()], "value": [b"v%d" % i]} for i in range(10)]
+
+    def messages(split: list[range]) -> list[TransactionalCommitMessage]:
+        out = []
+        for partition, indexes in enumerate(split):
+            digest = _InputDigest()
+            for i in indexes:
+                digest.add(rows[i])
+            out.append(TransactionalCommitMessage(partition, len(indexes), digest=str(digest)))
+        return out
+
+    whole = _digest_sum(messages([range(10)]))
+    assert whole is not None and whole.startswith("10:")
+    assert _digest_sum(messages([range(3), range(3, 4), range(4, 10)])) == whole
+    assert _digest_sum(messages([range(3), range(4, 10)])) != whole
+    # A task that took no digest: the write's rows cannot be told.
+    assert _digest_sum([TransactionalCommitMessage(0, 1)]) is None
+
+
+def test_a_commit_decision_fits_the_metadata_of_group_offsets() -> None:
+    biggest = PreparedTransaction("p-9999-retry99", (1 << 63) - 1, (1 << 15) - 1, True)
+    transactions = [(p, 99, biggest) for p in range(2 * _DECISION_CHUNK + 1)]
+    decision = _Decision("w" * 32, "12345678:" + "f" * 16, transactions)
+    chunks = decision.chunks()
+    assert [len(c) for c in chunks] == [_DECISION_CHUNK, _DECISION_CHUNK, 1]
+    assert chunks[0][0] == [0, 99, (1 << 63) - 1, (1 << 15) - 1]
+    # offset.metadata.max.bytes is 4096 by default.
+    assert all(len(json.dumps(c, separators=(",", ":"))) < 4096 for c in chunks)
+    head = json.loads(decision.head(len(chunks)))
+    assert head == {
+        "write": "w" * 32,
+        "state": "committing",
+        "rows": "12345678:" + "f" * 16,
+        "chunks": 3,
+        "v2": True,
+    }
+    assert _decision_groups("p", 3) == ["p-commit", "p-commit-1", "p-commit-2", "p-commit-3"]
