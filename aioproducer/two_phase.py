@@ -395,7 +395,7 @@ async def fetch_committed_offsets(
 
 async def _fetch_committed(
     group_id: str,
-    partitions: Iterable[tuple[str, int]],
+    partitions: Iterable[tuple[str, int]] | None,
     *,
     config: Mapping[str, Any] | ProducerConfig | None = None,
     timeout: float | None = None,
@@ -404,13 +404,16 @@ async def _fetch_committed(
 ) -> dict[tuple[str, int], tuple[int, str | None]]:
     """As :func:`fetch_committed_offsets`, with the metadata committed with each offset:
     ``{(topic, partition): (offset, metadata)}``, ``(-1, None)`` where nothing is
-    committed. ``require_stable`` False answers at once with what is committed, leaving out
-    the offsets of open transactions."""
-    wanted: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        wanted.setdefault(topic, []).append(partition)
-    if not wanted:
-        return {}
+    committed; ``partitions`` None: every partition the group has an offset for.
+    ``require_stable`` False answers at once with what is committed, leaving out the
+    offsets of open transactions."""
+    wanted: dict[str, list[int]] | None = None
+    if partitions is not None:
+        wanted = {}
+        for topic, partition in partitions:
+            wanted.setdefault(topic, []).append(partition)
+        if not wanted:
+            return {}
     cfg = _config(config, options)
     seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
     client = _CoordinatorClient(cfg, time.monotonic() + seconds)
@@ -438,6 +441,8 @@ async def _fetch_committed(
                 for t in response.topics
                 for p in t.partitions
             }
+            if wanted is None:
+                return {key: value for key, value in found.items() if value[0] >= 0}
             return {
                 (topic, p): found.get((topic, p), (-1, None))
                 for topic, indexes in wanted.items()

@@ -414,7 +414,19 @@ async def _produce_prepared(
                 )
                 offset, metadata = committed[marker.partition]
                 recorded = _read_metadata(metadata, marker.query_id)
-                if recorded is not None and offset >= marker.offset:
+                if recorded is not None and offset > marker.offset:
+                    raise IllegalStateError(
+                        f"Spark runs micro-batch {marker.offset - 1} of query "
+                        f"{marker.query_id}, but its Spark partition "
+                        f"{marker.group.rsplit('-', 1)[-1]} committed micro-batch "
+                        f"{offset - 1} already: the checkpoint is older than what the query "
+                        "wrote (restored from a backup, or its last offsets and commits "
+                        "removed). Writing the micro-batch could write rows twice, skipping "
+                        "it could lose rows: start the query on a new checkpoint, or remove "
+                        f"the markers (the consumer groups {marker.group.rsplit('-', 1)[0]}-<n> "
+                        "and -batches) to write the micro-batches again"
+                    )
+                if recorded is not None and offset == marker.offset:
                     if offset == marker.offset:
                         # The replay of the micro-batch that marker recorded: only the
                         # same rows may be skipped (a replay split into partitions another
@@ -699,7 +711,9 @@ def _commit(
     """Check every prepared transaction of ``messages``, then commit them all, then abort
     what the write's other attempts left open. ``before`` puts the decision on record
     (``"committing"``) after the check and before the first EndTxn, and ``"done"`` once
-    every one was committed.
+    every one was committed. Once the decision is on record, no transaction it names is
+    aborted here: one that could not be committed now is left open for the next write
+    under the prefix to complete.
 
     Raises:
         TransactionAbortedError: the check failed: every transaction is aborted.
@@ -713,21 +727,36 @@ def _commit(
         _abort(sink, prefix, messages, f"{what}, refused")
         raise
     failures = _run(_complete_all(sink, messages, True, what))
+    decided = before is not None
     if before is not None and not failures:
-        _run(before("done"))
-    _abort_left_open(sink, prefix, messages, _committed_ids(messages, failures), what)
+        try:
+            _run(before("done"))
+        except KafkaError as exc:
+            # Every transaction is committed: the next write under the prefix finds the
+            # decision still "committing", finds each committed, and marks it done.
+            log.warning("%s: committed, but the decision record stays 'committing': %s", what, exc)
+    keep = _committed_ids(messages, [] if decided else failures)
+    _abort_left_open(sink, prefix, messages, keep, what)
     if not failures:
         return
     partition, first = failures[0]
     if not isinstance(first, KafkaError):
         raise first
     total = sum(1 for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared)
-    first.args = (
-        f"{what}: {len(failures)} of {total} partition transactions could not be committed "
-        f"(Spark partitions {', '.join(str(p) for p, _ in failures)}); partition "
-        f"{partition}: {first.message}",
-        *first.args[1:],
-    )
+    failed = ", ".join(str(p) for p, _ in failures)
+    if decided:
+        summary = (
+            f"{what} is decided but committed in part: {len(failures)} of {total} partition "
+            f"transactions could not be committed now (Spark partitions {failed}). They are "
+            "left open: the next write under this transactional.id.prefix commits them "
+            "before it starts, if it runs before transaction.timeout.ms ends them"
+        )
+    else:
+        summary = (
+            f"{what}: {len(failures)} of {total} partition transactions could not be "
+            f"committed (Spark partitions {failed})"
+        )
+    first.args = (f"{summary}; partition {partition}: {first.message}", *first.args[1:])
     raise first
 
 
@@ -750,21 +779,24 @@ async def _outcomes(sink: SinkOptions, messages: list[Any], partitions: set[int]
     outcomes = {}
     for partition, p in prepared.items():
         d = found.get(p.transactional_id)
-        same = d is not None and d.producer_id == p.producer_id
-        if same and d is not None and d.state in ("PrepareCommit", "CompleteCommit"):
+        outcome = _outcome(p, d)
+        if outcome == "committed":
             outcomes[partition] = (
                 "it was committed already: its rows are in Kafka, for consumers reading "
                 "committed data"
             )
-        elif same and d is not None and d.state in ("PrepareAbort", "CompleteAbort"):
+        elif outcome == "aborted":
             outcomes[partition] = "it was aborted already"
-        elif d is not None and not same:
+        elif d is None:
             outcomes[partition] = (
-                "a newer producer with its transactional id took over, which aborted it"
+                "its coordinator does not say what became of it; if it is still open, the "
+                "coordinator aborts it after transaction.timeout.ms"
             )
         else:
             outcomes[partition] = (
-                "the coordinator aborts it after transaction.timeout.ms if it is still open"
+                f"its coordinator holds {d.state} under producer id {d.producer_id}, epoch "
+                f"{d.producer_epoch}: a newer producer with its transactional id took over "
+                "(which aborted it if it was open)"
             )
     return outcomes
 
@@ -800,8 +832,12 @@ def _digest_sum(messages: list[Any]) -> str | None:
 
 
 #: Prepared transactions per group of a commit decision: a group offset's metadata holds
-#: 4096 bytes by default (``offset.metadata.max.bytes``); an entry takes at most 40.
+#: 4096 bytes by default (``offset.metadata.max.bytes``); an entry takes at most 42.
 _DECISION_CHUNK = 60
+
+#: The states of a transaction that its coordinator committed, and aborted.
+_COMMITTED_STATES = ("PrepareCommit", "CompleteCommit")
+_ABORTED_STATES = ("PrepareAbort", "CompleteAbort")
 
 
 def _decision_groups(prefix: str, chunks: int) -> list[str]:
@@ -812,14 +848,18 @@ def _decision_groups(prefix: str, chunks: int) -> list[str]:
 
 @dataclass(frozen=True)
 class _Decision:
-    """A batch write's decision to commit, put on record before its first EndTxn: the
-    write, the digest of its rows, and every prepared transaction to commit (Spark
-    partition, attempt, producer id, epoch). ``state`` is ``"committing"``, then
-    ``"done"`` once every one was committed."""
+    """A batch write's decision to commit, put on record before its first EndTxn (the
+    offset of ``topic``-0 in the groups of :func:`_decision_groups`): the write, the digest
+    of its rows, and every prepared transaction to commit (Spark partition, attempt,
+    producer id, epoch). ``state``: ``"committing"``, then ``"done"`` once its driver
+    committed every one, or ``"recovered"`` once a later driver did (that driver's write
+    keeps the digest on record until a write under the prefix commits rows of its own, so
+    that a rerun of the same rows is recognised)."""
 
     write: str
     rows: str | None
     transactions: list[tuple[int, int, PreparedTransaction]]
+    topic: str
     state: str = "committing"
 
     def chunks(self) -> list[list[list[int]]]:
@@ -840,24 +880,25 @@ class _Decision:
                 "state": self.state,
                 "rows": self.rows,
                 "chunks": chunks,
+                "count": len(self.transactions),
                 "v2": v2,
             },
             separators=(",", ":"),
         )
 
 
-async def _put_decision(sink: SinkOptions, prefix: str, topic: str, decision: _Decision) -> None:
+async def _put_decision(sink: SinkOptions, prefix: str, decision: _Decision) -> None:
     """Put ``decision`` on record, atomically (one transaction of the transactional id
     ``<prefix>-commit``, whose start fences an earlier driver's)."""
     group = f"{prefix}-commit"
     chunks = decision.chunks() if decision.state == "committing" else []
+    groups = _decision_groups(prefix, len(chunks))
+    topic = decision.topic
     producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
     await producer.start()
     try:
         async with producer.transaction():
-            for group_k, entries in zip(
-                _decision_groups(prefix, len(chunks))[1:], chunks, strict=True
-            ):
+            for group_k, entries in zip(groups[1:], chunks, strict=True):
                 text = json.dumps(entries, separators=(",", ":"))
                 await producer.send_offsets_to_transaction({(topic, 0): (1, text)}, group_k)
             await producer.send_offsets_to_transaction(
@@ -867,100 +908,169 @@ async def _put_decision(sink: SinkOptions, prefix: str, topic: str, decision: _D
         await producer.close()
 
 
-async def _recover(sink: SinkOptions, prefix: str, topic: str) -> _Decision | None:
-    """Complete a batch write under ``prefix`` whose driver stopped while committing (its
-    decision is on record as ``"committing"``): commit each of its prepared transactions
-    that is still open, and put the decision on record as done. The completed decision;
-    None if there was nothing to complete.
+async def _read_decisions(sink: SinkOptions, prefix: str) -> list[_Decision]:
+    """The decisions on record under ``prefix`` that are not done (one per topic at most),
+    their transactions read back for those still ``"committing"``."""
+    config = _completion_config(sink)
+    heads = await _fetch_committed(f"{prefix}-commit", None, config=config)
+    decisions = []
+    for (topic, partition), (_, text) in sorted(heads.items()):
+        head = _json_object(text)
+        if partition != 0 or head is None or head.get("state") not in ("committing", "recovered"):
+            continue
+        transactions: list[tuple[int, int, PreparedTransaction]] = []
+        if head["state"] == "committing":
+            groups = _decision_groups(prefix, int(head.get("chunks", 0)))[1:]
+            answers = await asyncio.gather(
+                *(_fetch_committed(g, [(topic, 0)], config=config) for g in groups)
+            )
+            for answer in answers:
+                entries = _json_list(answer[(topic, 0)][1])
+                for partition_id, attempt, producer_id, epoch in entries:
+                    prepared = PreparedTransaction(
+                        _transactional_id(prefix, int(partition_id), int(attempt)),
+                        int(producer_id),
+                        int(epoch),
+                        transaction_v2=bool(head.get("v2")),
+                    )
+                    transactions.append((int(partition_id), int(attempt), prepared))
+            if len(transactions) != int(head.get("count", -1)):
+                raise IllegalStateError(
+                    f"the decision record of an earlier exactly-once write under prefix "
+                    f"{prefix!r} (write {head.get('write')}) names {head.get('count')} "
+                    f"transactions, of which {len(transactions)} could be read back (groups "
+                    f"{prefix}-commit-<n> expired after offsets.retention.minutes, or were "
+                    "deleted): that write cannot be completed, and this one was not started"
+                )
+        decisions.append(
+            _Decision(
+                str(head.get("write")),
+                head.get("rows"),
+                transactions,
+                topic,
+                str(head["state"]),
+            )
+        )
+    return decisions
+
+
+def _outcome(p: PreparedTransaction, d: TransactionDescription | None) -> str:
+    """What became of a prepared transaction whose commit just failed, from its
+    coordinator's description: ``"committed"``, ``"aborted"`` or ``"unknown"``. Only the
+    epoch its own end left tells: the prepared epoch (transactions v1), or one more
+    (transactions v2, where EndTxn bumps it, and where a timeout's abort bumps it too)."""
+    if d is None or d.producer_id != p.producer_id:
+        return "unknown"
+    ended = (p.producer_epoch, p.producer_epoch + 1)
+    if d.state in _COMMITTED_STATES and d.producer_epoch in ended:
+        return "committed"
+    if d.state in _ABORTED_STATES and d.producer_epoch in ended:
+        return "aborted"
+    return "unknown"
+
+
+async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None:
+    """Commit every transaction of ``decision`` (a write whose driver stopped while
+    committing) still open, and put it on record as ``"recovered"``.
 
     Raises:
-        TransactionAbortedError: some of its transactions were aborted before they could
-            be committed (they outlived ``transaction.timeout.ms``): that write is in Kafka
-            in part; the message says which partitions.
+        TransactionAbortedError: some could not be committed (aborted after
+            ``transaction.timeout.ms``, or the outcome cannot be told); the decision is
+            then put on record as done, and the message says what is in Kafka.
+        IllegalStateError: some could not be committed now for a reason that may pass
+            (the coordinator did not answer): nothing is put on record.
     """
+    config = _completion_config(sink)
+    log.warning(
+        "an earlier exactly-once write under prefix %r (write %s) stopped while committing: "
+        "committing the rest of its %d partition transactions",
+        prefix,
+        decision.write,
+        len(decision.transactions),
+    )
+    results = await asyncio.gather(
+        *(
+            complete_prepared_transaction(p, commit=True, config=config)
+            for _, _, p in decision.transactions
+        ),
+        return_exceptions=True,
+    )
+    failed = {
+        partition: (p, result)
+        for (partition, _, p), result in zip(decision.transactions, results, strict=True)
+        if isinstance(result, BaseException)
+    }
+    outcomes: dict[int, str] = {}
+    if failed:
+        try:
+            found = await describe_transactions(
+                [p.transactional_id for p, _ in failed.values()], config=config
+            )
+        except UnsupportedVersionError:
+            found = {}
+        except KafkaError as exc:
+            raise _not_completed(prefix, decision, failed, exc) from exc
+        for partition, (p, error) in failed.items():
+            d = found.get(p.transactional_id)
+            if d is not None and d.matches(p):
+                # Still open under its epoch: the commit failed for a reason that may pass
+                # (the coordinator unreachable); a later run can still complete it.
+                raise _not_completed(prefix, decision, failed, error)
+            outcomes[partition] = _outcome(p, d)
+    not_committed = {p: o for p, o in outcomes.items() if o != "committed"}
+    if not not_committed:
+        await _put_decision(sink, prefix, replace(decision, state="recovered"))
+        log.warning(
+            "the earlier exactly-once write under prefix %r (write %s) is complete: every "
+            "one of its %d partition transactions is committed",
+            prefix,
+            decision.write,
+            len(decision.transactions),
+        )
+        return
+    await _put_decision(sink, prefix, replace(decision, state="done"))
+    in_kafka = sorted(p for p, _, _ in decision.transactions if p not in not_committed)
+    aborted = sorted(p for p, o in not_committed.items() if o == "aborted")
+    unknown = sorted(p for p, o in not_committed.items() if o == "unknown")
+    raise TransactionAbortedError(
+        f"an earlier exactly-once write under prefix {prefix!r} (write {decision.write}) "
+        f"stopped while committing and could be completed only in part: the rows of its "
+        f"Spark partitions {in_kafka} are in Kafka"
+        + (
+            f", those of {aborted} are not (aborted: they outlived transaction.timeout.ms)"
+            if aborted
+            else ""
+        )
+        + (
+            f", and of {unknown} this cluster cannot tell (their transactional ids were "
+            "taken over or expired, or the cluster cannot describe transactions)"
+            if unknown
+            else ""
+        )
+        + ". This write was not started. Running it again writes all of its rows, those "
+        "already in Kafka a second time: write only the rows of the partitions not in "
+        "Kafka, if the earlier write's partitioning can be reproduced"
+    )
+
+
+async def _recover(sink: SinkOptions, prefix: str, topic: str) -> _Decision | None:
+    """Complete every batch write under ``prefix`` whose driver stopped while committing
+    (:func:`_complete`), whatever its topic, then return the write to ``topic``, completed
+    now or earlier, whose rows a rerun must not write again (state ``"recovered"``), if
+    any."""
     group = f"{prefix}-commit"
     # Started first: its start aborts a decision's transaction an earlier driver left open
     # (that driver had not decided: it committed nothing).
     producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
     await producer.start()
     await producer.close()
-    config = _completion_config(sink)
-    _, head_text = (await _fetch_committed(group, [(topic, 0)], config=config))[(topic, 0)]
-    head = _json_object(head_text)
-    if head is None or head.get("state") != "committing":
-        return None
-    groups = _decision_groups(prefix, int(head.get("chunks", 0)))[1:]
-    answers = await asyncio.gather(
-        *(_fetch_committed(g, [(topic, 0)], config=config) for g in groups)
-    )
-    transactions = [
-        (
-            int(partition),
-            int(attempt),
-            PreparedTransaction(
-                _transactional_id(prefix, int(partition), int(attempt)),
-                int(producer_id),
-                int(epoch),
-                transaction_v2=bool(head.get("v2")),
-            ),
-        )
-        for answer in answers
-        for partition, attempt, producer_id, epoch in json.loads(answer[(topic, 0)][1] or "[]")
-    ]
-    decision = _Decision(str(head.get("write")), head.get("rows"), transactions)
-    log.warning(
-        "an earlier exactly-once write under prefix %r (write %s) stopped while committing: "
-        "committing the rest of its %d partition transactions",
-        prefix,
-        decision.write,
-        len(transactions),
-    )
-    results = await asyncio.gather(
-        *(complete_prepared_transaction(p, commit=True, config=config) for _, _, p in transactions),
-        return_exceptions=True,
-    )
-    failed = {
-        partition: (p, result)
-        for (partition, _, p), result in zip(transactions, results, strict=True)
-        if isinstance(result, BaseException)
-    }
-    lost: list[int] = []
-    if failed:
-        try:
-            found = await describe_transactions(
-                [p.transactional_id for p, _ in failed.values()], config=config
-            )
-        except KafkaError as exc:
-            raise _not_completed(prefix, decision, failed, exc) from exc
-        for partition, (p, error) in failed.items():
-            d = found.get(p.transactional_id)
-            if d is not None and d.producer_id == p.producer_id:
-                if d.state in ("PrepareCommit", "CompleteCommit"):
-                    continue  # committed already (its answer was lost, or a retry)
-                if d.state == "Ongoing" and d.producer_epoch == p.producer_epoch:
-                    # Still open under its epoch: the commit failed for another reason
-                    # (the coordinator unreachable); a later run can still complete it.
-                    raise _not_completed(prefix, decision, failed, error)
-            lost.append(partition)
-    await _put_decision(sink, prefix, topic, replace(decision, state="done"))
-    if lost:
-        committed = sorted(p for p, _, _ in transactions if p not in lost)
-        raise TransactionAbortedError(
-            f"an earlier exactly-once write under prefix {prefix!r} (write {decision.write}) "
-            "stopped while committing, and could be completed only in part: the rows of "
-            f"its Spark partitions {committed} are in Kafka, those of {sorted(lost)} are "
-            "not (their transactions outlived transaction.timeout.ms before this run could "
-            "commit them). This write was not started; run it again to write all of its "
-            "rows"
-        )
-    log.warning(
-        "the earlier exactly-once write under prefix %r (write %s) is complete: every one "
-        "of its %d partition transactions is committed",
-        prefix,
-        decision.write,
-        len(transactions),
-    )
-    return decision
+    recovered = None
+    for decision in await _read_decisions(sink, prefix):
+        if decision.state == "committing":
+            await _complete(sink, prefix, decision)
+        if decision.topic == topic:
+            recovered = replace(decision, state="recovered", transactions=[])
+    return recovered
 
 
 def _not_completed(
@@ -988,6 +1098,16 @@ def _json_object(text: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _json_list(text: str | None) -> list[Any]:
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
 class TransactionalBatchWriter(KafkaBatchWriter):
     """Writes a DataFrame exactly once (``delivery.guarantee`` ``exactly_once``): each task
     prepares a transaction, the driver commits them all (see the module).
@@ -1006,19 +1126,20 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             (sink.marker_topic or sink.topic) if sink.transactional_id_prefix else None
         )
         self.write_id = uuid.uuid4().hex
-        # An earlier write this driver completed (see recover()).
+        # The earlier write completed by a driver (this one or an earlier one) whose rows
+        # are not to be written again (see recover()).
         self.recovered: _Decision | None = None
 
     def recover(self) -> None:
-        """Complete an earlier write under this write's ``transactional.id.prefix`` whose
-        driver stopped while committing (on the driver, before any task starts: a task's
-        producer would abort the transactions it left open). Does nothing without a
+        """Complete every earlier write under this write's ``transactional.id.prefix``
+        whose driver stopped while committing (on the driver, before any task starts: a
+        task's producer would abort the transactions it left open). Does nothing without a
         prefix given.
 
         Raises:
-            TransactionAbortedError: that write could be completed only in part (the
+            TransactionAbortedError: such a write could be completed only in part (the
                 message says which partitions are in Kafka); this one must not start.
-            IllegalStateError: that write could not be completed now; this one must not
+            IllegalStateError: such a write could not be completed now; this one must not
                 start.
         """
         if self.decision_topic is not None:
@@ -1054,6 +1175,7 @@ class TransactionalBatchWriter(KafkaBatchWriter):
 
     def decision(self, messages: list[Any]) -> _Decision:
         """What the driver puts on record before committing ``messages``."""
+        assert self.decision_topic is not None
         return _Decision(
             self.write_id,
             _digest_sum(messages),
@@ -1064,6 +1186,7 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                 and m.prepared is not None
                 and not m.prepared.empty
             ],
+            self.decision_topic,
         )
 
     def commit(self, messages: list[Any]) -> None:
@@ -1074,32 +1197,62 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                 longer than ``transaction.timeout.ms`` and the coordinator aborted it).
         """
         what = "the exactly-once write"
-        rows = _digest_sum(messages)
-        if self.recovered is not None and rows is not None and rows == self.recovered.rows:
-            log.warning(
-                "%s: its rows (rows:digest %s) are those of the earlier write %s, which this "
-                "driver completed before starting: not writing them twice",
-                what,
-                rows,
-                self.recovered.write,
-            )
-            _abort(self.sink, self.prefix, messages, f"{what}, written already")
-            return
         topic = self.decision_topic
-        decision = self.decision(messages)
-        if topic is None or not decision.transactions:
+        if topic is None:
             _commit(self.sink, self.prefix, messages, what)
             return
+        rows = _digest_sum(messages)
+        recovered = self.recovered
+        if recovered is not None and rows is not None and rows == recovered.rows:
+            log.warning(
+                "%s: its rows (rows:digest %s) are those of the earlier write %s, which "
+                "stopped while committing and was completed since: not writing them twice",
+                what,
+                rows,
+                recovered.write,
+            )
+            _abort(self.sink, self.prefix, messages, f"{what}, written already")
+            try:
+                _run(_put_decision(self.sink, self.prefix, replace(recovered, state="done")))
+            except KafkaError as exc:
+                log.warning("%s: could not mark the earlier write done: %s", what, exc)
+            return
+        # Its decision replaces the record of the recovered write to its topic.
+        decision = self.decision(messages)
         sink, prefix = self.sink, self.prefix
 
         async def put(state: str) -> None:
-            await _put_decision(sink, prefix, topic, replace(decision, state=state))
+            await _put_decision(sink, prefix, replace(decision, state=state))
 
         _commit(self.sink, self.prefix, messages, what, before=put)
 
     def abort(self, messages: list[Any]) -> None:
-        """Abort every task's transaction: nothing of the write is committed."""
-        _abort(self.sink, self.prefix, messages, "the failed exactly-once write")
+        """Abort every task's transaction: nothing of the write is committed, unless the
+        driver had put its decision to commit on record (the commit failed part-way): the
+        transactions are then left for the next write under the prefix to complete."""
+        what = "the failed exactly-once write"
+        if self.decision_topic is not None:
+            try:
+                decisions = _run(_read_decisions(self.sink, self.prefix))
+            except KafkaError as exc:
+                log.warning(
+                    "%s: could not read the decision record, so its transactions are left "
+                    "open (the coordinator aborts them after transaction.timeout.ms, or the "
+                    "next write under prefix %r completes them if they were decided): %s",
+                    what,
+                    self.prefix,
+                    exc,
+                )
+                return
+            if any(d.write == self.write_id and d.state == "committing" for d in decisions):
+                log.warning(
+                    "%s: its decision to commit is on record; its transactions not committed "
+                    "yet are left for the next write under prefix %r to commit",
+                    what,
+                    self.prefix,
+                )
+                return
+        _abort(self.sink, self.prefix, messages, what)
 
 
 class TransactionalStreamWriter(KafkaStreamWriter):

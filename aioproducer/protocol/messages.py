@@ -1371,7 +1371,8 @@ class OffsetFetchResponse(Response):
 
 @dataclass(slots=True)
 class OffsetFetchRequest(Request[OffsetFetchResponse]):
-    """Read one consumer group's committed offsets for the partitions named (v1-7).
+    """Read one consumer group's committed offsets for the partitions named, or (``topics``
+    None, v2+) for every partition it has one for (v1-7).
 
     ``require_stable`` (v7+, KIP-447) asks the group coordinator to answer
     UNSTABLE_OFFSET_COMMIT (retriable) for a partition whose offset a transaction that is
@@ -1385,11 +1386,15 @@ class OffsetFetchRequest(Request[OffsetFetchResponse]):
     MAX_VERSION: ClassVar[int] = 7
 
     group_id: str
-    topics: dict[str, list[int]]
+    topics: dict[str, list[int]] | None
     require_stable: bool = False
 
     def response_size_limit(self) -> int | None:
-        """An entry per topic and partition asked for, each with its metadata string."""
+        """An entry per topic and partition asked for, each with its metadata string; only
+        the connection's ``max_response_size`` when every partition of the group is
+        asked for."""
+        if self.topics is None:
+            return None
         partitions = sum(len(p) for p in self.topics.values())
         return _echo_limit(len(self.topics), partitions, _TOPIC_ALLOWANCE + 64)
 
@@ -1403,7 +1408,12 @@ class OffsetFetchRequest(Request[OffsetFetchResponse]):
             w.int32_items(item[1])
             w.tags()
 
-        w.items(sorted(self.topics.items()), topic)
+        if self.topics is None:
+            # Every partition the group has committed an offset for (v2+).
+            _require(version >= 2, self, version, "every partition (topics null)")
+            w.null_array()
+        else:
+            w.items(sorted(self.topics.items()), topic)
         if version >= 7:
             w.boolean(self.require_stable)
         else:

@@ -22,9 +22,10 @@ replays the micro-batch, the committed partition is not written again (its marke
 says so), the others are, and every row is read exactly once, in order per key.
 
 A batch write whose driver dies after committing one partition's transaction (its
-decision to commit on record) is completed by the next run of the write under its
-``transactional.id.prefix``, which then writes its rows (the same, split otherwise) no
-second time; a later write with other rows is written.
+decision to commit on record) is completed by the next write under its
+``transactional.id.prefix``, even one to another topic; a rerun of the interrupted write
+(the same rows, split otherwise) then writes them no second time; a later write with
+other rows is written.
 
 A batch write whose first wave of tasks outlives ``transaction.timeout.ms`` while the
 second wave runs commits nothing and says why: the driver checks every prepared
@@ -53,7 +54,7 @@ import pytest
 
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import read_back
-from tests.support.spark import ROOT, local_spark
+from tests.support.spark import ONCE_PER_CI_RUN, ROOT, local_spark
 from tests.support.spark_crash import CRASH_FLAG, KEYS
 
 pytestmark = pytest.mark.kafka
@@ -276,12 +277,8 @@ def test_exactly_once_options_are_checked_on_the_driver(spark: Any, kafka: Kafka
 _QUERY_HANG = 600.0
 
 #: The streaming queries run, killed and run again as processes of their own take minutes
-#: each: CI runs them once, in the pass over the compiled build (the plain-Python build's
-#: exactly-once path runs in the other tests here, and its digest in the unit tests).
-_ONCE_PER_CI_RUN = pytest.mark.skipif(
-    os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "0",
-    reason="a streaming query replayed in processes of its own: run in the compiled pass",
-)
+#: each: CI runs them once, in the pass over the compiled build.
+_ONCE_PER_CI_RUN = ONCE_PER_CI_RUN
 
 
 def _run_query(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -671,6 +668,7 @@ def _save_under(df: Any, kafka: KafkaBroker, topic: str, prefix: str) -> None:
     )
 
 
+@_ONCE_PER_CI_RUN
 def test_a_batch_write_whose_driver_died_mid_commit_is_completed_by_the_next_run(
     spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic, tmp_path: Path
 ) -> None:
@@ -726,11 +724,18 @@ def test_a_batch_write_whose_driver_died_mid_commit_is_completed_by_the_next_run
         p: "Ongoing" for p in range(4) if p != partition
     }
 
-    # The write run again, the same rows split otherwise: its driver completes the
-    # interrupted write, and then writes nothing twice.
+    # Another write under the prefix, to another topic, before the rerun: its driver
+    # completes the interrupted write first (its tasks would abort what it left open).
+    other_topic = new_topic(kafka, partitions=1)
+    _save_under(rows(spark, 10_000, 500, 2), kafka, other_topic, prefix)
+    assert _committed_values(kafka, topic, 4000) == collections.Counter(range(4000))
+    assert _committed_values(kafka, other_topic, 500) == collections.Counter(range(10_000, 10_500))
+
+    # The interrupted write run again, the same rows split otherwise: they are in Kafka
+    # already (the completed write's digest stays on record), so nothing is written twice.
     _save_under(rows(spark, 0, 4000, 3), kafka, topic, prefix)
     assert _committed_values(kafka, topic, 4000) == collections.Counter(range(4000))
 
-    # The next write under the prefix, with other rows, is written as usual.
+    # The next write with other rows is written as usual.
     _save_under(rows(spark, 4000, 1000, 2), kafka, topic, prefix)
     assert _committed_values(kafka, topic, 5000) == collections.Counter(range(5000))

@@ -9,7 +9,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+
+#: Spark jobs run as processes (and clusters) of their own, a minute or more each: CI runs
+#: them once, in the pass over the compiled build (the plain-Python build's exactly-once
+#: path runs in the other Spark tests, and its digest in the unit tests).
+ONCE_PER_CI_RUN = pytest.mark.skipif(
+    os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "0",
+    reason="a Spark job of processes of its own, minutes long: run in the compiled pass",
+)
 _ENVIRONMENT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
 
 

@@ -39,7 +39,7 @@ class _CrashingBatchWriter(TransactionalBatchWriter):
         prepared = [m for m in messages if isinstance(m, TransactionalCommitMessage) and m.prepared]
         assert self.decision_topic is not None
         _run(_check_prepared(self.sink, messages, "the crashing write"))
-        _run(_put_decision(self.sink, self.prefix, self.decision_topic, self.decision(messages)))
+        _run(_put_decision(self.sink, self.prefix, self.decision(messages)))
         failures = _run(_complete_all(self.sink, prepared[:1], True, "the crashing write"))
         assert not failures, failures
         Path(self.flag).write_text(str(prepared[0].partition_id))

@@ -368,6 +368,13 @@ def _offset_fetch(v: int) -> tuple[Request, Any]:
     )
 
 
+@pytest.mark.parametrize("version", [v for v in _versions(m.OffsetFetchRequest) if v >= 2])
+def test_an_offset_fetch_of_every_partition_of_a_group_matches_kafka_python(version: int) -> None:
+    ours = m.OffsetFetchRequest("group", None, require_stable=version >= 7)
+    theirs = KOffsetFetchRequest(group_id="group", topics=None, require_stable=version >= 7)
+    assert b"".join(ours.encode(version)) == bytes(theirs.encode(version=version))
+
+
 def _offset_fetch_response() -> Any:
     T = KOffsetFetchResponse.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition

@@ -217,7 +217,7 @@ def test_a_writes_digest_is_the_same_however_its_rows_are_split() -> None:
 def test_a_commit_decision_fits_the_metadata_of_group_offsets() -> None:
     biggest = PreparedTransaction("p-9999-retry99", (1 << 63) - 1, (1 << 15) - 1, True)
     transactions = [(p, 99, biggest) for p in range(2 * _DECISION_CHUNK + 1)]
-    decision = _Decision("w" * 32, "12345678:" + "f" * 16, transactions)
+    decision = _Decision("w" * 32, "12345678:" + "f" * 16, transactions, "orders")
     chunks = decision.chunks()
     assert [len(c) for c in chunks] == [_DECISION_CHUNK, _DECISION_CHUNK, 1]
     assert chunks[0][0] == [0, 99, (1 << 63) - 1, (1 << 15) - 1]
@@ -229,6 +229,7 @@ def test_a_commit_decision_fits_the_metadata_of_group_offsets() -> None:
         "state": "committing",
         "rows": "12345678:" + "f" * 16,
         "chunks": 3,
+        "count": 2 * _DECISION_CHUNK + 1,
         "v2": True,
     }
     assert _decision_groups("p", 3) == ["p-commit", "p-commit-1", "p-commit-2", "p-commit-3"]
