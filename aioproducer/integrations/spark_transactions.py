@@ -728,15 +728,24 @@ def _commit(
         raise
     failures = _run(_complete_all(sink, messages, True, what))
     decided = before is not None
+    not_done: KafkaError | None = None
     if before is not None and not failures:
         try:
             _run(before("done"))
         except KafkaError as exc:
-            # Every transaction is committed: the next write under the prefix finds the
-            # decision still "committing", finds each committed, and marks it done.
-            log.warning("%s: committed, but the decision record stays 'committing': %s", what, exc)
+            not_done = exc
     keep = _committed_ids(messages, [] if decided else failures)
     _abort_left_open(sink, prefix, messages, keep, what)
+    if not failures and not_done is not None:
+        # Every transaction is committed, but the record still says "committing": the next
+        # write under the prefix finds each one committed and takes this write as one it
+        # completed, so a write of the same rows to the topic would be skipped. Say so.
+        raise IllegalStateError(
+            f"{what} is committed in full, but its decision record could not be marked "
+            f"done ({not_done}): the next write under this transactional.id.prefix will "
+            "take it for a write it completed, and not write the same rows to this topic "
+            "again (a rerun of this write is skipped)"
+        ) from not_done
     if not failures:
         return
     partition, first = failures[0]
@@ -846,15 +855,18 @@ def _decision_groups(prefix: str, chunks: int) -> list[str]:
     return [f"{prefix}-commit"] + [f"{prefix}-commit-{k}" for k in range(1, chunks + 1)]
 
 
+#: How many completed writes per topic the record of recovered writes keeps (a rerun of
+#: one of them is recognised): 20 entries of about 60 bytes fit a group offset's metadata.
+_RECOVERED_KEPT = 20
+
+
 @dataclass(frozen=True)
 class _Decision:
     """A batch write's decision to commit, put on record before its first EndTxn (the
     offset of ``topic``-0 in the groups of :func:`_decision_groups`): the write, the digest
     of its rows, and every prepared transaction to commit (Spark partition, attempt,
-    producer id, epoch). ``state``: ``"committing"``, then ``"done"`` once its driver
-    committed every one, or ``"recovered"`` once a later driver did (that driver's write
-    keeps the digest on record until a write under the prefix commits rows of its own, so
-    that a rerun of the same rows is recognised)."""
+    producer id, epoch). ``state``: ``"committing"``, then ``"done"`` once every one is
+    committed (by its driver, or by a later one that completed it)."""
 
     write: str
     rows: str | None
@@ -887,69 +899,127 @@ class _Decision:
         )
 
 
-async def _put_decision(sink: SinkOptions, prefix: str, decision: _Decision) -> None:
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def _put_decision(
+    sink: SinkOptions,
+    prefix: str,
+    decision: _Decision,
+    recovered: list[dict[str, Any]] | None = None,
+) -> None:
     """Put ``decision`` on record, atomically (one transaction of the transactional id
-    ``<prefix>-commit``, whose start fences an earlier driver's)."""
+    ``<prefix>-commit``, whose start fences an earlier driver's); with ``recovered``, also
+    the list of completed writes to its topic whose reruns are to be recognised (group
+    ``<prefix>-recovered``)."""
     group = f"{prefix}-commit"
     chunks = decision.chunks() if decision.state == "committing" else []
     groups = _decision_groups(prefix, len(chunks))
-    topic = decision.topic
+    key = (decision.topic, 0)
     producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
     await producer.start()
     try:
         async with producer.transaction():
             for group_k, entries in zip(groups[1:], chunks, strict=True):
-                text = json.dumps(entries, separators=(",", ":"))
-                await producer.send_offsets_to_transaction({(topic, 0): (1, text)}, group_k)
+                await producer.send_offsets_to_transaction({key: (1, _compact(entries))}, group_k)
             await producer.send_offsets_to_transaction(
-                {(topic, 0): (1, decision.head(len(chunks)))}, group
+                {key: (1, decision.head(len(chunks)))}, group
+            )
+            if recovered is not None:
+                await producer.send_offsets_to_transaction(
+                    {key: (1, _compact(recovered[-_RECOVERED_KEPT:]))}, f"{prefix}-recovered"
+                )
+    finally:
+        await producer.close()
+
+
+async def _put_recovered(
+    sink: SinkOptions, prefix: str, topic: str, recovered: list[dict[str, Any]]
+) -> None:
+    """Put the list of recovered writes to ``topic`` on record (see :func:`_put_decision`)."""
+    producer = Producer({**sink.config, "transactional.id": f"{prefix}-commit"}, **sink.options)
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction(
+                {(topic, 0): (1, _compact(recovered[-_RECOVERED_KEPT:]))}, f"{prefix}-recovered"
             )
     finally:
         await producer.close()
 
 
-async def _read_decisions(sink: SinkOptions, prefix: str) -> list[_Decision]:
-    """The decisions on record under ``prefix`` that are not done (one per topic at most),
-    their transactions read back for those still ``"committing"``."""
+async def _read_recovered(sink: SinkOptions, prefix: str, topic: str) -> list[dict[str, Any]]:
+    """The completed writes to ``topic`` whose reruns are to be recognised."""
+    answer = await _fetch_committed(
+        f"{prefix}-recovered", [(topic, 0)], config=_completion_config(sink)
+    )
+    return [e for e in _json_list(answer[(topic, 0)][1]) if isinstance(e, dict)]
+
+
+async def _settle(sink: SinkOptions, prefix: str) -> None:
+    """Start (and close) the producer of ``<prefix>-commit``: a decision's transaction
+    that a driver left open is aborted (that driver had not decided), one that is
+    committing completes first."""
+    producer = Producer({**sink.config, "transactional.id": f"{prefix}-commit"}, **sink.options)
+    await producer.start()
+    await producer.close()
+
+
+async def _decision_of(sink: SinkOptions, prefix: str, topic: str) -> dict[str, Any] | None:
+    """The head of the decision on record for ``topic`` (read by name, waiting for an
+    open transaction's offsets: a first head still being committed is not missed)."""
+    await _settle(sink, prefix)
+    answer = await _fetch_committed(
+        f"{prefix}-commit", [(topic, 0)], config=_completion_config(sink)
+    )
+    return _json_object(answer[(topic, 0)][1])
+
+
+async def _read_decisions(sink: SinkOptions, prefix: str, topic: str | None) -> list[_Decision]:
+    """The decisions on record under ``prefix`` still ``"committing"`` (one per topic at
+    most), with their transactions: those of every topic, and ``topic``'s read by name.
+
+    Raises:
+        IllegalStateError: a decision's transactions cannot all be read back.
+    """
     config = _completion_config(sink)
-    heads = await _fetch_committed(f"{prefix}-commit", None, config=config)
+    group = f"{prefix}-commit"
+    heads = await _fetch_committed(group, None, config=config)
+    if topic is not None:
+        heads.update(await _fetch_committed(group, [(topic, 0)], config=config))
     decisions = []
-    for (topic, partition), (_, text) in sorted(heads.items()):
+    for (head_topic, partition), (_, text) in sorted(heads.items()):
         head = _json_object(text)
-        if partition != 0 or head is None or head.get("state") not in ("committing", "recovered"):
+        if partition != 0 or head is None or head.get("state") != "committing":
             continue
         transactions: list[tuple[int, int, PreparedTransaction]] = []
-        if head["state"] == "committing":
-            groups = _decision_groups(prefix, int(head.get("chunks", 0)))[1:]
-            answers = await asyncio.gather(
-                *(_fetch_committed(g, [(topic, 0)], config=config) for g in groups)
-            )
-            for answer in answers:
-                entries = _json_list(answer[(topic, 0)][1])
-                for partition_id, attempt, producer_id, epoch in entries:
-                    prepared = PreparedTransaction(
-                        _transactional_id(prefix, int(partition_id), int(attempt)),
-                        int(producer_id),
-                        int(epoch),
-                        transaction_v2=bool(head.get("v2")),
-                    )
-                    transactions.append((int(partition_id), int(attempt), prepared))
-            if len(transactions) != int(head.get("count", -1)):
-                raise IllegalStateError(
-                    f"the decision record of an earlier exactly-once write under prefix "
-                    f"{prefix!r} (write {head.get('write')}) names {head.get('count')} "
-                    f"transactions, of which {len(transactions)} could be read back (groups "
-                    f"{prefix}-commit-<n> expired after offsets.retention.minutes, or were "
-                    "deleted): that write cannot be completed, and this one was not started"
+        groups = _decision_groups(prefix, int(head.get("chunks", 0)))[1:]
+        answers = await asyncio.gather(
+            *(_fetch_committed(g, [(head_topic, 0)], config=config) for g in groups)
+        )
+        for answer in answers:
+            for partition_id, attempt, producer_id, epoch in _json_list(answer[(head_topic, 0)][1]):
+                prepared = PreparedTransaction(
+                    _transactional_id(prefix, int(partition_id), int(attempt)),
+                    int(producer_id),
+                    int(epoch),
+                    transaction_v2=bool(head.get("v2")),
                 )
-        decisions.append(
-            _Decision(
-                str(head.get("write")),
-                head.get("rows"),
-                transactions,
-                topic,
-                str(head["state"]),
+                transactions.append((int(partition_id), int(attempt), prepared))
+        if len(transactions) != int(head.get("count", -1)):
+            raise IllegalStateError(
+                f"the decision record of an earlier exactly-once write under prefix "
+                f"{prefix!r} to topic {head_topic!r} (write {head.get('write')}) names "
+                f"{head.get('count')} transactions, of which {len(transactions)} could be read "
+                f"back (the groups {prefix}-commit-<n> expired after offsets.retention.minutes, "
+                "or were deleted): that write cannot be completed, and this one was not "
+                "started. describe_transactions() on its ids tells which of its partitions "
+                f"were committed; deleting the consumer group {prefix}-commit lets writes "
+                "under the prefix go on"
             )
+        decisions.append(
+            _Decision(str(head.get("write")), head.get("rows"), transactions, head_topic)
         )
     return decisions
 
@@ -957,21 +1027,25 @@ async def _read_decisions(sink: SinkOptions, prefix: str) -> list[_Decision]:
 def _outcome(p: PreparedTransaction, d: TransactionDescription | None) -> str:
     """What became of a prepared transaction whose commit just failed, from its
     coordinator's description: ``"committed"``, ``"aborted"`` or ``"unknown"``. Only the
-    epoch its own end left tells: the prepared epoch (transactions v1), or one more
-    (transactions v2, where EndTxn bumps it, and where a timeout's abort bumps it too)."""
+    epoch its own end left tells. Transactions v1: a commit leaves the prepared epoch, an
+    abort the prepared epoch or one more (a timeout or a newer producer bumps it).
+    Transactions v2: every end bumps it, a commit to one more, an abort to one or two more.
+    Anything else (another producer id, a later transaction of the id) is unknown."""
     if d is None or d.producer_id != p.producer_id:
         return "unknown"
-    ended = (p.producer_epoch, p.producer_epoch + 1)
-    if d.state in _COMMITTED_STATES and d.producer_epoch in ended:
+    e = p.producer_epoch
+    committed, aborted = ((e + 1,), (e + 1, e + 2)) if p.transaction_v2 else ((e,), (e, e + 1))
+    if d.state in _COMMITTED_STATES and d.producer_epoch in committed:
         return "committed"
-    if d.state in _ABORTED_STATES and d.producer_epoch in ended:
+    if d.state in _ABORTED_STATES and d.producer_epoch in aborted:
         return "aborted"
     return "unknown"
 
 
 async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None:
     """Commit every transaction of ``decision`` (a write whose driver stopped while
-    committing) still open, and put it on record as ``"recovered"``.
+    committing) still open, put it on record as ``"done"``, and add it to the recovered
+    writes of its topic (a rerun of its rows is then recognised).
 
     Raises:
         TransactionAbortedError: some could not be committed (aborted after
@@ -1019,7 +1093,9 @@ async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None
             outcomes[partition] = _outcome(p, d)
     not_committed = {p: o for p, o in outcomes.items() if o != "committed"}
     if not not_committed:
-        await _put_decision(sink, prefix, replace(decision, state="recovered"))
+        recovered = await _read_recovered(sink, prefix, decision.topic)
+        recovered.append({"write": decision.write, "rows": decision.rows})
+        await _put_decision(sink, prefix, replace(decision, state="done"), recovered)
         log.warning(
             "the earlier exactly-once write under prefix %r (write %s) is complete: every "
             "one of its %d partition transactions is committed",
@@ -1053,24 +1129,14 @@ async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None
     )
 
 
-async def _recover(sink: SinkOptions, prefix: str, topic: str) -> _Decision | None:
+async def _recover(sink: SinkOptions, prefix: str, topic: str | None) -> list[dict[str, Any]]:
     """Complete every batch write under ``prefix`` whose driver stopped while committing
-    (:func:`_complete`), whatever its topic, then return the write to ``topic``, completed
-    now or earlier, whose rows a rerun must not write again (state ``"recovered"``), if
-    any."""
-    group = f"{prefix}-commit"
-    # Started first: its start aborts a decision's transaction an earlier driver left open
-    # (that driver had not decided: it committed nothing).
-    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
-    await producer.start()
-    await producer.close()
-    recovered = None
-    for decision in await _read_decisions(sink, prefix):
-        if decision.state == "committing":
-            await _complete(sink, prefix, decision)
-        if decision.topic == topic:
-            recovered = replace(decision, state="recovered", transactions=[])
-    return recovered
+    (:func:`_complete`), whatever its topic; then the completed writes to ``topic`` whose
+    reruns are to be recognised (none without a topic)."""
+    await _settle(sink, prefix)
+    for decision in await _read_decisions(sink, prefix, topic):
+        await _complete(sink, prefix, decision)
+    return await _read_recovered(sink, prefix, topic) if topic is not None else []
 
 
 def _not_completed(
@@ -1112,11 +1178,11 @@ class TransactionalBatchWriter(KafkaBatchWriter):
     """Writes a DataFrame exactly once (``delivery.guarantee`` ``exactly_once``): each task
     prepares a transaction, the driver commits them all (see the module).
 
-    With a ``transactional.id.prefix`` (and a ``topic`` or ``transactional.marker.topic``)
-    the driver puts its decision to commit on record before committing, and a write that
-    finds an earlier write's decision not done (its driver stopped while committing)
-    completes that write first; if this write's rows are the same as that one's, it then
-    writes nothing (they are in Kafka already)."""
+    With a ``transactional.id.prefix``, a write first completes every earlier write under
+    the prefix whose driver stopped while committing. With a ``topic`` or
+    ``transactional.marker.topic`` too, the driver puts its decision to commit on record
+    before committing, and a write whose rows are those of a write completed that way is
+    not written again."""
 
     def __init__(self, sink: SinkOptions, layout: _Layout) -> None:
         super().__init__(sink, layout)
@@ -1126,9 +1192,8 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             (sink.marker_topic or sink.topic) if sink.transactional_id_prefix else None
         )
         self.write_id = uuid.uuid4().hex
-        # The earlier write completed by a driver (this one or an earlier one) whose rows
-        # are not to be written again (see recover()).
-        self.recovered: _Decision | None = None
+        # The completed writes to the topic whose reruns are recognised (see recover()).
+        self.recovered: list[dict[str, Any]] = []
 
     def recover(self) -> None:
         """Complete every earlier write under this write's ``transactional.id.prefix``
@@ -1142,7 +1207,7 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             IllegalStateError: such a write could not be completed now; this one must not
                 start.
         """
-        if self.decision_topic is not None:
+        if self.sink.transactional_id_prefix:
             self.recovered = _run(_recover(self.sink, self.prefix, self.decision_topic))
 
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
@@ -1202,27 +1267,37 @@ class TransactionalBatchWriter(KafkaBatchWriter):
             _commit(self.sink, self.prefix, messages, what)
             return
         rows = _digest_sum(messages)
-        recovered = self.recovered
-        if recovered is not None and rows is not None and rows == recovered.rows:
+        rerun = next(
+            (r for r in self.recovered if rows is not None and r.get("rows") == rows), None
+        )
+        if rerun is not None:
             log.warning(
                 "%s: its rows (rows:digest %s) are those of the earlier write %s, which "
                 "stopped while committing and was completed since: not writing them twice",
                 what,
                 rows,
-                recovered.write,
+                rerun.get("write"),
             )
             _abort(self.sink, self.prefix, messages, f"{what}, written already")
+            rest = [r for r in self.recovered if r is not rerun]
             try:
-                _run(_put_decision(self.sink, self.prefix, replace(recovered, state="done")))
+                _run(_put_recovered(self.sink, self.prefix, topic, rest))
             except KafkaError as exc:
-                log.warning("%s: could not mark the earlier write done: %s", what, exc)
+                log.warning("%s: could not take the earlier write off the record: %s", what, exc)
             return
-        # Its decision replaces the record of the recovered write to its topic.
         decision = self.decision(messages)
-        sink, prefix = self.sink, self.prefix
+        sink, prefix, write = self.sink, self.prefix, self.write_id
 
         async def put(state: str) -> None:
-            await _put_decision(sink, prefix, replace(decision, state=state))
+            try:
+                await _put_decision(sink, prefix, replace(decision, state=state))
+            except KafkaError as exc:
+                # The put may have been committed though its answer was lost: what the
+                # record says (once settled) is the decision.
+                head = await _decision_of(sink, prefix, topic)
+                if head is None or head.get("write") != write or head.get("state") != state:
+                    raise
+                log.warning("%s: the decision record says %r after all (%s)", what, state, exc)
 
         _commit(self.sink, self.prefix, messages, what, before=put)
 
@@ -1231,9 +1306,10 @@ class TransactionalBatchWriter(KafkaBatchWriter):
         driver had put its decision to commit on record (the commit failed part-way): the
         transactions are then left for the next write under the prefix to complete."""
         what = "the failed exactly-once write"
-        if self.decision_topic is not None:
+        topic = self.decision_topic
+        if topic is not None:
             try:
-                decisions = _run(_read_decisions(self.sink, self.prefix))
+                head = _run(_decision_of(self.sink, self.prefix, topic))
             except KafkaError as exc:
                 log.warning(
                     "%s: could not read the decision record, so its transactions are left "
@@ -1244,7 +1320,7 @@ class TransactionalBatchWriter(KafkaBatchWriter):
                     exc,
                 )
                 return
-            if any(d.write == self.write_id and d.state == "committing" for d in decisions):
+            if head is not None and head.get("write") == self.write_id:
                 log.warning(
                     "%s: its decision to commit is on record; its transactions not committed "
                     "yet are left for the next write under prefix %r to commit",

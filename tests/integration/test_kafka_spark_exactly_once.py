@@ -23,9 +23,9 @@ says so), the others are, and every row is read exactly once, in order per key.
 
 A batch write whose driver dies after committing one partition's transaction (its
 decision to commit on record) is completed by the next write under its
-``transactional.id.prefix``, even one to another topic; a rerun of the interrupted write
-(the same rows, split otherwise) then writes them no second time; a later write with
-other rows is written.
+``transactional.id.prefix``, even one to another topic; a write of other rows to the
+topic is written; a rerun of the interrupted write after them (the same rows, split
+otherwise) writes them no second time.
 
 A batch write whose first wave of tasks outlives ``transaction.timeout.ms`` while the
 second wave runs commits nothing and says why: the driver checks every prepared
@@ -731,11 +731,12 @@ def test_a_batch_write_whose_driver_died_mid_commit_is_completed_by_the_next_run
     assert _committed_values(kafka, topic, 4000) == collections.Counter(range(4000))
     assert _committed_values(kafka, other_topic, 500) == collections.Counter(range(10_000, 10_500))
 
-    # The interrupted write run again, the same rows split otherwise: they are in Kafka
-    # already (the completed write's digest stays on record), so nothing is written twice.
-    _save_under(rows(spark, 0, 4000, 3), kafka, topic, prefix)
-    assert _committed_values(kafka, topic, 4000) == collections.Counter(range(4000))
+    # A write of other rows to the same topic is written as usual...
+    _save_under(rows(spark, 20_000, 500, 2), kafka, topic, prefix)
+    expected = collections.Counter([*range(4000), *range(20_000, 20_500)])
+    assert _committed_values(kafka, topic, 4500) == expected
 
-    # The next write with other rows is written as usual.
-    _save_under(rows(spark, 4000, 1000, 2), kafka, topic, prefix)
-    assert _committed_values(kafka, topic, 5000) == collections.Counter(range(5000))
+    # ...and the interrupted write run again after it, the same rows split otherwise, is
+    # still recognised: its rows are in Kafka already, and nothing is written twice.
+    _save_under(rows(spark, 0, 4000, 3), kafka, topic, prefix)
+    assert _committed_values(kafka, topic, 4500) == expected

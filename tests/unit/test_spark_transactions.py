@@ -26,6 +26,7 @@ from aioproducer.integrations.spark_transactions import (
     _InputDigest,
     _layout,
     _Marker,
+    _outcome,
     _query_of,
     _read_metadata,
 )
@@ -233,3 +234,35 @@ def test_a_commit_decision_fits_the_metadata_of_group_offsets() -> None:
         "v2": True,
     }
     assert _decision_groups("p", 3) == ["p-commit", "p-commit-1", "p-commit-2", "p-commit-3"]
+
+
+@pytest.mark.parametrize(
+    ("v2", "state", "epoch", "expected"),
+    [
+        # Transactions v1: a commit leaves the epoch; an abort may bump it once.
+        (False, "CompleteCommit", 5, "committed"),
+        (False, "CompleteCommit", 6, "unknown"),  # a later transaction of the id
+        (False, "CompleteAbort", 5, "aborted"),
+        (False, "CompleteAbort", 6, "aborted"),  # a timeout, or a newer producer
+        (False, "Empty", 6, "unknown"),
+        (False, "Ongoing", 6, "unknown"),
+        # Transactions v2: every end bumps it, an abort once or twice.
+        (True, "CompleteCommit", 6, "committed"),
+        (True, "CompleteCommit", 5, "unknown"),
+        (True, "CompleteCommit", 7, "unknown"),
+        (True, "PrepareAbort", 6, "aborted"),
+        (True, "CompleteAbort", 7, "aborted"),
+    ],
+)
+def test_what_became_of_a_transaction_is_told_by_its_epoch(
+    v2: bool, state: str, epoch: int, expected: str
+) -> None:
+    from aioproducer import TransactionDescription
+
+    prepared = PreparedTransaction("p-0", 42, 5, transaction_v2=v2)
+    described = TransactionDescription("p-0", state, 42, epoch, 60_000, -1, {})
+    assert _outcome(prepared, described) == expected
+    # Another producer id, or an id the coordinator forgot, tells nothing.
+    other = TransactionDescription("p-0", state, 43, epoch, 60_000, -1, {})
+    assert _outcome(prepared, other) == "unknown"
+    assert _outcome(prepared, None) == "unknown"
