@@ -283,8 +283,9 @@ class Metadata:
                     log.warning(
                         "topic %r does not exist on the cluster (UNKNOWN_TOPIC_OR_PARTITION): "
                         "sends to it and partitions_for() wait up to max_block_ms for it to "
-                        "be created, then fail; check the name, or create the topic (the "
-                        "broker does not create it on first use)",
+                        "be created, then fail; check the name, or create the topic (unless "
+                        "the brokers create topics on first use, auto.create.topics.enable, "
+                        "in which case it appears shortly)",
                         topic.name,
                     )
             else:

@@ -127,6 +127,9 @@ class _CoordinatorClient:
         # Requests that went out and got no answer (a lost connection, a timeout): the
         # broker may have acted on them.
         self.unanswered = 0
+        # Callers ask concurrently (a coordinator per transactional id); each connection
+        # takes at most max_in_flight_requests_per_connection requests at a time.
+        self._slots: dict[int, asyncio.Semaphore] = {}
 
     async def close(self) -> None:
         await self._manager.close()
@@ -165,12 +168,24 @@ class _CoordinatorClient:
                 await asyncio.wait_for(self._changed.wait(), wait)
 
     async def request(self, connection: BrokerConnection, request: Request[_R], what: str) -> _R:
-        timeout = min(self._remaining(what), self._config.request_timeout_ms / 1000.0)
+        slots = self._slots.get(id(connection))
+        if slots is None:
+            limit = max(1, self._config.max_in_flight_requests_per_connection)
+            slots = self._slots[id(connection)] = asyncio.Semaphore(limit)
         try:
+            await asyncio.wait_for(slots.acquire(), self._remaining(what))
+        except asyncio.TimeoutError:
+            raise RequestTimedOutError(
+                f"{what} did not complete within the time given (timeout, or max_block_ms)"
+            ) from None
+        try:
+            timeout = min(self._remaining(what), self._config.request_timeout_ms / 1000.0)
             return await asyncio.wait_for(connection.request(request), timeout)
         except asyncio.TimeoutError:
             connection.close(RequestTimedOutError(f"{what} timed out"))
             raise RequestTimedOutError(f"{what} got no answer in time") from None
+        finally:
+            slots.release()
 
     async def coordinator(self, key_type: CoordinatorType, key: str) -> BrokerConnection:
         """A connection to the coordinator of ``key``."""

@@ -11,9 +11,10 @@ nothing about the guarantee can be seen.
 It starts a local Spark session that tries a failed task again (``local[2,3]``), and
 writes orders with ``delivery.guarantee`` ``exactly_once``: each partition task writes in
 a Kafka transaction, which the driver commits once every task succeeded. The task of
-partition 1 fails on its first attempt, after sending some of its rows; Spark runs it
-again, the retry aborts the failed attempt's transaction, and a consumer reading committed
-data (``isolation.level=read_committed``) gets every order once.
+partition 1 fails on its first attempt, in the middle of its rows (whether its writer sent
+some of them first depends on how far it got); Spark runs it again, the driver aborts
+what the failed attempt left open, and a consumer reading committed data
+(``isolation.level=read_committed``) gets every order once.
 """
 
 from __future__ import annotations
