@@ -1,89 +1,17 @@
 """Exactly once from Spark to Kafka: a two-phase commit over Kafka transactions.
 
 Chosen with ``.option("delivery.guarantee", "exactly_once")`` on the ``"aioproducer"``
-data source (:class:`~aioproducer.integrations.spark.KafkaDataSource`), for batch
-``df.write`` and Structured Streaming ``df.writeStream`` alike::
+data source, for batch ``df.write`` and Structured Streaming ``df.writeStream``. Each task
+prepares a transaction under its own transactional id (:func:`_produce_prepared`); the
+driver checks them all (:func:`_check_prepared`), puts a batch write's decision on record
+(:class:`_Decision`), commits them (:func:`_commit`) and aborts what lost attempts left
+open (:func:`_abort_left_open`). A streaming task's transaction also commits a marker
+(:class:`_Marker`) that makes a replayed micro-batch harmless, and the driver records each
+micro-batch's layout (:func:`_record_batch`); a batch write completes an earlier one whose
+driver stopped while committing (:func:`_recover`).
 
-    (df.write.format("aioproducer")
-       .option("kafka.bootstrap.servers", "host:9092")
-       .option("topic", "events")
-       .option("delivery.guarantee", "exactly_once")
-       .mode("append")
-       .save())
-
-How it works:
-
-1. Prepare (each partition task, on an executor): a transactional producer with the
-   transactional id ``<prefix>-<Spark partition id>`` starts (``-retry<n>`` appended for
-   attempt ``n`` of the task). Starting it fences any earlier producer with that id and
-   aborts the transaction it left open (a crashed run of a streaming query). It fences
-   no other attempt of its task (a speculative copy would kill the attempt Spark keeps):
-   the driver aborts what the attempts that lose leave open. The task sends its rows in
-   one transaction, flushes, and stops short of committing
-   (:meth:`~aioproducer.Producer.prepare_transaction`); the producer is closed with the
-   transaction open, and the task returns the :class:`~aioproducer.PreparedTransaction`
-   (transactional id, producer id, epoch) in its commit message. A task that fails aborts
-   its transaction.
-2. Commit (the driver, once every task succeeded): every prepared transaction is checked
-   first (:func:`~aioproducer.describe_transactions`: still open under its producer id and
-   epoch, with time left), or nothing is committed (:func:`_check_prepared`); a batch
-   write given a prefix puts its decision on record (:class:`_Decision`); then each
-   prepared transaction is committed
-   with :func:`~aioproducer.complete_prepared_transaction` (FindCoordinator + EndTxn under
-   the carried producer id and epoch); then the driver lists the transactions still open
-   under the write's ids (:func:`~aioproducer.list_transactions`) and aborts each, by
-   starting a producer with its id: failed attempts that prepared late, speculative copies
-   Spark did not keep, partitions and retries of a crashed run that the new run does not
-   have. If the job fails instead, Spark's ``abort`` aborts the prepared transactions and
-   sweeps the same way. Where the cluster cannot list, the sweep covers the ids of the
-   attempts before each retried task.
-
-Why an id per attempt: when a task's input fails (an exception upstream of the writer),
-Spark fails the task and starts the retry, but the failed attempt's Python worker may go on
-and prepare what it had read, after the retry began. Under one shared id it would fence the
-retry, and the driver's commit would be refused; under its own id it fences nobody, and the
-driver aborts its transaction.
-
-Streaming queries also make a replayed micro-batch harmless. Each task's transaction
-commits, with the data, the offset ``batch id + 1`` of partition 0 of the marker topic in
-the consumer group ``<prefix>-<Spark partition id>`` (TxnOffsetCommit), its metadata naming
-the query (``sql.streaming.queryId``) and the digest of the partition's rows. A task first
-reads that offset back (OffsetFetch, stable offsets only): a batch its partition already
-committed (the driver committed it but the query stopped before Spark recorded the batch as
-done) is not written again, if the marker is this query's and its rows are the same (else
-the task fails: the replay is split otherwise). Before committing a micro-batch, the driver
-puts its layout on record (:func:`_record_batch`), and refuses a replay split otherwise. The
-transactional ids are the same for every micro-batch (one marker group per Spark partition,
-whatever the attempt), and a restarted query uses them again, so its tasks abort what a
-crashed run left open.
-
-The prefix is the ``transactional.id.prefix`` option. Without it, a batch write makes a
-unique one (``aioproducer-spark-<random>``), and a streaming query's tasks derive one from
-the query's id, which Spark keeps in the checkpoint (so a restart finds its ids again,
-however the checkpoint's path is spelled). The marker topic is the ``topic`` option, or the
-``transactional.marker.topic`` option when rows name their topic.
-
-Limits (see the docs page "Delivery guarantees of the Spark sink"):
-
-- Consumers see the records only when they read committed data
-  (``isolation.level=read_committed``); others see aborted attempts too.
-- The coordinator aborts a transaction open longer than ``transaction.timeout.ms`` (from
-  its first record to the driver's commit), and the commit then fails with a clear error:
-  the job, or the micro-batch, fails and Spark runs it again. This mode sets
-  ``kafka.transaction.timeout.ms`` to 15 minutes (the brokers' default
-  ``transaction.max.timeout.ms``) unless it is given.
-- A speculative copy that Spark did not keep is aborted by the driver's sweep; one that
-  begins its transaction after the sweep stays open until the next micro-batch's sweep
-  (or ``transaction.timeout.ms`` after a batch write).
-- The sweep aborts every open transaction under the prefix: one write or query per
-  prefix at a time.
-- A batch write is committed in part only if a transaction is lost between the check and
-  its EndTxn, or if the driver dies while committing; in that case, with a prefix given,
-  the next write under the prefix completes it (:func:`_recover`) and writes the same rows
-  no second time. A streaming micro-batch in either case is completed by the replay after
-  a restart, thanks to the markers.
-- A replayed micro-batch whose commit had begun must put the same rows in the same Spark
-  partitions, or it is refused (nothing is lost or written twice).
+How and why, and what does not hold: the docs page "Delivery guarantees of the Spark
+sink" (docs/spark-delivery.md).
 """
 
 from __future__ import annotations
