@@ -441,6 +441,29 @@ def _completion_config(sink: SinkOptions) -> ProducerConfig:
     return ProducerConfig.from_options(config, **sink.options)
 
 
+#: Completions under way at once: each opens connections of its own (bootstrap, then the
+#: coordinator), so a write of thousands of partitions must not open them all together.
+_COMPLETIONS_AT_ONCE = 32
+
+
+async def _complete_each(
+    prepared: list[PreparedTransaction], commit: bool, config: ProducerConfig
+) -> list[BaseException | None]:
+    """Commit (or abort) each of ``prepared``, ``_COMPLETIONS_AT_ONCE`` at a time; the error
+    of each, or None."""
+    slots = asyncio.Semaphore(_COMPLETIONS_AT_ONCE)
+
+    async def complete(p: PreparedTransaction) -> BaseException | None:
+        async with slots:
+            try:
+                await complete_prepared_transaction(p, commit=commit, config=config)
+            except Exception as exc:
+                return exc
+            return None
+
+    return list(await asyncio.gather(*(complete(p) for p in prepared)))
+
+
 async def _complete_all(
     sink: SinkOptions,
     messages: list[Any],
@@ -453,13 +476,8 @@ async def _complete_all(
     if not prepared:
         return []
     config = _completion_config(sink)
-    results = await asyncio.gather(
-        *(
-            complete_prepared_transaction(m.prepared, commit=commit, config=config)
-            for m in prepared
-            if m.prepared is not None
-        ),
-        return_exceptions=True,
+    results = await _complete_each(
+        [m.prepared for m in prepared if m.prepared is not None], commit, config
     )
     failures = [
         (m.partition_id, result)
@@ -990,13 +1008,7 @@ async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None
         decision.write,
         len(decision.transactions),
     )
-    results = await asyncio.gather(
-        *(
-            complete_prepared_transaction(p, commit=True, config=config)
-            for _, _, p in decision.transactions
-        ),
-        return_exceptions=True,
-    )
+    results = await _complete_each([p for _, _, p in decision.transactions], True, config)
     failed = {
         partition: (p, result)
         for (partition, _, p), result in zip(decision.transactions, results, strict=True)
