@@ -281,10 +281,12 @@ _QUERY_HANG = 600.0
 _ONCE_PER_CI_RUN = ONCE_PER_CI_RUN
 
 
-def _run_query(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _run_query(
+    args: list[str], env: dict[str, str], log: Path, module: str = "tests.support.spark_crash"
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.support.spark_crash", *args],
+            [sys.executable, "-m", module, *args],
             env=env,
             cwd=ROOT,
             stdout=out,
@@ -311,10 +313,16 @@ def _run_to_end(args: list[str], env: dict[str, str], log: Path) -> int:
             query.wait()
 
 
-def _crash_while_committing(args: list[str], env: dict[str, str], log: Path, flag: Path) -> None:
-    """Run the query until its driver committed one partition of micro-batch 1, then kill
-    it (see tests.support.spark_crash)."""
-    first = _run_query(args, {**env, CRASH_FLAG: str(flag)}, log)
+def _crash_while_committing(
+    args: list[str],
+    env: dict[str, str],
+    log: Path,
+    flag: Path,
+    module: str = "tests.support.spark_crash",
+) -> None:
+    """Run the query (or the write of ``module``) until its driver committed one partition
+    (of micro-batch 1), then kill it (see tests.support.spark_crash)."""
+    first = _run_query(args, {**env, CRASH_FLAG: str(flag)}, log, module)
     try:
         deadline = time.monotonic() + _QUERY_HANG
         while not flag.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -678,34 +686,10 @@ def test_a_batch_write_whose_driver_died_mid_commit_is_completed_by_the_next_run
     topic = new_topic(kafka, partitions=3)
     prefix = f"nightly-{uuid.uuid4().hex[:8]}"
     flag = tmp_path / "committed-one"
-    log = tmp_path / "write.log"
-    with log.open("ab") as out:
-        crashing = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.spark_batch_crash",
-                topic,
-                kafka.bootstrap_servers,
-                prefix,
-                str(flag),
-                "4000",
-                "4",
-            ],
-            env=_query_env(),
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + _QUERY_HANG
-        while not flag.exists() and crashing.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert flag.exists(), f"the write did not reach its commit:\n{log.read_text()[-3000:]}"
-    finally:
-        os.killpg(crashing.pid, signal.SIGKILL)
-        crashing.wait()
+    args = [topic, kafka.bootstrap_servers, prefix, "4000", "4"]
+    _crash_while_committing(
+        args, _query_env(), tmp_path / "write.log", flag, "tests.support.spark_batch_crash"
+    )
     # The driver died after committing one Spark partition's transaction: the write is in
     # Kafka in part (consumers reading committed data wait behind the open ones).
     import asyncio

@@ -1,7 +1,7 @@
 """A batch write exactly once to Kafka whose driver dies in the middle of its commit, run as
 its own process so a test can kill it:
-``python -m tests.support.spark_batch_crash <topic> <bootstrap> <prefix> <flag> <rows>
-<partitions>``.
+``python -m tests.support.spark_batch_crash <topic> <bootstrap> <prefix> <rows>
+<partitions>``, with ``AIOPRODUCER_TEST_CRASH_FLAG`` set to a path ``<flag>``.
 
 It writes the ids ``0`` to ``rows - 1`` (keyed ``id % KEYS``, in ``partitions`` Spark
 partitions) with ``delivery.guarantee`` ``exactly_once`` and ``transactional.id.prefix``
@@ -28,6 +28,7 @@ from aioproducer.integrations.spark_transactions import (
     _complete_all,
     _put_decision,
 )
+from tests.support.spark_crash import CRASH_FLAG
 
 KEYS = 7
 
@@ -59,7 +60,7 @@ class CrashingBatchSource(KafkaDataSource):
         """The exactly-once batch writer that stops half way through its commit."""
         sink, layout = self._writer_parts(schema, overwrite)
         writer = _CrashingBatchWriter(sink, layout)
-        writer.flag = os.environ["AIOPRODUCER_TEST_CRASH_FLAG"]
+        writer.flag = os.environ[CRASH_FLAG]
         writer.recover()
         return writer
 
@@ -72,10 +73,9 @@ def rows(spark: Any, first: int, count: int, partitions: int) -> Any:
     )
 
 
-def main(topic: str, bootstrap: str, prefix: str, flag: str, count: str, partitions: str) -> None:
+def main(topic: str, bootstrap: str, prefix: str, count: str, partitions: str) -> None:
     from tests.support.spark import local_spark
 
-    os.environ["AIOPRODUCER_TEST_CRASH_FLAG"] = flag
     with local_spark("aioproducer-exactly-once-batch-crash") as spark:
         spark.dataSource.register(CrashingBatchSource)
         (
@@ -91,4 +91,4 @@ def main(topic: str, bootstrap: str, prefix: str, flag: str, count: str, partiti
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:6])
