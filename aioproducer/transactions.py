@@ -371,10 +371,6 @@ class IdempotenceManager:
             state.producer_id != self.producer_id or state.producer_epoch != self.producer_epoch
         )
 
-    def has_in_flight(self) -> bool:
-        """True while any sequenced batch is out."""
-        return any(state.in_flight for state in self._partitions.values())
-
     def may_drain(self, batch: ProducerBatch, node: int) -> bool:
         """Whether the head batch of its partition may go out now to broker ``node`` without
         breaking order (Java's ``RecordAccumulator.shouldStopDrainBatchesForPartition``,

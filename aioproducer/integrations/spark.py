@@ -1126,12 +1126,6 @@ class _ProducerCache:
                         self._loop.call_later, entry.timeout, self.expire_idle
                     )
 
-    def evict(self, key: _CacheKey, entry: _Entry) -> None:
-        """Take ``entry`` out of the cache: the next task builds a new producer. It is
-        closed once no task uses it."""
-        with self._lock:
-            self._evict(key, entry)
-
     def _evict(self, key: _CacheKey, entry: _Entry) -> None:
         if self._entries.get(key) is entry:
             del self._entries[key]

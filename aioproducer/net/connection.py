@@ -302,11 +302,6 @@ class BrokerConnection(asyncio.Protocol):
         return self._state is ConnectionState.CLOSED
 
     @property
-    def close_cause(self) -> BaseException | None:
-        """Why the connection closed (None while open, or after a plain :meth:`close`)."""
-        return self._close_cause
-
-    @property
     def failed_at_close(self) -> int:
         """How many requests awaiting an answer the close failed (0 while open)."""
         return self._failed_at_close

@@ -196,6 +196,7 @@ def test_at_least_once_duplicates_what_the_failed_attempt_sent(
     assert sum(committed.values()) > _ROWS
 
 
+@ONCE_PER_CI_RUN
 def test_a_write_whose_first_wave_outlives_the_transaction_timeout_commits_nothing(
     spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ def _members(body: list[ast.stmt]) -> set[str]:
     return members
 
 
+@functools.cache
 def _index() -> _Index:
     index = _Index()
     sources = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyi")]
