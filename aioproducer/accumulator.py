@@ -1,5 +1,9 @@
 """The RecordAccumulator: per-partition deques of record batches over the BufferPool.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 Plain synchronous state, no awaits (the producer does the waiting): ``try_append`` adds a
 record to the open batch of its partition, ``ready(now)`` says which brokers have something to
 send and when to look again, ``drain(now)`` takes batches for a broker up to

@@ -1,5 +1,9 @@
 """The synchronous half of ``Producer.send``: check, intercept, serialize, partition, append.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 ``Producer.send`` is a thin coroutine over :meth:`RecordAppender.append`, which does every
 step that needs no waiting and runs compiled with the rest of the hot path (see
 :mod:`aioproducer.compiled`). ``append`` returns what happened, as the Java client's

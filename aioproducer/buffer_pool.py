@@ -1,5 +1,9 @@
 """A fair pool of batch buffers bounded by ``buffer_memory``, like the Java client's BufferPool.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 Buffers of exactly ``poolable_size`` bytes (``batch_size``) are kept for reuse once their batch
 is done; larger ones are accounted for and then left to the garbage collector. When memory is
 short, callers wait on futures that are served strictly first come, first served, for at most

@@ -1,6 +1,10 @@
 """The futures of sent records: :class:`RecordFuture` per record, :class:`BatchResults` per
 ``send_many`` call.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 One of each is made per record sent, so this module is compiled with the hot path (see
 :mod:`aioproducer.compiled`); ``aioproducer.RecordFuture`` and ``aioproducer.BatchResults``
 are the names to import.

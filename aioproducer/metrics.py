@@ -1,6 +1,10 @@
 """Producer metrics under the Java client's names: the producer-wide ``producer-metrics``
 group, ``producer-topic-metrics`` per topic and ``producer-node-metrics`` per broker.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 Totals count since the producer started; averages and maxima are over the last sample
 window (``metrics_sample_window_ms``, two windows as in Java); rates are per second over the
 same span. Everything here is counted per batch or per request, never per record.

@@ -1,5 +1,9 @@
 """Partitioners: which partition of a topic a record goes to.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 The producer calls :meth:`Partitioner.partition` once per record that has no explicit
 partition. The builtin partitioners, picked by name with the ``partitioner`` option:
 

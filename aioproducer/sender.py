@@ -1,5 +1,9 @@
 """The sender task: drains the accumulator into Produce requests and handles the responses.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 One step is ``run_once(now)``, plain synchronous code that decides what to send and returns
 how long to sleep; the task around it only awaits a wake-up (new data, a response, a
 connection change) or that timeout. A step starts by handling the answers that arrived since

@@ -1,6 +1,10 @@
 """Connections to brokers: one pipelined :class:`BrokerConnection` per broker
 (:class:`~aioproducer.net.manager.ConnectionManager` opens them on demand).
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 :class:`BrokerConnection` moves bytes: it writes the requests its
 :class:`~aioproducer.protocol.session.Session` frames (through a writer of
 :mod:`aioproducer.net.writers`: on a plaintext connection, a native writer thread, else

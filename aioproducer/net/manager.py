@@ -1,5 +1,10 @@
 """The :class:`ConnectionManager`: one :class:`~aioproducer.net.connection.BrokerConnection`
-per broker, opened on demand, with reconnect backoff and the bootstrap sequence."""
+per broker, opened on demand, with reconnect backoff and the bootstrap sequence.
+
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """How a connection's bytes reach the socket: through the event loop, or a native thread.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 A :class:`~aioproducer.net.connection.BrokerConnection` writes through one writer object,
 whichever way it writes: :class:`LoopWriter` hands the parts to ``transport.writelines`` (no
 joining of large buffers); :class:`NativeWriter` copies them to

@@ -1,5 +1,9 @@
 """Request framing and response headers.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 A request on the wire is an ``int32`` size, the request header, then the body. Header v1
 (non-flexible requests) is ``api_key int16, api_version int16, correlation_id int32,
 client_id nullable string``; header v2 (flexible requests) adds a tagged-field section, but

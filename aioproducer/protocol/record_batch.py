@@ -1,5 +1,9 @@
 """The record batch v2 builder: the producer's hot path.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 Records are encoded straight into a pooled ``bytearray`` (the BufferPool hands it out), after
 a 61-byte header that is filled in when the batch is closed. Varints for small numbers come
 from a precomputed table, and the CRC-32C runs in C (the ``crc32c`` package). Where the C

@@ -1,5 +1,9 @@
 """The conversation with one broker over one connection, without the connection (sans-I/O).
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 A :class:`Session` holds what a connection knows between its reads and writes: the versions
 negotiated with the broker (ApiVersions), the next correlation id, the requests in flight in
 the order they were sent, the correlation ids of requests sent without expecting a response

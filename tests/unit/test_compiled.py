@@ -75,6 +75,13 @@ def test_compiled_modules_never_await_while_handling_an_exception(module: str) -
     assert visitor.found == [], f"{module} is compiled; move this to an interpreted module"
 
 
+@pytest.mark.parametrize("module", HOT_PATH_MODULES)
+def test_a_compiled_module_says_so_in_its_docstring(module: str) -> None:
+    # Whoever edits it should know, before anything else, what compiling forbids.
+    docstring = ast.get_docstring(ast.parse(_source(module).read_text())) or ""
+    assert "Compiled by mypyc where a C compiler is at hand" in " ".join(docstring.split())
+
+
 def test_the_checker_finds_an_await_in_an_except_block() -> None:
     visitor = _AwaitWhileHandling()
     visitor.visit(ast.parse("async def f():\n try:\n  pass\n except E:\n  await g()\n"))
