@@ -282,6 +282,12 @@ def _earlier_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
     return [_transactional_id(prefix, partition, earlier) for earlier in range(attempt)]
 
 
+#: Completions (and fencing starts) under way at once: each opens connections of its own
+#: (bootstrap, then the coordinator), so a write of thousands of partitions must not open
+#: them all together.
+_COMPLETIONS_AT_ONCE = 32
+
+
 async def _fence(
     sink: SinkOptions, transactional_ids: list[str]
 ) -> list[tuple[str, BaseException]]:
@@ -289,10 +295,15 @@ async def _fence(
     earlier producers with that id and aborts the transaction they left open. The
     (id, error) of each that failed."""
 
+    slots = asyncio.Semaphore(_COMPLETIONS_AT_ONCE)
+
     async def fence(transactional_id: str) -> None:
-        producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
-        await producer.start()
-        await producer.close()
+        async with slots:
+            producer = Producer(
+                {**sink.config, "transactional.id": transactional_id}, **sink.options
+            )
+            await producer.start()
+            await producer.close()
 
     results = await asyncio.gather(
         *(fence(transactional_id) for transactional_id in transactional_ids),
@@ -439,11 +450,6 @@ def _task_context() -> Any:
 def _completion_config(sink: SinkOptions) -> ProducerConfig:
     config = {k: v for k, v in sink.config.items() if k != "transactional.id"}
     return ProducerConfig.from_options(config, **sink.options)
-
-
-#: Completions under way at once: each opens connections of its own (bootstrap, then the
-#: coordinator), so a write of thousands of partitions must not open them all together.
-_COMPLETIONS_AT_ONCE = 32
 
 
 async def _complete_each(
