@@ -198,13 +198,8 @@ def _read_metadata(text: str | None, query_id: str | None = None) -> dict[str, A
     """The fields of a marker's (or batch record's) metadata; None for anything else (no
     metadata, or a marker written before markers named their query), and, given
     ``query_id``, for the metadata of another query."""
-    if not text:
-        return None
-    try:
-        fields = json.loads(text)
-    except ValueError:
-        return None
-    if not (isinstance(fields, dict) and isinstance(fields.get("query"), str)):
+    fields = _json_object(text)
+    if fields is None or not isinstance(fields.get("query"), str):
         return None
     return fields if query_id is None or fields["query"] == query_id else None
 
@@ -282,6 +277,11 @@ def _earlier_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
     return [_transactional_id(prefix, partition, earlier) for earlier in range(attempt)]
 
 
+def _transactional(sink: SinkOptions, transactional_id: str) -> Producer:
+    """A producer with the sink's options and ``transactional_id`` (not started)."""
+    return Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+
+
 #: Completions (and fencing starts) under way at once: each opens connections of its own
 #: (bootstrap, then the coordinator), so a write of thousands of partitions must not open
 #: them all together.
@@ -299,9 +299,7 @@ async def _fence(
 
     async def fence(transactional_id: str) -> None:
         async with slots:
-            producer = Producer(
-                {**sink.config, "transactional.id": transactional_id}, **sink.options
-            )
+            producer = _transactional(sink, transactional_id)
             await producer.start()
             await producer.close()
 
@@ -341,7 +339,7 @@ async def _produce_prepared(
         first = next(chunks, None)
         if first is None and marker is None:
             return None, 0, False
-        producer = Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+        producer = _transactional(sink, transactional_id)
         # Starting fences any earlier producer with this id (a crashed run of the query)
         # and aborts the transaction it left open.
         await producer.start()
@@ -869,7 +867,7 @@ async def _put_decision(
     chunks = decision.chunks() if decision.state == "committing" else []
     groups = _decision_groups(prefix, len(chunks))
     key = (decision.topic, 0)
-    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
+    producer = _transactional(sink, group)
     await producer.start()
     try:
         async with producer.transaction():
@@ -890,7 +888,7 @@ async def _put_recovered(
     sink: SinkOptions, prefix: str, topic: str, recovered: list[dict[str, Any]]
 ) -> None:
     """Put the list of recovered writes to ``topic`` on record (see :func:`_put_decision`)."""
-    producer = Producer({**sink.config, "transactional.id": f"{prefix}-commit"}, **sink.options)
+    producer = _transactional(sink, f"{prefix}-commit")
     await producer.start()
     try:
         async with producer.transaction():
@@ -913,7 +911,7 @@ async def _settle(sink: SinkOptions, prefix: str) -> None:
     """Start (and close) the producer of ``<prefix>-commit``: a decision's transaction
     that a driver left open is aborted (that driver had not decided), one that is
     committing completes first."""
-    producer = Producer({**sink.config, "transactional.id": f"{prefix}-commit"}, **sink.options)
+    producer = _transactional(sink, f"{prefix}-commit")
     await producer.start()
     await producer.close()
 
@@ -1398,7 +1396,7 @@ async def _record_batch(
     group = f"{prefix}-batches"
     layout = _layout(messages)
     # Started first: it aborts a record's transaction that a crashed driver left open.
-    producer = Producer({**sink.config, "transactional.id": group}, **sink.options)
+    producer = _transactional(sink, group)
     await producer.start()
     try:
         config = producer.config

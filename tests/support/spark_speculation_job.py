@@ -32,7 +32,9 @@ from aioproducer.integrations.spark_transactions import (
 ROWS = 4000
 PARTITIONS = 4
 SLOW_PARTITION = 1
-STALL_S = 90.0
+# Far longer than the job takes (under a minute), so that a job that waited for the
+# stalled attempt cannot be mistaken for a slow one.
+STALL_S = 300.0
 ORIGINAL_DELAY_S = 12.0
 
 
