@@ -90,6 +90,8 @@ def _kind(text: str) -> str:
         "not in the log",
         "delivery_timeout_ms",
         "took until",
+        "needless epoch bump",
+        "hang",
     ):
         if word in text:
             return word

@@ -8,14 +8,16 @@ is compared with the cluster's log, and a transaction's outcome with what a
   without), at the offset its metadata names (acks=all; acks=1 may lose it);
 - under idempotence, each partition's acknowledged records are in the log in the order
   they were sent;
-- a record failed with a *definite* error is not in the log (not visible, for a
-  transaction's records); an *ambiguous* failure may have been written, but at most once
-  under idempotence (:func:`is_ambiguous`);
+- a record failed with a *definite* error (``maybe_written`` False) is not in the log (not
+  visible, for a transaction's records); an *ambiguous* failure (``maybe_written`` True)
+  may have been written, but at most once under idempotence;
 - a committed transaction holds all its records, each visible once, and a commit that
   succeeded while one of its records failed is a violation; an aborted one shows none;
   no transaction is partly visible;
 - every record future completes within ``delivery_timeout_ms`` (plus a bounded slack) of
   its send; commits and aborts complete within a bound; nothing hangs once faults heal;
+- an idempotent producer never bumps its epoch to restart a partition whose unresolved
+  sequence (batches that expired in flight) a success it had received already covers;
 - the producer never logs an internal error (a traceback at its fault boundary).
 """
 
@@ -25,34 +27,17 @@ import itertools
 from dataclasses import dataclass, field
 
 from aioproducer.errors import KafkaError
-from aioproducer.protocol.error_codes import ErrorCode
 from tests.sim.simulation import T0, RecordInfo, Simulation
 
-#: Failures after which the record may or may not be in the log (matched by class name,
-#: so that errors that do not exist yet in the code under test need no import).
-AMBIGUOUS_ERRORS = frozenset(
-    {
-        "DeliveryTimeoutError",
-        "BatchOvertakenError",
-        "ProducerClosedError",
-        "KafkaConnectionError",
-        "RequestTimedOutError",
-    }
-)
-# A broker's sequence errors say nothing about an earlier attempt of the batch.
-_SEQUENCE_CODES = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
 #: Virtual seconds a future may complete after its delivery deadline (the sender looks
 #: at in-flight deadlines at each step it asks for).
 COMPLETION_SLACK = 0.5
 
 
 def is_ambiguous(error: BaseException) -> bool:
-    """Whether a record failed with ``error`` may still have been written."""
-    if type(error).__name__ in AMBIGUOUS_ERRORS:
-        return True
-    return isinstance(error, KafkaError) and (
-        error.retriable or error.error_code in _SEQUENCE_CODES
-    )
+    """Whether a record failed with ``error`` may still have been written, as the error
+    tells the application (``KafkaError.maybe_written``)."""
+    return not isinstance(error, KafkaError) or error.maybe_written
 
 
 @dataclass
@@ -137,6 +122,7 @@ def check(simulation: Simulation) -> list[str]:
     if idempotent and acks_all:
         violations.extend(_check_order(simulation, view))
     violations.extend(_check_transactions(simulation, view))
+    violations.extend(f"needless epoch bump: {text}" for text in simulation.needless_bumps)
     violations.extend(f"hang: {text}" for text in simulation.hung)
     violations.extend(f"internal error logged: {text}" for text in simulation.internal_errors)
     return violations
@@ -213,20 +199,12 @@ def _check_transactions(simulation: Simulation, view: LogView) -> list[str]:
 
 
 def notes(simulation: Simulation) -> list[str]:
-    """Findings that are not violations: late successes after an in-flight expiry that
-    were followed by an epoch bump (a needless bump: the broker had the batch)."""
+    """Findings that are not violations: a sender that asked to run again at once, sending
+    nothing, for a noticeable span of virtual time."""
     found = []
     if simulation.spinning >= 0.05:
         found.append(
             f"the sender asked to run again at once, sending nothing, for "
             f"{simulation.spinning:.3f}s of virtual time (a busy loop)"
         )
-    if simulation.transactions is None:
-        for at, tp in simulation.late_successes:
-            bumps = [b for b in simulation.epoch_bumps if b[0] >= at]
-            if bumps:
-                found.append(
-                    f"late success for {tp[0]}-{tp[1]} at {at - T0:.3f} after the batch expired "
-                    f"in flight, then an epoch bump at {bumps[0][0] - T0:.3f} (needless)"
-                )
     return found

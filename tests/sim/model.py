@@ -29,6 +29,16 @@ modules, 4.x) each rule follows:
   each partition some time later (``TransactionMarkerChannelManager``), the coordinator
   aborting transactions open past their timeout after bumping the epoch
   (``TransactionCoordinator.abortTimedOutTransactions``, ``prepareFenceProducerEpoch``).
+- Transactions v2 (KIP-890 part 2, ``TransactionCoordinator.endTransaction`` with a client
+  ``TransactionVersion`` that ``supportsEpochBump``): EndTxn bumps the epoch (a new producer
+  id once it runs out) and the markers carry the bumped one; a retried EndTxn names the
+  epoch before the bump (``endTxnEpochBumped``) and gets the current id and epoch; an abort
+  the coordinator has nothing open for ends at once under a bumped epoch (an empty abort:
+  the client cannot know whether a partition leader added a partition for it); a request at
+  the current epoch while markers are being written waits (CONCURRENT_TRANSACTIONS,
+  KAFKA-18464). Partition leaders add partitions for Produce v12+
+  (``AddPartitionsToTxnManager`` with ``addPartition``), translating the coordinator's
+  answers as ``ReplicaManager.appendRecords``' verification callback does.
 """
 
 from __future__ import annotations
@@ -246,19 +256,24 @@ class CoordinatorTxn:
     started_at: float = 0.0
     # The epoch the markers of the transaction being completed carry.
     marker_epoch: int = -1
+    # ``clientTransactionVersion`` of the last EndTxn: 2 when each EndTxn bumps the epoch.
+    version: int = 1
 
 
 class Coordinator:
-    """The transaction coordinator's answers for transactional ids (transactions v1).
+    """The transaction coordinator's answers for transactional ids (transactions v1 and v2).
 
     Markers are written by the simulation (it owns the partitions) when
     :meth:`end_txn` or :meth:`abort_timed_out` ask for them, and reported done through
     :meth:`markers_written`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, server_version: int = 1) -> None:
         self.txns: dict[str, CoordinatorTxn] = {}
         self.next_producer_id = 1000
+        # The cluster's finalized transaction.version: what the coordinator's own aborts
+        # (a timeout, a fence by InitProducerId) record as the transaction's version.
+        self.server_version = server_version
 
     def new_producer_id(self) -> int:
         self.next_producer_id += 1
@@ -281,10 +296,12 @@ class Coordinator:
         ):
             return ErrorCode.PRODUCER_FENCED, -1, -1, False
         if txn.state is TxnState.ONGOING:
-            # Fence the old epoch and abort (prepareAbortOrCommit after an epoch bump).
+            # Fence the old epoch and abort (prepareAbortOrCommit after an epoch bump; with
+            # transactions v2 the abort does not bump again, KAFKA-19367).
             txn.producer_epoch += 1
             txn.marker_epoch = txn.producer_epoch
             txn.state = TxnState.PREPARE_ABORT
+            txn.version = self.server_version
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1, True
         txn.producer_epoch += 1
         if txn.producer_epoch >= 32767:
@@ -319,29 +336,83 @@ class Coordinator:
         txn.partitions.update(partitions)
         return 0
 
-    def end_txn(self, tid: str, producer_id: int, epoch: int, committed: bool) -> tuple[int, bool]:
-        """(error, markers to write). TransactionCoordinator.handleEndTransaction (v1)."""
+    def end_txn(
+        self, tid: str, producer_id: int, epoch: int, committed: bool, version: int = 1
+    ) -> tuple[int, bool, int, int]:
+        """(error, markers to write, producer id, epoch); the id and epoch are what an EndTxn
+        v5 answer carries (-1 when it failed). TransactionCoordinator.endTransaction."""
+        if version >= 2:
+            return self._end_txn_v2(tid, producer_id, epoch, committed)
         code, txn = self._check(tid, producer_id, epoch)
         if txn is None:
-            return code, False
+            return code, False, -1, -1
         state = txn.state
         if state is TxnState.ONGOING:
             txn.state = TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT
             txn.marker_epoch = txn.producer_epoch
-            return 0, True
+            txn.version = 1
+            return 0, True, -1, -1
+        return self._end_txn_again(txn, committed), False, -1, -1
+
+    @staticmethod
+    def _end_txn_again(txn: CoordinatorTxn, committed: bool) -> int:
+        """The answer to an EndTxn for a transaction that is being or was completed."""
+        state = txn.state
         if state is TxnState.COMPLETE_COMMIT:
-            return (0 if committed else ErrorCode.INVALID_TXN_STATE), False
+            return 0 if committed else ErrorCode.INVALID_TXN_STATE
         if state is TxnState.COMPLETE_ABORT:
-            return (ErrorCode.INVALID_TXN_STATE if committed else 0), False
+            return 0 if not committed else ErrorCode.INVALID_TXN_STATE
         if state is TxnState.PREPARE_COMMIT:
-            return (
-                ErrorCode.CONCURRENT_TRANSACTIONS if committed else ErrorCode.INVALID_TXN_STATE
-            ), False
+            return ErrorCode.CONCURRENT_TRANSACTIONS if committed else ErrorCode.INVALID_TXN_STATE
         if state is TxnState.PREPARE_ABORT:
-            return (
-                ErrorCode.INVALID_TXN_STATE if committed else ErrorCode.CONCURRENT_TRANSACTIONS
-            ), False
-        return ErrorCode.INVALID_TXN_STATE, False
+            return ErrorCode.INVALID_TXN_STATE if committed else ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.INVALID_TXN_STATE
+
+    def _bump(self, txn: CoordinatorTxn) -> None:
+        # TransactionMetadata.prepareAbortOrCommit with an epoch bump; a new producer id
+        # once the epoch is exhausted (isProducerEpochExhausted).
+        if txn.producer_epoch >= 32766:
+            txn.producer_id = self.new_producer_id()
+            txn.producer_epoch = 0
+        else:
+            txn.producer_epoch += 1
+
+    def _end_txn_v2(
+        self, tid: str, producer_id: int, epoch: int, committed: bool
+    ) -> tuple[int, bool, int, int]:
+        txn = self.txns.get(tid)
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, False, -1, -1
+        state = txn.state
+        # endTxnEpochBumped: a retry of an EndTxn that bumped the epoch.
+        retry = txn.version >= 2 and txn.producer_epoch == epoch + 1
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            if epoch == txn.producer_epoch:
+                # KAFKA-18464: the next EndTxn waits until the markers are written.
+                return ErrorCode.CONCURRENT_TRANSACTIONS, False, -1, -1
+            if not retry:
+                return ErrorCode.PRODUCER_FENCED, False, -1, -1
+            return self._end_txn_again(txn, committed), False, -1, -1
+        if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and retry:
+            code = self._end_txn_again(txn, committed)
+            if code:
+                return code, False, -1, -1
+            return 0, False, txn.producer_id, txn.producer_epoch
+        if epoch != txn.producer_epoch:
+            return ErrorCode.PRODUCER_FENCED, False, -1, -1
+        txn.version = 2
+        if state is TxnState.ONGOING:
+            self._bump(txn)
+            txn.state = TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT
+            txn.marker_epoch = txn.producer_epoch
+            return 0, True, txn.producer_id, txn.producer_epoch
+        if committed:
+            return ErrorCode.INVALID_TXN_STATE, False, -1, -1
+        # An empty abort: nothing open, no markers; the epoch is bumped all the same.
+        self._bump(txn)
+        txn.state = TxnState.COMPLETE_ABORT
+        txn.partitions = set()
+        return 0, False, txn.producer_id, txn.producer_epoch
 
     def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> int:
         """KIP-890 part 1 (``transaction.partition.verification.enable``, on by default
@@ -363,6 +434,7 @@ class Coordinator:
                 txn.producer_epoch += 1
                 txn.marker_epoch = txn.producer_epoch
                 txn.state = TxnState.PREPARE_ABORT
+                txn.version = self.server_version
                 aborted.append(tid)
         return aborted
 

@@ -37,6 +37,8 @@ from aioproducer.config import ProducerConfig
 from aioproducer.futures import RecordFuture
 from aioproducer.metadata import Metadata
 from aioproducer.metrics import ProducerMetrics
+from aioproducer.net.connection import FinalizedFeatures
+from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.messages import (
@@ -45,6 +47,7 @@ from aioproducer.protocol.messages import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnResult,
     AddPartitionsToTxnTopicResult,
+    BatchIndexAndErrorMessage,
     EndTxnRequest,
     EndTxnResponse,
     FindCoordinatorRequest,
@@ -67,7 +70,12 @@ from aioproducer.protocol.messages import (
 )
 from aioproducer.protocol.record_batch import estimate_record_size
 from aioproducer.sender import Sender
-from aioproducer.transactions import IdempotenceManager, TransactionManager, TransactionState
+from aioproducer.transactions import (
+    TRANSACTION_VERSION_FEATURE,
+    IdempotenceManager,
+    TransactionManager,
+    TransactionState,
+)
 from tests.sim.model import Coordinator, LogBatch, PartitionModel, TxnState, check_append
 from tests.sim.network import FakeConnection, FakeConnections, InFlight
 
@@ -77,6 +85,8 @@ PARTITIONS = 3
 TRANSACTIONAL_ID = "sim-txn"
 T0 = 1000.0
 TIMESTAMP = 1_700_000_000_000
+# The versions the modelled brokers offer of the APIs whose version changes what they do.
+API_VERSIONS: dict[int, tuple[int, int]] = {ApiKey.PRODUCE: (3, 12), ApiKey.END_TXN: (0, 5)}
 # How much later the simulation steps a sender that asked to run again at once, in vain.
 _SPIN_STEP = 0.005
 # An answer to a request that reached a broker which then lost it (lost answers).
@@ -118,13 +128,32 @@ class SimConfig:
     heal_at: float
     max_message_bytes: int
     duplicate_as_error: bool  # answer a duplicate with DUPLICATE_SEQUENCE_NUMBER
+    # The cluster's finalized transaction.version (transactional runs): 1 or 2, or 1 until
+    # ``upgrade_at`` (virtual seconds after start) and 2 from then on.
+    transaction_version: int = 1
+    upgrade_at: float | None = None
+    # The topic's message.timestamp.before.max.ms (KIP-937), None for no bound: a record
+    # whose timestamp is older is refused with INVALID_TIMESTAMP.
+    timestamp_before_max_ms: int | None = None
 
     def describe(self) -> str:
         opts = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items()))
         faults = ", ".join(f"{k}={v:g}" for k, v in vars(self.faults).items() if v)
+        version = ""
+        if self.mode == "transactional":
+            version = f" transaction.version={self.transaction_version}"
+            if self.upgrade_at is not None:
+                version += f" (2 from {self.upgrade_at:g}s)"
         return (
             f"mode={self.mode} records={self.records} work_until={self.work_until:g}s "
-            f"heal_at={self.heal_at:g}s max_message_bytes={self.max_message_bytes}\n"
+            f"heal_at={self.heal_at:g}s max_message_bytes={self.max_message_bytes}"
+            f"{version}"
+            + (
+                f" message.timestamp.before.max.ms={self.timestamp_before_max_ms}"
+                if self.timestamp_before_max_ms is not None
+                else ""
+            )
+            + "\n"
             f"  options: {opts}\n  faults: {faults or 'none'}"
         )
 
@@ -188,7 +217,7 @@ def draw_config(rng: random.Random, options: RunOptions) -> SimConfig:
         if options.lose_control_answers:
             rates.lose_control_answer = maybe(0.05)
     work_until = rng.choice((1.0, 2.0, 4.0))
-    return SimConfig(
+    config = SimConfig(
         mode=mode,
         options=opts,
         faults=rates,
@@ -198,6 +227,16 @@ def draw_config(rng: random.Random, options: RunOptions) -> SimConfig:
         max_message_bytes=rng.choice((1 << 20,) * 5 + (300,)),
         duplicate_as_error=rng.random() < 0.2,
     )
+    if mode == "transactional":
+        # Drawn last, so that the other choices of a seed stay what they were before
+        # transactions v2 was modelled.
+        kind = rng.choice(("v1", "v2", "v2", "upgrade"))
+        config.transaction_version = 2 if kind == "v2" else 1
+        if kind == "upgrade":
+            config.upgrade_at = rng.uniform(0.0, work_until)
+    if rng.random() < 0.2:
+        config.timestamp_before_max_ms = rng.choice((300, 1000, 3000))
+    return config
 
 
 # ---- what the run records -------------------------------------------------------------------
@@ -244,6 +283,8 @@ class PendingProduce:
     # tp -> [error code, base offset, batches replication must reach (0: none), generation]
     results: dict[tuple[str, int], list[int]]
     throttle_ms: int
+    # tp -> the indexes of the records that made the broker refuse the batch (KIP-467)
+    record_errors: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
 
 # ---- the simulation -----------------------------------------------------------------------
@@ -264,8 +305,11 @@ class Simulation:
         self._trace: list[tuple[float, str]] = []
         self.internal_errors: list[str] = []
         self.hung: list[str] = []
-        self.late_successes: list[tuple[float, tuple[str, int]]] = []
-        self.epoch_bumps: list[tuple[float, int, int]] = []
+        # The highest sequence acknowledged to the client, per partition, producer id and
+        # epoch; and the epoch bumps that restarted a partition whose unresolved sequence an
+        # answer the client had received already covered (see _watch_sequences).
+        self.acknowledged_sequences: dict[tuple[tuple[str, int], int, int], int] = {}
+        self.needless_bumps: list[str] = []
         self.steps = 0
         # Virtual seconds the sender spent asking to run again at once (a busy loop).
         self.spinning = 0.0
@@ -275,7 +319,7 @@ class Simulation:
             PartitionModel(TOPIC, index, [BROKERS[(index + k) % len(BROKERS)] for k in range(3)])
             for index in range(PARTITIONS)
         ]
-        self.coordinator = Coordinator()
+        self.coordinator = Coordinator(self.config.transaction_version)
         self.coordinator_node = BROKERS[0]
         self.coordinator_loading_until = 0.0
         self.pending: list[PendingProduce] = []
@@ -306,10 +350,13 @@ class Simulation:
                 retry_backoff_max=config.retry_backoff_max_ms / 1000.0,
                 request_timeout=config.request_timeout_ms / 1000.0,
                 create_future=self.loop.create_future,
+                finalized_features=self._finalized_features,
             )
         self.idempotence: IdempotenceManager | None = self.transactions or (
             IdempotenceManager() if config.enable_idempotence else None
         )
+        if self.idempotence is not None and self.transactions is None:
+            self._watch_sequences(self.idempotence)
         self.accumulator = RecordAccumulator(
             pool=self.pool,
             batch_size=config.batch_size,
@@ -355,6 +402,44 @@ class Simulation:
         self.last_epoch = -1
         self._txn_budget = 0
 
+    def _watch_sequences(self, idempotence: IdempotenceManager) -> None:
+        """Note every epoch bump of an idempotent producer that restarted a partition for an
+        unresolved sequence (batches that expired in flight) although the client had already
+        been told the broker stored every sequence it had handed out there: a late success
+        the producer ignored (Java's ``completeBatch`` resolves the sequence with it)."""
+        resolve = idempotence.maybe_resolve_sequences
+        request_bump = idempotence.request_epoch_bump
+        bumped: list[tuple[str, int]] = []
+
+        def request_epoch_bump(tp: tuple[str, int], reason: str) -> None:
+            bumped.append(tp)
+            request_bump(tp, reason)
+
+        def maybe_resolve_sequences() -> None:
+            # The sequence state is the manager's own; only the simulation reads it so.
+            before = {
+                tp: (state.producer_id, state.producer_epoch, state.next_sequence - 1)
+                for tp, state in idempotence._partitions.items()
+                if state.unresolved_sequence is not None
+            }
+            bumped.clear()
+            resolve()
+            for tp in bumped:
+                if tp not in before:
+                    continue
+                pid, epoch, last_handed_out = before[tp]
+                acknowledged = self.acknowledged_sequences.get((tp, pid, epoch), -1)
+                if acknowledged >= last_handed_out:
+                    self.needless_bumps.append(
+                        f"{tp[0]}-{tp[1]}: the epoch was bumped at {self.now - T0:.4f} for an "
+                        f"unresolved sequence (pid {pid}, epoch {epoch}), but the broker had "
+                        f"acknowledged every sequence handed out, up to {acknowledged}, to the "
+                        f"client"
+                    )
+
+        idempotence.request_epoch_bump = request_epoch_bump  # type: ignore[method-assign]
+        idempotence.maybe_resolve_sequences = maybe_resolve_sequences  # type: ignore[method-assign]
+
     # ---- plumbing ------------------------------------------------------------------------
 
     def clock(self) -> float:
@@ -371,6 +456,19 @@ class Simulation:
     def at(self, when: float, action: Callable[[], None]) -> None:
         self._event_count += 1
         heapq.heappush(self._events, (when, self._event_count, action))
+
+    def _finalized_features(self) -> FinalizedFeatures:
+        """What the brokers' ApiVersions answers say of ``transaction.version`` now."""
+        upgraded = self.config.upgrade_at is not None and self.now >= T0 + self.config.upgrade_at
+        if upgraded and self.coordinator.server_version < 2:
+            self.coordinator.server_version = 2
+            self.trace("cluster: transaction.version finalized at 2")
+        version = 2 if upgraded else self.config.transaction_version
+        return FinalizedFeatures(
+            epoch=2 if upgraded else 1,
+            levels={TRANSACTION_VERSION_FEATURE: version},
+            api_versions=dict(API_VERSIONS),
+        )
 
     # Network protocol (tests.sim.network) ----------------------------------------------------
 
@@ -409,11 +507,11 @@ class Simulation:
                     f"p{p}[pid={batch.producer_id} e={batch.producer_epoch} "
                     f"seq={batch.base_sequence} n={len(rids)} r{rids[0]}..r{rids[-1]}]"
                 )
-            return "Produce " + " ".join(parts)
+            return f"Produce v{_version(request)} " + " ".join(parts)
         if isinstance(request, EndTxnRequest):
             return (
-                f"EndTxn commit={request.committed} pid={request.producer_id} "
-                f"e={request.producer_epoch}"
+                f"EndTxn v{_version(request)} commit={request.committed} "
+                f"pid={request.producer_id} e={request.producer_epoch}"
             )
         if isinstance(request, InitProducerIdRequest):
             return (
@@ -532,12 +630,16 @@ class Simulation:
         code = self._coordinator_error(node)
         if code:
             return EndTxnResponse(0, code)
-        code, markers = self.coordinator.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        code, markers, producer_id, epoch = self.coordinator.end_txn(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            2 if _version(request) >= 5 else 1,
         )
         if markers:
             self._write_markers_later(request.transactional_id)
-        return EndTxnResponse(0, code)
+        return EndTxnResponse(0, code, producer_id, epoch)
 
     def _write_markers_later(self, tid: str) -> None:
         # TransactionMarkerChannelManager: WriteTxnMarkers to each partition leader, a
@@ -588,34 +690,64 @@ class Simulation:
         """ReplicaManager.appendRecords: each partition appended (or refused) now; the
         answer waits for replication with acks=all (DelayedProduce)."""
         results: dict[tuple[str, int], list[int]] = {}
+        record_errors: dict[tuple[str, int], list[int]] = {}
         for topic in request.topics:
             for data in topic.partitions:
                 tp = (topic.name, data.index)
                 batch = entry.batches[tp]
                 partition = self.partitions[data.index]
-                code, offset, wait = self._append(
-                    node, partition, batch, request.transactional_id, entry.sizes[tp]
+                code, offset, wait, refused = self._append(
+                    node,
+                    partition,
+                    batch,
+                    request.transactional_id,
+                    entry.sizes[tp],
+                    _version(request) >= 12,
                 )
+                if refused:
+                    record_errors[tp] = refused
                 if wait <= partition.hw or self.acks != -1:
                     wait = 0  # replicated already (a duplicate of an older batch), or acks=1
                 results[tp] = [code, offset, wait, partition.generation]
         throttle = 0
         if self.now < self.throttled_until.get(node, -math.inf):
             throttle = self.rng.choice((10, 100, 500))
-        pending = PendingProduce(connection, entry, node, results, throttle)
+        pending = PendingProduce(connection, entry, node, results, throttle, record_errors)
         self.pending.append(pending)
         timeout = request.timeout_ms / 1000.0
         self.at(self.now + timeout, lambda: self._produce_timed_out(pending))
         self._maybe_answer(pending)
 
     def _append(
-        self, node: int, partition: PartitionModel, batch: Any, tid: str | None, size: int
-    ) -> tuple[int, int, int]:
-        """(error code, base offset, log batches replication must reach)."""
+        self,
+        node: int,
+        partition: PartitionModel,
+        batch: Any,
+        tid: str | None,
+        size: int,
+        adds_partition: bool,
+    ) -> tuple[int, int, int, list[int]]:
+        """(error code, base offset, log batches replication must reach, the indexes of the
+        records the batch was refused for). ``adds_partition``: Produce v12+, whose
+        transactional batches the leader adds to the transaction."""
         if partition.leader != node:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0, []
         if size > self.config.max_message_bytes:
-            return ErrorCode.MESSAGE_TOO_LARGE, -1, 0
+            return ErrorCode.MESSAGE_TOO_LARGE, -1, 0, []
+        bound = self.config.timestamp_before_max_ms
+        if bound is not None:
+            # LogValidator.validateTimestamp, which UnifiedLog.append runs before it looks
+            # for a duplicate in the producer state: a retry of a batch that was written
+            # can be refused here.
+            now_ms = _timestamp_at(self.now)
+            too_old = [
+                index
+                for index, record in enumerate(batch.records)
+                if now_ms - (batch.base_timestamp + record.timestamp_delta) > bound
+            ]
+            if too_old:
+                self.trace(f"  p{partition.tp[1]}: records {too_old} of the batch are too old")
+                return ErrorCode.INVALID_TIMESTAMP, -1, 0, too_old
         pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
         rids = tuple(_rid(r.value) for r in batch.records)
         last = (first + len(rids) - 1) % (2**31) if first >= 0 else -1
@@ -630,7 +762,7 @@ class Simulation:
                         ErrorCode.DUPLICATE_SEQUENCE_NUMBER if self.config.duplicate_as_error else 0
                     )
                     self.trace(f"  p{partition.tp[1]}: duplicate of the batch at offset {offset}")
-                    return code, offset, index + 1
+                    return code, offset, index + 1, []
             if (
                 transactional
                 and tid is not None
@@ -640,19 +772,38 @@ class Simulation:
                     and entry.txn_first_offset is not None
                 )
             ):
-                code = self.coordinator.verify(tid, pid, epoch, partition.tp)
+                code = self._verify_or_add(tid, pid, epoch, partition.tp, adds_partition)
                 if code:
-                    return code, -1, 0
+                    return code, -1, 0, []
             code = check_append(entry, epoch, first)
             if code:
-                return code, -1, 0
+                return code, -1, 0, []
         base = partition.end_offset
         partition.append(LogBatch(base, pid, epoch, first, last, rids, transactional))
         self.trace(
             f"  p{partition.tp[1]}: appended r{rids[0]}..r{rids[-1]} at {base} (leader {node})"
         )
         self._schedule_replication(partition)
-        return 0, base, len(partition.log)
+        return 0, base, len(partition.log), []
+
+    def _verify_or_add(
+        self, tid: str, pid: int, epoch: int, tp: tuple[str, int], adds_partition: bool
+    ) -> int:
+        """The leader asks the coordinator before a producer's first transactional append to
+        a partition (KIP-890): to verify that the partition is in the transaction (v1), or to
+        add it (Produce v12+, ``AddPartitionsToTxnManager``). Coordinator errors reach the
+        client as ``ReplicaManager.appendRecords``' verification callback translates them."""
+        if self.coordinator_node not in self.up or self.now < self.coordinator_loading_until:
+            # COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        if not adds_partition:
+            return self.coordinator.verify(tid, pid, epoch, tp)
+        code = self.coordinator.add_partitions(tid, pid, epoch, [tp], self.now)
+        if code == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if code == ErrorCode.CONCURRENT_TRANSACTIONS:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return code
 
     def _schedule_replication(self, partition: PartitionModel) -> None:
         upto, generation = len(partition.log), partition.generation
@@ -699,7 +850,7 @@ class Simulation:
             return
         self.pending.remove(pending)
         partitions = []
-        for (_, index), (code, offset, _, _) in sorted(pending.results.items()):
+        for (topic, index), (code, offset, _, _) in sorted(pending.results.items()):
             leader = None
             partition = self.partitions[index]
             if (
@@ -709,8 +860,14 @@ class Simulation:
             ):
                 # KIP-951: the answer names the current leader.
                 leader = LeaderIdAndEpoch(partition.leader, partition.leader_epoch)
+            refused = [
+                BatchIndexAndErrorMessage(i, "timestamp out of range")
+                for i in pending.record_errors.get((topic, index), [])
+            ]
             partitions.append(
-                ProducePartitionResponse(index, code, offset, -1, 0, current_leader=leader)
+                ProducePartitionResponse(
+                    index, code, offset, -1, 0, record_errors=refused, current_leader=leader
+                )
             )
         answer = ProduceResponse([ProduceTopicResponse(TOPIC, partitions)], pending.throttle_ms)
         self.trace(f"  broker {pending.node} answers #{pending.entry.number}: {_short(answer)}")
@@ -907,7 +1064,8 @@ class Simulation:
         when the pool has no memory for it now."""
         rid = len(self.records)
         value = b"%d|" % rid + b"x" * self.rng.randint(0, 40)
-        future = self.accumulator.try_append(TOPIC, partition, TIMESTAMP, None, value, None)
+        timestamp = _timestamp_at(self.now)
+        future = self.accumulator.try_append(TOPIC, partition, timestamp, None, value, None)
         if future is None:
             size = estimate_record_size(None, value, None)
             buffer = self.pool.allocate_nowait(
@@ -916,7 +1074,7 @@ class Simulation:
             if buffer is None:
                 return False
             future = self.accumulator.append_to_new_batch(
-                TOPIC, partition, TIMESTAMP, None, value, None, buffer, self.now
+                TOPIC, partition, timestamp, None, value, None, buffer, self.now
             )
             # RecordAppender._batch_started
             self.metadata.touch(TOPIC, self.now)
@@ -1147,11 +1305,13 @@ class Simulation:
                 return delay
             self._deliver()
         self.spinning += _SPIN_STEP
+        self.trace("  the sender asked to run again at once, four times")
         return _SPIN_STEP
 
     def _deliver(self) -> None:
-        """Answers reach the client; a success for a batch whose records already failed
-        (expired in flight) is noted as a late success."""
+        """Answers reach the client: each success's sequences are noted (for the needless
+        bump check), and a success for a batch whose records already failed (expired in
+        flight) is traced as a late success."""
         for connection in list(self.connections.connections.values()):
             for entry in connection.deliver(self.now):
                 answer = entry.answer
@@ -1160,18 +1320,21 @@ class Simulation:
                     continue
                 for topic in answer.topics:
                     for result in topic.partitions:
-                        batch = entry.batches.get((topic.name, result.index))
+                        tp = (topic.name, result.index)
+                        batch = entry.batches.get(tp)
                         if (
                             result.error_code not in (0, ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
                             or batch is None
                         ):
                             continue
+                        if batch.base_sequence >= 0:
+                            key = (tp, batch.producer_id, batch.producer_epoch)
+                            last = batch.base_sequence + len(batch.records) - 1
+                            if last > self.acknowledged_sequences.get(key, -1):
+                                self.acknowledged_sequences[key] = last
                         record = self.records[_rid(batch.records[0].value)]
                         error = record.future.exception() if record.future.done() else None
                         if type(error).__name__ == "DeliveryTimeoutError":
-                            late = (self.now, (topic.name, result.index))
-                            if late not in self.late_successes:
-                                self.late_successes.append(late)
                             self.trace(f"  late success for r{record.rid}, which expired in flight")
 
     def _watch_epoch(self) -> None:
@@ -1181,7 +1344,6 @@ class Simulation:
         epoch = idempotence.producer_epoch
         if epoch != self.last_epoch:
             if self.last_epoch >= 0:
-                self.epoch_bumps.append((self.now, idempotence.producer_id, epoch))
                 self.trace(f"  producer epoch -> {epoch} (pid {idempotence.producer_id})")
             self.last_epoch = epoch
 
@@ -1217,6 +1379,18 @@ class _Capture(logging.Handler):
                 f"{record.name}: {record.getMessage()} ({record.exc_info[1]!r})"
             )
         self.simulation.trace(f"  log {record.levelname} {record.name}: {record.getMessage()}")
+
+
+def _timestamp_at(now: float) -> int:
+    """The wall-clock time, in ms, at virtual time ``now``."""
+    return TIMESTAMP + round((now - T0) * 1000)
+
+
+def _version(request: ProduceRequest | EndTxnRequest) -> int:
+    """The version the producer sent ``request`` at: its cap, else the highest the brokers
+    offer (the fake connections negotiate nothing)."""
+    cap = request.version_cap
+    return API_VERSIONS[request.API_KEY][1] if cap is None else cap
 
 
 def _rid(value: bytes | None) -> int:
