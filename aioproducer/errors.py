@@ -200,6 +200,8 @@ class KafkaError(Exception):
             (the Java client's ``InvalidMetadataException`` family).
         error_code: the Kafka protocol error code, or None for errors raised by the client.
         error_name: the protocol name of ``error_code`` (``"NOT_LEADER_OR_FOLLOWER"``), or None.
+        maybe_written: on a record's error, True when the record may be in the log all the
+            same; False when the broker did not write it.
     """
 
     retriable: bool = False
@@ -210,6 +212,15 @@ class KafkaError(Exception):
     """Set on an error that ``send_many`` raised for one of its items: the records of the
     items before it, which were buffered and are being sent (await it for their metadata).
     ``len(accepted)`` is the index of the refused item. None on every other error."""
+    maybe_written: bool = False
+    """On the error of a record that failed: True when the record may have been written all
+    the same, because an attempt to send its batch ended without an answer that rules it
+    out (a lost connection, a request or delivery timeout while the batch was in flight,
+    ``NOT_LEADER_OR_FOLLOWER``, which Kafka also answers after appending), or because the
+    broker refused a retry with an error it checks before it recognises a retried batch
+    (``INVALID_TIMESTAMP``, say). Reading the partition tells; in a transaction, the abort
+    hides such records from ``read_committed`` consumers. False: the record was not written
+    (the broker refused every attempt before appending, or it was never sent)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -307,6 +318,7 @@ class BatchOvertakenError(KafkaError):
     """
 
     retriable = False
+    maybe_written = True
     error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 

@@ -103,6 +103,19 @@ def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> 
     return clone
 
 
+def maybe_written_error(error: _E, note: str | None = None) -> _E:
+    """``error`` for records that may have been written all the same: a copy with
+    :attr:`~aioproducer.errors.KafkaError.maybe_written` set (``error`` itself when it is
+    not a :class:`KafkaError` or says so already); ``note`` is added to its message."""
+    if not isinstance(error, KafkaError) or error.maybe_written:
+        return error
+    clone = error_copy(error)
+    clone.maybe_written = True
+    if note:
+        clone.args = (f"{clone.message}; {note}",)
+    return clone
+
+
 class RecordFuture:
     """The result of one sent record: await it for its :class:`RecordMetadata`.
 

@@ -41,7 +41,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import error_copy
+from aioproducer.futures import error_copy, maybe_written_error
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability, Partitioner
@@ -183,6 +183,18 @@ def _expiry_error(batch: ProducerBatch, message: str) -> DeliveryTimeoutError:
     return error
 
 
+def _outcome_error(batch: ProducerBatch, exc: BaseException) -> BaseException:
+    """``exc`` as the error of ``batch``'s records: marked ``maybe_written`` when an earlier
+    attempt of the batch may have been written (the broker checks some refusals, such as
+    INVALID_TIMESTAMP, before it recognises a retried batch)."""
+    if not batch.maybe_written:
+        return exc
+    note = None
+    if getattr(exc, "error_code", None) in _REFUSED_BEFORE_APPEND:
+        note = "an earlier attempt of the batch may have been written"
+    return maybe_written_error(exc, note)
+
+
 def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:
     """Turn a decoded Metadata response into the cluster view's types."""
     brokers = [Broker(b.node_id, b.host, b.port, b.rack) for b in response.brokers]
@@ -211,7 +223,6 @@ def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], li
     return brokers, topics
 
 
-
 # InitProducerId answers that only say the transaction coordinator is not ready yet.
 _COORDINATOR_NOT_READY: Final = frozenset(
     (
@@ -226,6 +237,7 @@ def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
     """Mark a dropped answer's outcome as seen (no "never retrieved" log for its error)."""
     if not future.cancelled():
         future.exception()
+
 
 class Sender:
     """Moves batches from the accumulator to the brokers; one asyncio task.
@@ -492,15 +504,16 @@ class Sender:
         for batch in self._accumulator.abort_undrained(exc):
             failed += batch.record_count
             self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, exc)
+            self._notify(batch, batch.error)
             self._accumulator.deallocate(batch)
         for requests in self._in_flight.values():
             for batches in requests:
                 for batch in batches:
-                    if batch.fail(exc):
+                    # In flight: the broker may have written it.
+                    if batch.fail(maybe_written_error(exc)):
                         failed += batch.record_count
                         self._metrics.records_failed(batch.topic, batch.record_count)
-                        self._notify(batch, exc)
+                        self._notify(batch, batch.error)
                     # In-flight buffers are returned here, also for batches that expired
                     # while in flight (their buffer was kept for the transport).
                     self._accumulator.deallocate(batch)
@@ -509,10 +522,10 @@ class Sender:
         # Batches between the accumulator and a request (e.g. a send that raised) are in
         # neither place above: fail them too so no record waits forever.
         for batch in self._accumulator.pending_batches():
-            if batch.fail(exc):
+            if batch.fail(_outcome_error(batch, exc)):
                 failed += batch.record_count
                 self._metrics.records_failed(batch.topic, batch.record_count)
-                self._notify(batch, exc)
+                self._notify(batch, batch.error)
                 self._accumulator.deallocate(batch)
         return failed
 
@@ -544,7 +557,10 @@ class Sender:
             for topic in result.unknown_leader_topics:
                 self._metadata.add_topic(topic, now)
             self._metadata.request_update()
-            delay = min(delay, self._metadata.time_to_next_update(now))
+            # Sent now if a broker can take it; else look again after the backoff (a
+            # connection that becomes ready wakes the sender), never at once: that would
+            # spin the event loop while every broker reconnects.
+            delay = min(delay, self._maybe_update_metadata(now))
         delay = min(delay, result.next_ready_check_delay)
         sendable: list[int] = []
         availability = self._availability
@@ -720,6 +736,7 @@ class Sender:
                             f"{batch.partition}: delivery_timeout_ms passed while the batch "
                             f"was in flight to broker {node}",
                         )
+                        error.maybe_written = True
                         if self._transactions is not None:
                             # The transaction cannot commit without it (Java's
                             # failBatch -> handleFailedBatch makes it abortable).
@@ -765,8 +782,8 @@ class Sender:
         if not self._metadata.cluster.brokers:
             return False
         idempotence = self._idempotence
-        return idempotence is None or self._transactions is not None or (
-            idempotence.has_producer_id
+        return (
+            idempotence is None or self._transactions is not None or (idempotence.has_producer_id)
         )
 
     def _check_ready(self, ended: BaseException | None = None) -> None:
@@ -936,7 +953,7 @@ class Sender:
             if self._idempotence is not None:
                 self._idempotence.on_final_failure(batch, str(exc))
             self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, exc)
+            self._notify(batch, batch.error)
             self._accumulator.deallocate(batch)
 
     def _send_transactional(
@@ -1417,6 +1434,7 @@ class Sender:
     ) -> None:
         """Fail ``batch`` for good. ``answered`` False: it expired, and whether the broker
         has it is unknown (see IdempotenceManager.on_final_failure)."""
+        exc = _outcome_error(batch, exc)
         if self._transactions is not None:
             # First, so the transaction's error is this one, not the sequence gap it leaves.
             self._transactions.on_batch_failed(batch, exc)
@@ -1588,7 +1606,12 @@ class Sender:
         their place (an idempotent producer restarts the partition's sequences, as the
         refused batch took none). False when every record was named, or the batch cannot
         be read back: it then fails whole. Not for a transactional producer, whose
-        transaction must be aborted either way."""
+        transaction must be aborted either way, nor for a batch an earlier attempt of which
+        may have been written: the broker checks timestamps and records before it
+        recognises a retried batch, so the other records may be in the log already, and
+        sending them again could write them twice (the batch fails whole, maybe_written)."""
+        if batch.maybe_written:
+            return False
         records = self._records_of(batch)
         if records is None:
             return False

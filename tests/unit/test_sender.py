@@ -36,6 +36,7 @@ from aioproducer.errors import (
     DeliveryTimeoutError,
     IllegalStateError,
     InvalidRecordError,
+    InvalidTimestampError,
     KafkaConnectionError,
     KafkaError,
     NotLeaderOrFollowerError,
@@ -101,6 +102,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
+INVALID_TIMESTAMP = 32
 
 TopicPartition = tuple[str, int]
 
@@ -784,11 +786,15 @@ async def test_a_non_retriable_error_fails_only_its_partition(
 
 
 async def test_metadata_asks_for_a_connection_when_none_can_send() -> None:
+    # A record waits for a leader and every connection is down (reconnecting): the sender
+    # asks for a connection and, until one is ready, never asks to run again at once (found
+    # by the simulation: a busy loop on the event loop for as long as reconnecting took).
     h = Harness(leaders={0: -1})
     h.connections.connected.clear()
     h.append(0, b"a")
-    h.step()
-    assert h.connections.any_connecting_calls == 1
+    delays = [h.step(h.now + 0.001 * i) for i in range(4)]
+    assert all(delay > 0 for delay in delays), delays
+    assert h.connections.any_connecting_calls >= 1
     assert h.connections.all_sent(MetadataRequest) == []
     h.connections.connected.add(3)
     h.step(h.now + 0.1)
@@ -2103,9 +2109,9 @@ async def test_a_transactional_batch_split_keeps_the_transaction_and_its_order()
     assert not commit.done()
 
 
-async def _expired_in_flight(late: ProducePartitionResponse | None) -> tuple[
-    Harness, TransactionManager, list[RecordFuture]
-]:
+async def _expired_in_flight(
+    late: ProducePartitionResponse | None,
+) -> tuple[Harness, TransactionManager, list[RecordFuture]]:
     """A transactional batch whose Produce is answered only after delivery_timeout_ms
     (``late``; None: its connection dies instead)."""
     txn = await transaction_in_progress([0])
@@ -2412,6 +2418,54 @@ async def test_records_named_in_record_errors_fail_alone_and_the_rest_go_again(
     assert h.memory_is_back()
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_retry_refused_for_some_records_after_an_attempt_that_may_be_written_fails_whole(
+    idempotent: bool,
+) -> None:
+    # The first attempt's connection died: the broker may have written the batch. Kafka
+    # checks timestamps before it recognises a retried batch, so the retry can be refused
+    # for records that have grown too old meanwhile (message.timestamp.before.max.ms).
+    # Sending the other records again in new batches would write them twice; every record
+    # fails instead, and says it may have been written.
+    h = Harness(linger_ms=0, idempotent=idempotent)
+    if idempotent:
+        await h.init_producer_id(1000)
+    futures = [h.append(0, value) for value in (b"a", b"b", b"c")]
+    h.step()
+    await h.fail(h.last_produce(1), KafkaConnectionError("connection lost"))
+    h.step(h.now + 1.0)
+    assert len(h.produce_requests()) == 2
+    await h.respond(
+        h.last_produce(1),
+        error(0, INVALID_TIMESTAMP, "timestamp out of range", [(0, "a is too old")]),
+    )
+    for future in futures:
+        exc = future.exception()
+        assert isinstance(exc, InvalidTimestampError), exc
+        assert exc.maybe_written
+        assert "may have been written" in str(exc)
+    h.step(h.now + 1.0)
+    h.step(h.now + 1.0)
+    assert len(h.produce_requests()) == 2, "records of a maybe-written batch were sent again"
+    assert h.memory_is_back()
+
+
+async def test_a_record_error_says_whether_it_may_have_been_written() -> None:
+    # Refused before anything could be written: maybe_written False. Expired while in
+    # flight: True.
+    h = Harness(linger_ms=0, delivery_timeout_ms=1000, request_timeout_ms=1000)
+    refused = h.append(0, b"refused")
+    h.step()
+    await h.respond(h.last_produce(1), error(0, INVALID_RECORD))
+    assert isinstance(refused.exception(), InvalidRecordError)
+    assert not refused.exception().maybe_written
+    expired = h.append(0, b"expired in flight")
+    h.step()
+    h.step(h.now + 1.5)
+    exc = expired.exception()
+    assert isinstance(exc, DeliveryTimeoutError) and exc.maybe_written
+
+
 async def test_a_batch_whose_every_record_is_named_fails_whole() -> None:
     h = Harness(linger_ms=0)
     futures = [h.append(0, b"a"), h.append(0, b"b")]
@@ -2496,8 +2550,12 @@ async def test_a_retry_that_expires_in_the_accumulator_holds_its_partition_no_lo
     # A sequenced batch queued to go again that expires there: the batches behind it no
     # longer wait for it (they were held for as long as the producer lived).
     h = Harness(
-        idempotent=True, linger_ms=0, retry_backoff_ms=10_000, retry_backoff_max_ms=10_000,
-        delivery_timeout_ms=5000, request_timeout_ms=4000,
+        idempotent=True,
+        linger_ms=0,
+        retry_backoff_ms=10_000,
+        retry_backoff_max_ms=10_000,
+        delivery_timeout_ms=5000,
+        request_timeout_ms=4000,
     )
     await h.init_producer_id(1000)
     first = h.append(0, b"a")
