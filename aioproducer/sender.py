@@ -1334,7 +1334,7 @@ class Sender:
                     f"record {e.batch_index}: {e.batch_index_error_message}"
                     for e in partition_response.record_errors
                 )
-                message = f"{message or ''} ({details})"
+                message = f"{message} ({details})" if message else details
             error = error_for_code(
                 code, message, where=f"topic-partition {batch.topic}-{batch.partition}"
             )
@@ -1639,16 +1639,18 @@ class Sender:
                 batch.tp, f"the broker refused {len(named)} record(s) of a batch"
             )
         log.warning(
-            "the broker refused %d of %d record(s) of a batch for %s-%d; sending the other "
-            "%d again",
+            "broker %d refused %d of %d record(s) of a batch for %s-%d (%s); sending the "
+            "other %d again",
+            node,
             len(named),
             len(records),
             batch.topic,
             batch.partition,
+            "; ".join(f"record {i}: {m or answer.error_message}" for i, m in sorted(named.items())),
             len(records) - len(named),
         )
         for lone, error in refused_batches:
-            self._fail_batch(lone, error, now, node=node)
+            self._fail_batch(lone, error, now, node=node, logged=True)
         return True
 
     async def wait_closed(self) -> None:

@@ -1065,6 +1065,11 @@ class Simulation:
         rid = len(self.records)
         value = b"%d|" % rid + b"x" * self.rng.randint(0, 40)
         timestamp = _timestamp_at(self.now)
+        bound = self.config.timestamp_before_max_ms
+        if bound is not None and self.rng.random() < 0.5:
+            # An event time the application set, close to the topic's bound in the past: the
+            # record may grow too old while it waits or is retried.
+            timestamp -= max(0, bound - self.rng.randint(0, 500))
         future = self.accumulator.try_append(TOPIC, partition, timestamp, None, value, None)
         if future is None:
             size = estimate_record_size(None, value, None)
