@@ -48,15 +48,12 @@ import struct
 import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import mmh3
 from mypy_extensions import i64, mypyc_attr
 
 from aioproducer.errors import PartitionerError
-
-if TYPE_CHECKING:
-    from aioproducer.config import ProducerConfig
 
 __all__ = [
     "PARTITIONER_NAMES",
@@ -609,7 +606,21 @@ class BrokerAvailability:
 # ---- choosing one ---------------------------------------------------------------------------
 
 
-def make_partitioner(config: ProducerConfig) -> Partitioner:
+class PartitionerOptions(Protocol):
+    """The options :func:`make_partitioner` reads (a
+    :class:`~aioproducer.config.ProducerConfig` has them)."""
+
+    @property
+    def partitioner(self) -> str | PartitionFunction | Partitioner | None: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def partitioner_ignore_keys(self) -> bool: ...
+    @property
+    def partitioner_adaptive_partitioning_enable(self) -> bool: ...
+
+
+def make_partitioner(config: PartitionerOptions) -> Partitioner:
     """The partitioner ``config.partitioner`` names, set up from ``config``.
 
     A fresh builtin partitioner per call (their state is per producer). An object with a
