@@ -25,7 +25,7 @@ from aioproducer._gc import track as _gc_track
 from aioproducer._gc import untrack as _gc_untrack
 from aioproducer._gc import untrack_new as _gc_untrack_new
 from aioproducer.buffer_pool import BufferPool
-from aioproducer.futures import BatchResults, RecordFuture, RecordRun, maybe_written_error
+from aioproducer.futures import BatchResults, RecordFuture, RecordRun, with_maybe_written
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_batch import (
     RECORD_BATCH_OVERHEAD,
@@ -1112,8 +1112,8 @@ class RecordAccumulator:
         return taken
 
     def abort_undrained(self, exc: BaseException) -> list[ProducerBatch]:
-        """Fail every batch not yet sent with ``exc`` (marked ``maybe_written`` for a retry
-        whose earlier attempt may have been written); return them.
+        """Fail every batch not yet sent with ``exc`` (``maybe_written`` as the batch's: a
+        retry whose earlier attempt may have been written); return them.
 
         The caller deallocates them (after telling interceptors, who read ``batch.records``).
         """
@@ -1121,7 +1121,7 @@ class RecordAccumulator:
         for batches in self._batches.values():
             while batches:
                 batch = batches.popleft()
-                batch.fail(maybe_written_error(exc) if batch.maybe_written else exc)
+                batch.fail(with_maybe_written(exc, batch.maybe_written))
                 aborted.append(batch)
         return aborted
 

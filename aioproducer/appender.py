@@ -12,7 +12,7 @@ step that needs no waiting and runs compiled with the rest of the hot path (see
 The pending record is prepared already, so serializers and interceptors run once per
 record whatever happens, and it says what it waits for; the caller decides. A record that
 waits only for memory (its topic and partition known) takes the compiled
-:meth:`RecordAppender.append_when_memory_frees`: with ``buffer_memory`` full, that is once
+:meth:`RecordAppender.append_pending`: with ``buffer_memory`` full, that is once
 per batch.
 
 That coroutine is the only await here, and no ``try`` surrounds it: mypyc-compiled
@@ -61,7 +61,6 @@ __all__ = [
 
 CheckedHeaders = list[tuple[str, bytes | None]]
 """Headers after :func:`check_headers`: a list of ``(str, bytes or None)`` pairs."""
-
 
 
 # send_many's keyed bulk path takes its records this many at a time (see append_pairs): few
@@ -211,8 +210,7 @@ def check_headers(headers: Any) -> CheckedHeaders | None:
                 name.encode()
             except UnicodeEncodeError:
                 raise SerializationError(
-                    f"the header name {name!r} is not valid UTF-8 text (it holds a lone "
-                    "surrogate)"
+                    f"the header name {name!r} is not valid UTF-8 text (it holds a lone surrogate)"
                 ) from None
         if value is not None and type(value) is not bytes:
             if not isinstance(value, bytes | bytearray | memoryview):
@@ -480,7 +478,7 @@ class RecordAppender:
         """Prepare a record and append it if that needs no waiting.
 
         Returns its future, or a :class:`PendingRecord` when it must wait for metadata or
-        memory: :meth:`append_when_memory_frees` takes one that waits only for memory.
+        memory: :meth:`append_pending` takes one that waits only for memory.
 
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
@@ -512,9 +510,7 @@ class RecordAppender:
             name, partition, timestamp, key_bytes, value_bytes, checked_headers
         )
 
-    async def append_when_memory_frees(
-        self, pending: PendingRecord, max_block: float
-    ) -> RecordFuture:
+    async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
         """Append ``pending`` once the pool has memory for it, waiting up to ``max_block``
         seconds: the slow path of a record that waits only for memory
         (:attr:`PendingRecord.needs_memory`: its topic and partition are known).
@@ -527,8 +523,8 @@ class RecordAppender:
             ProducerClosedError: the producer closed while the record waited.
         """
         if pending.target < 0:
-            raise AssertionError("append_when_memory_frees() for a record waiting for metadata")
-        return await self.append_waiting_for_memory(
+            raise AssertionError("append_pending() for a record waiting for metadata")
+        return await self.append_to_partition(
             pending.topic,
             pending.target,
             pending.sticky,
@@ -539,7 +535,7 @@ class RecordAppender:
             max_block,
         )
 
-    async def append_waiting_for_memory(
+    async def append_to_partition(
         self,
         topic: str,
         partition: int,

@@ -78,7 +78,8 @@ def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> 
         fresh: False (a record future's copy of its batch's error) keeps the original's
             traceback and context, so only the caller's frames are the copy's own; True (an
             error raised again later, in another place) starts with no traceback and has the
-            original as its context.
+            original as its context, and says nothing of records written
+            (``maybe_written`` is its class's again).
 
     Returns ``error`` itself when it cannot be copied.
     """
@@ -90,6 +91,8 @@ def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> 
         return error
     clone.__cause__ = error.__cause__
     if fresh:
+        if isinstance(clone, KafkaError):
+            clone.__dict__.pop("maybe_written", None)
         clone.__traceback__ = None
         clone.__context__ = error
         clone.__suppress_context__ = False
@@ -103,14 +106,15 @@ def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> 
     return clone
 
 
-def maybe_written_error(error: _E, note: str | None = None) -> _E:
-    """``error`` for records that may have been written all the same: a copy with
-    :attr:`~aioproducer.errors.KafkaError.maybe_written` set (``error`` itself when it is
-    not a :class:`KafkaError` or says so already); ``note`` is added to its message."""
-    if not isinstance(error, KafkaError) or error.maybe_written:
+def with_maybe_written(error: _E, maybe_written: bool, note: str | None = None) -> _E:
+    """``error`` for records whose batch may have been written (``maybe_written``) or not:
+    a copy with :attr:`~aioproducer.errors.KafkaError.maybe_written` set so (``error``
+    itself when it is not a :class:`KafkaError` or says so already); ``note`` is added to
+    the copy's message."""
+    if not isinstance(error, KafkaError) or error.maybe_written is maybe_written:
         return error
     clone = error_copy(error)
-    clone.maybe_written = True
+    clone.maybe_written = maybe_written
     if note:
         clone.args = (f"{clone.message}; {note}",)
     return clone

@@ -68,6 +68,7 @@ __all__ = ["Producer", "ProducerState"]
 
 log = logging.getLogger("aioproducer.producer")
 
+
 class ProducerState(enum.Enum):
     """Where a producer is in its life."""
 
@@ -373,9 +374,7 @@ class Producer:
                     # close() itself was cancelled: stop the sender now, so no record stays
                     # pending after the connections close, then let the cancellation through.
                     sender.force_close(
-                        ProducerClosedError(
-                            "close() was cancelled before the record was delivered"
-                        )
+                        ProducerClosedError("close() was cancelled before the record was delivered")
                     )
                     await asyncio.gather(sender.task, return_exceptions=True)
                     raise
@@ -641,9 +640,7 @@ class Producer:
             raise fenced from exc
         except Exception as abort_error:
             # The original error is what the caller needs; this one is logged.
-            log.warning(
-                "aborting the transaction after %r failed as well: %s", exc, abort_error
-            )
+            log.warning("aborting the transaction after %r failed as well: %s", exc, abort_error)
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -728,7 +725,7 @@ class Producer:
         assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
         if result.needs_memory:
             # Only memory is missing (buffer_memory is full): the compiled wait.
-            return await appender.append_when_memory_frees(result, self._max_block)
+            return await appender.append_pending(result, self._max_block)
         return await self._append_wait(result)
 
     async def _send_traced(
@@ -815,9 +812,7 @@ class Producer:
                 )
                 if pending is not None:
                     if pending.needs_memory:
-                        future = await appender.append_when_memory_frees(
-                            pending, self._max_block
-                        )
+                        future = await appender.append_pending(pending, self._max_block)
                     else:
                         future = await self._append_wait(pending)
                     results.add_future(future)
@@ -946,8 +941,12 @@ class Producer:
                 metadata = record.result()
             else:
                 metadata = RecordMetadata(
-                    batch.topic, batch.partition, -1, record.timestamp,
-                    record.key_size, record.value_size,
+                    batch.topic,
+                    batch.partition,
+                    -1,
+                    record.timestamp,
+                    record.key_size,
+                    record.value_size,
                 )
             for interceptor in self._interceptors:
                 try:
@@ -962,7 +961,7 @@ class Producer:
         deadline = time.monotonic() + self._max_block
         appender.check_record_size(record_size(key, pending.value, pending.headers))
         # Only records that wait for metadata come here (one that waits for memory alone
-        # takes appender.append_when_memory_frees): the topic's metadata is missing, or the
+        # takes appender.append_pending): the topic's metadata is missing, or the
         # partition is out of range and the metadata must be refreshed to know.
         info = await self._wait_on_metadata(topic, partition, deadline)
         sticky = False
@@ -972,7 +971,7 @@ class Producer:
             )
             sticky = key is None
         self._check_sendable()
-        return await appender.append_waiting_for_memory(
+        return await appender.append_to_partition(
             topic,
             partition,
             sticky,

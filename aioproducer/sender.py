@@ -41,7 +41,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import error_copy, maybe_written_error
+from aioproducer.futures import error_copy, with_maybe_written
 from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer.metrics import ProducerMetrics
 from aioproducer.partitioner import BrokerAvailability, Partitioner
@@ -128,6 +128,10 @@ class _Connections(Protocol):
 
 log = logging.getLogger("aioproducer.sender")
 
+# The shortest wait of a step that found no broker to send to (retry_backoff_ms and
+# reconnect_backoff_ms may both be 0).
+_NO_CONNECTION_WAIT_MIN: Final = 0.005
+
 # What a broker that takes no locally bumped epoch answers it with (Tansu: PRODUCER_FENCED).
 _FENCED_EPOCH: Final = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 # The errors a broker names single records for (KIP-467): INVALID_TIMESTAMP, INVALID_RECORD.
@@ -158,6 +162,11 @@ _REFUSED_BEFORE_APPEND: Final = frozenset(
         ErrorCode.INVALID_RECORD,
         ErrorCode.PRODUCER_FENCED,
         ErrorCode.TRANSACTION_ABORTABLE,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNSUPPORTED_VERSION,
     }
 )
 # Never sleep longer than this, so a lost wake-up costs at most this much latency.
@@ -184,15 +193,17 @@ def _expiry_error(batch: ProducerBatch, message: str) -> DeliveryTimeoutError:
 
 
 def _outcome_error(batch: ProducerBatch, exc: BaseException) -> BaseException:
-    """``exc`` as the error of ``batch``'s records: marked ``maybe_written`` when an earlier
-    attempt of the batch may have been written (the broker checks some refusals, such as
-    INVALID_TIMESTAMP, before it recognises a retried batch)."""
-    if not batch.maybe_written:
+    """``exc`` as the error of ``batch``'s records, its ``maybe_written`` the batch's: True
+    when an attempt of the batch may have been written (the broker checks some refusals,
+    such as INVALID_TIMESTAMP, before it recognises a retried batch), always for
+    :class:`BatchOvertakenError`."""
+    if not isinstance(exc, KafkaError) or isinstance(exc, BatchOvertakenError):
         return exc
+    written = batch.maybe_written
     note = None
-    if getattr(exc, "error_code", None) in _REFUSED_BEFORE_APPEND:
+    if written and exc.error_code in _REFUSED_BEFORE_APPEND:
         note = "an earlier attempt of the batch may have been written"
-    return maybe_written_error(exc, note)
+    return with_maybe_written(exc, written, note)
 
 
 def metadata_from_response(response: MetadataResponse) -> tuple[list[Broker], list[TopicInfo]]:
@@ -302,6 +313,11 @@ class Sender:
         # As Java: a retry_backoff_ms above retry_backoff_max_ms makes the backoff fixed.
         retry_backoff_ms = min(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._backoff_base = retry_backoff_ms / 1000.0
+        # How long to wait when no broker can take a request (Java waits reconnectBackoffMs):
+        # never 0, or a step would follow at once while every connection is down.
+        self._no_connection_wait = max(
+            config.reconnect_backoff_ms / 1000.0, self._backoff_base, _NO_CONNECTION_WAIT_MIN
+        )
         # Retries of a batch wait longer each time (KIP-580), plus or minus 20%.
         self._retry_backoff = ExponentialBackoff(
             retry_backoff_ms, config.retry_backoff_max_ms, rng=rng
@@ -502,18 +518,14 @@ class Sender:
             # stays with the failed batches (see futures.error_copy).
             self._transactions.fail_all(error_copy(exc))
         for batch in self._accumulator.abort_undrained(exc):
-            failed += batch.record_count
-            self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, batch.error)
+            failed += self._report_failed(batch)
             self._accumulator.deallocate(batch)
         for requests in self._in_flight.values():
             for batches in requests:
                 for batch in batches:
                     # In flight: the broker may have written it.
-                    if batch.fail(maybe_written_error(exc)):
-                        failed += batch.record_count
-                        self._metrics.records_failed(batch.topic, batch.record_count)
-                        self._notify(batch, batch.error)
+                    if batch.fail(with_maybe_written(exc, True)):
+                        failed += self._report_failed(batch)
                     # In-flight buffers are returned here, also for batches that expired
                     # while in flight (their buffer was kept for the transport).
                     self._accumulator.deallocate(batch)
@@ -523,11 +535,16 @@ class Sender:
         # neither place above: fail them too so no record waits forever.
         for batch in self._accumulator.pending_batches():
             if batch.fail(_outcome_error(batch, exc)):
-                failed += batch.record_count
-                self._metrics.records_failed(batch.topic, batch.record_count)
-                self._notify(batch, batch.error)
+                failed += self._report_failed(batch)
                 self._accumulator.deallocate(batch)
         return failed
+
+    def _report_failed(self, batch: ProducerBatch) -> int:
+        """Count ``batch``, just failed, in the metrics and tell the acknowledgement
+        callback (interceptors); return its number of records."""
+        self._metrics.records_failed(batch.topic, batch.record_count)
+        self._notify(batch, batch.error)
+        return batch.record_count
 
     # ---- one step ---------------------------------------------------------------------------
 
@@ -609,10 +626,15 @@ class Sender:
                     try:
                         self._send_produce(node, connection, batches, now)
                     except Exception as exc:
-                        self._fail_request(node, batches, exc, "send a Produce request", now)
+                        # Before the request went out (_send_produce handles the rest).
+                        self._fail_request(
+                            node, batches, exc, "send a Produce request", now, sent=False
+                        )
                 else:  # pragma: no cover - ready() was checked just above
                     for batch in batches:
-                        self._retry_or_fail(batch, KafkaConnectionError("connection lost"), now)
+                        self._retry_or_fail(
+                            batch, KafkaConnectionError("connection lost"), now, sent=False
+                        )
         for batch in accumulator.expired_batches(now):
             self._fail_batch(
                 batch,
@@ -745,8 +767,7 @@ class Sender:
                             self._idempotence.on_final_failure(batch, str(error), answered=False)
                         log.warning("%s", error)
                         if batch.fail(error):
-                            self._metrics.records_failed(batch.topic, batch.record_count)
-                            self._notify(batch, error)
+                            self._report_failed(batch)
                     elif batch.delivery_deadline < next_deadline:
                         next_deadline = batch.delivery_deadline
         return next_deadline
@@ -808,7 +829,7 @@ class Sender:
         connection = self._connections.least_loaded(now)
         if connection is None:
             self._connections.ensure_any_connecting(now)
-            return self._backoff_base
+            return self._no_connection_wait
         request = MetadataRequest(topics=metadata.topics, allow_auto_topic_creation=True)
         metadata.update_started(now)
         try:
@@ -856,7 +877,7 @@ class Sender:
         connection = self._connections.least_loaded(now)
         if connection is None:
             self._connections.ensure_any_connecting(now)
-            return self._backoff_base
+            return self._no_connection_wait
         # A new producer id (the first, or after the epoch ran out): an idempotent producer
         # bumps its epoch locally otherwise (IdempotenceManager.bump_epoch_if_needed), as
         # Java's does. Without a transactional id, Kafka gives a new id at epoch 0 whatever
@@ -952,8 +973,7 @@ class Sender:
         for batch in self._accumulator.abort_undrained(exc):
             if self._idempotence is not None:
                 self._idempotence.on_final_failure(batch, str(exc))
-            self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, batch.error)
+            self._report_failed(batch)
             self._accumulator.deallocate(batch)
 
     def _send_transactional(
@@ -965,7 +985,7 @@ class Sender:
             connection = connections.least_loaded(now)
             if connection is None:
                 connections.ensure_any_connecting(now)
-                return self._backoff_base
+                return self._no_connection_wait
             request: Any = transactions.find_coordinator_request(item)
             finding = True
         else:
@@ -1089,9 +1109,15 @@ class Sender:
         exc: Exception,
         what: str,
         now: float,
+        *,
+        sent: bool,
     ) -> None:
         """``exc`` broke the handling of one Produce request (not a broker's answer): take
-        its batches out of flight and fail those still pending with it."""
+        its batches out of flight and fail those still pending with it. ``sent``: the
+        request went out (or may have), so the broker may have written its batches."""
+        if sent:
+            for batch in batches:
+                batch.maybe_written = True
         requests = self._in_flight.get(node)
         if requests is not None:
             for index, entry in enumerate(requests):
@@ -1155,7 +1181,10 @@ class Sender:
         accumulator = self._accumulator
         compressed = accumulator.compressed
         for batch in batches:
-            view = batch.builder.seal()
+            # drain() closed every batch it returned (_prepare_batch).
+            view = batch.builder.closed_view
+            if view is None:  # pragma: no cover - a fault of ours, failed at the boundary
+                raise RuntimeError(f"{batch!r} was drained without being closed")
             data: bytes | memoryview = bytes(view) if acks_zero else view
             partitions = by_topic.get(batch.topic)
             if partitions is None:
@@ -1190,13 +1219,34 @@ class Sender:
         try:
             future = connection.send(request)
         except KafkaError as exc:
-            # Refused at once (the transport closed under us): nothing is in flight, so the
-            # partitions muted above must be drainable again for the retries.
+            # Refused at once (the transport closed under us): nothing went out, nothing is
+            # in flight, so the partitions muted above must be drainable again for the
+            # retries.
             for batch in batches:
                 if self._guarantee_order:
                     self._accumulator.unmute(batch.tp)
-                self._retry_or_fail(batch, exc, now)
+                self._retry_or_fail(batch, exc, now, sent=False)
             return
+        except Exception as exc:
+            # A fault of ours inside send(): part of the request may have gone out.
+            self._fail_request(node, batches, exc, "send a Produce request", now, sent=True)
+            return
+        try:
+            self._request_out(node, batches, future, now, acks_zero)
+        except Exception as exc:
+            # The request is on the wire: the broker may write it.
+            self._fail_request(node, batches, exc, "send a Produce request", now, sent=True)
+
+    def _request_out(
+        self,
+        node: int,
+        batches: list[ProducerBatch],
+        future: asyncio.Future[Any],
+        now: float,
+        acks_zero: bool,
+    ) -> None:
+        """``batches`` went out in one Produce request: in flight until ``future`` ends."""
+        idempotence = self._idempotence
         if acks_zero:
             for batch in batches:
                 if self._guarantee_order:
@@ -1223,7 +1273,7 @@ class Sender:
         try:
             self._handle_produce_response(node, batches, sent_at, future, now)
         except Exception as exc:
-            self._fail_request(node, batches, exc, "handle a Produce response", now)
+            self._fail_request(node, batches, exc, "handle a Produce response", now, sent=True)
 
     def _handle_produce_response(
         self,
@@ -1456,8 +1506,7 @@ class Sender:
                 exc,
             )
         if batch.fail(exc):
-            self._metrics.records_failed(batch.topic, batch.record_count)
-            self._notify(batch, exc)
+            self._report_failed(batch)
         self._accumulator.deallocate(batch)
 
     def _notify(self, batch: ProducerBatch, exc: BaseException | None) -> None:
@@ -1476,7 +1525,10 @@ class Sender:
         node: int | None = None,
         log_start_offset: int = -1,
         leader_moved: bool = False,
+        sent: bool = True,
     ) -> None:
+        """Send ``batch`` again after ``exc`` ended an attempt, if it may be; else fail it.
+        ``sent`` False: the attempt never left (the connection refused the request)."""
         code = getattr(exc, "error_code", None)
         if code == MESSAGE_TOO_LARGE and batch.record_count > 1 and self._split(batch, now):
             return
@@ -1486,7 +1538,7 @@ class Sender:
                 f"({batch.size_in_bytes} bytes) for {batch.topic}-{batch.partition} as too large: "
                 "larger than the topic's max.message.bytes (or the broker's message.max.bytes)"
             )
-        if code not in _REFUSED_BEFORE_APPEND:
+        if sent and code not in _REFUSED_BEFORE_APPEND:
             batch.maybe_written = True
         verdict = self._can_retry(batch, exc, now, log_start_offset)
         if verdict is SequenceVerdict.OVERTAKEN:

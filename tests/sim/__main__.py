@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _kind(text: str) -> str:
     for word in (
+        "never sent",
+        "needless epoch bump",
         "committed",
         "aborted",
         "partly",
@@ -90,7 +92,6 @@ def _kind(text: str) -> str:
         "not in the log",
         "delivery_timeout_ms",
         "took until",
-        "needless epoch bump",
         "hang",
     ):
         if word in text:

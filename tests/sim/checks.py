@@ -10,7 +10,7 @@ is compared with the cluster's log, and a transaction's outcome with what a
   they were sent;
 - a record failed with a *definite* error (``maybe_written`` False) is not in the log (not
   visible, for a transaction's records); an *ambiguous* failure (``maybe_written`` True)
-  may have been written, but at most once under idempotence;
+  may have been written, but at most once under idempotence, and only if it was sent;
 - a committed transaction holds all its records, each visible once, and a commit that
   succeeded while one of its records failed is a violation; an aborted one shows none;
   no transaction is partly visible;
@@ -111,6 +111,11 @@ def check(simulation: Simulation) -> list[str]:
                 )
             continue
         if is_ambiguous(error):
+            if rid not in simulation.sent_rids:
+                violations.append(
+                    f"r{rid} was never sent, yet its error says it may have been written "
+                    f"({type(error).__name__}: {error})"
+                )
             continue
         # A transaction's record counts as written when a read_committed reader sees it.
         present = view.visible.get(rid, 0) > 0 if record.txn >= 0 else bool(copies)

@@ -310,6 +310,8 @@ class Simulation:
         # answer the client had received already covered (see _watch_sequences).
         self.acknowledged_sequences: dict[tuple[tuple[str, int], int, int], int] = {}
         self.needless_bumps: list[str] = []
+        # The records that went out in a Produce request at least once.
+        self.sent_rids: set[int] = set()
         self.steps = 0
         # Virtual seconds the sender spent asking to run again at once (a busy loop).
         self.spinning = 0.0
@@ -488,6 +490,8 @@ class Simulation:
         request = entry.request
         self.trace(f"send #{entry.number} to {connection.node_id}: {self._describe(entry)}")
         is_produce = isinstance(request, ProduceRequest)
+        for batch in entry.batches.values():
+            self.sent_rids.update(_rid(record.value) for record in batch.records)
         faults = self.config.faults if self.faults_on else FaultRates()
         if is_produce and self.rng.random() < faults.lose_request:
             self.trace(f"  fault: request #{entry.number} to {connection.node_id} is lost")

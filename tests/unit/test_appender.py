@@ -143,7 +143,7 @@ async def test_a_record_short_of_memory_keeps_the_partition_chosen_for_it() -> N
     assert isinstance(pending, PendingRecord)
     assert pending.needs_memory and pending.target == 1
     assert partitioner.calls == 2
-    waiting = asyncio.ensure_future(h.appender.append_when_memory_frees(pending, 60.0))
+    waiting = asyncio.ensure_future(h.appender.append_pending(pending, 60.0))
     await asyncio.sleep(0)
     assert not waiting.done()
     h.accumulator.deallocate(first._batch)
@@ -217,7 +217,9 @@ async def test_send_many_pairs_keep_each_partitions_order_and_each_records_place
     stored = _stored(h)
     for partition, records in stored.items():
         expected = [
-            item for item in items if to_positive(murmur2(item[0])) % 3 == partition  # type: ignore[index]
+            item
+            for item in items
+            if to_positive(murmur2(item[0])) % 3 == partition  # type: ignore[index]
         ]
         assert records == expected, f"partition {partition} holds its records out of order"
     assert sum(map(len, stored.values())) == len(items)
@@ -273,9 +275,7 @@ async def test_send_many_pairs_stop_at_the_first_record_that_must_wait() -> None
 
 
 async def test_send_many_pairs_under_partitioner_ignore_keys_move_on_as_batches_fill() -> None:
-    h = Harness(
-        partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None
-    )
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None)
     h.know_topic(partitions=4)
     items: list[object] = [(b"same key", b"v" * 100) for _ in range(100)]
     _send_many(h, items)
@@ -285,9 +285,7 @@ async def test_send_many_pairs_under_partitioner_ignore_keys_move_on_as_batches_
 
 
 async def test_send_under_partitioner_ignore_keys_moves_on_as_batches_fill() -> None:
-    h = Harness(
-        partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None
-    )
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None)
     h.know_topic(partitions=4)
     partitions = set()
     for _ in range(100):

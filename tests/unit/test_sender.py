@@ -785,11 +785,13 @@ async def test_a_non_retriable_error_fails_only_its_partition(
 # ---- delivery timeout ---------------------------------------------------------------------------
 
 
-async def test_metadata_asks_for_a_connection_when_none_can_send() -> None:
+@pytest.mark.parametrize("backoff_ms", [100, 0])
+async def test_metadata_asks_for_a_connection_when_none_can_send(backoff_ms: int) -> None:
     # A record waits for a leader and every connection is down (reconnecting): the sender
     # asks for a connection and, until one is ready, never asks to run again at once (found
-    # by the simulation: a busy loop on the event loop for as long as reconnecting took).
-    h = Harness(leaders={0: -1})
+    # by the simulation: a busy loop on the event loop for as long as reconnecting took),
+    # not even with no backoff configured.
+    h = Harness(leaders={0: -1}, retry_backoff_ms=backoff_ms, reconnect_backoff_ms=backoff_ms)
     h.connections.connected.clear()
     h.append(0, b"a")
     delays = [h.step(h.now + 0.001 * i) for i in range(4)]
@@ -2464,6 +2466,44 @@ async def test_a_record_error_says_whether_it_may_have_been_written() -> None:
     h.step(h.now + 1.5)
     exc = expired.exception()
     assert isinstance(exc, DeliveryTimeoutError) and exc.maybe_written
+
+
+async def test_a_fault_after_the_request_went_out_says_the_records_may_be_written() -> None:
+    # The broker answered (a success, say); a fault of ours while handling the answer fails
+    # the records: they may well be in the log.
+    h = Harness(linger_ms=0)
+    answered = h.append(0, b"a")
+    h.step()
+    h.last_produce(1).future.set_result(object())  # an answer the handler cannot read
+    h.sender.handle_responses(h.now)
+    exc = answered.exception()
+    assert isinstance(exc, KafkaError) and exc.maybe_written
+
+
+async def test_a_request_the_connection_refused_at_once_was_not_written() -> None:
+    # send() raised: nothing went out. The retry's later refusal is definite.
+    h = Harness(linger_ms=0, retries=0)
+    future = h.append(0, b"a")
+    h.conn(1).send_error = KafkaConnectionError("the transport closed")
+    h.step()
+    exc = future.exception()
+    assert isinstance(exc, KafkaConnectionError) and not exc.maybe_written
+
+
+async def test_a_record_an_abortable_transaction_never_sent_was_not_written() -> None:
+    # A batch expires in flight (maybe written) and makes the transaction abortable; a
+    # record appended afterwards is never sent and fails with a copy of that error, which
+    # must not say the record may be in the log.
+    txn = await transaction_in_progress([0, 1])
+    h = Harness(transactions=txn, linger_ms=0, delivery_timeout_ms=3000, request_timeout_ms=3000)
+    expired = h.append(0, b"a")
+    h.step()
+    h.step(T0 + 3.0)
+    never_sent = h.append(1, b"b")
+    h.step(T0 + 3.1)
+    assert expired.exception().maybe_written
+    exc = never_sent.exception()
+    assert isinstance(exc, KafkaError) and not exc.maybe_written, exc
 
 
 async def test_a_batch_whose_every_record_is_named_fails_whole() -> None:
