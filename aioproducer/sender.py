@@ -1118,18 +1118,25 @@ class Sender:
         if sent:
             for batch in batches:
                 batch.maybe_written = True
-        requests = self._in_flight.get(node)
-        if requests is not None:
-            for index, entry in enumerate(requests):
-                if entry is batches:
-                    del requests[index]
-                    self._in_flight_batches -= len(batches)
-                    self._attempts_ended(batches)
-                    break
+        self._take_in_flight(node, batches)
         if self._guarantee_order:
             for batch in batches:
                 self._accumulator.unmute(batch.tp)
         self._fail_on_fault(batches, exc, what, now, node=node)
+
+    def _take_in_flight(self, node: int, batches: list[ProducerBatch]) -> bool:
+        """Take the request of ``batches`` (that very list) out of flight to ``node``;
+        False when it is not there (aborted already: a force close, a crash)."""
+        requests = self._in_flight.get(node)
+        if requests is None:
+            return False
+        for index, entry in enumerate(requests):
+            if entry is batches:
+                del requests[index]
+                self._in_flight_batches -= len(batches)
+                self._attempts_ended(batches)
+                return True
+        return False
 
     def _fail_on_fault(
         self,
@@ -1283,17 +1290,8 @@ class Sender:
         future: asyncio.Future[Any],
         now: float,
     ) -> None:
-        requests = self._in_flight.get(node)
-        if requests is not None:
-            try:
-                requests.remove(batches)
-            except ValueError:
-                # Aborted already (force close or crash): nothing left to do.
-                return
-            self._in_flight_batches -= len(batches)
-            self._attempts_ended(batches)
-        else:
-            return
+        if not self._take_in_flight(node, batches):
+            return  # aborted already: nothing left to do
         if self._guarantee_order:
             for batch in batches:
                 self._accumulator.unmute(batch.tp)
