@@ -437,9 +437,20 @@ class RecordAccumulator:
         batch = self._append_to_open_batch(topic, partition, timestamp, key, value, headers)
         if batch is None:
             return None
+        return self._record_future(batch, batch.builder.record_count - 1, timestamp, key, value)
+
+    def _record_future(
+        self,
+        batch: ProducerBatch,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> RecordFuture:
+        """The future of the record just appended to ``batch`` at ``offset``."""
         future = RecordFuture(
             batch,
-            batch.builder.record_count - 1,
+            offset,
             timestamp,
             -1 if key is None else len(key),
             -1 if value is None else len(value),
@@ -585,16 +596,7 @@ class RecordAccumulator:
             self._loop,
         )
         offset = builder.try_append(timestamp, key, value, headers)
-        future = RecordFuture(
-            batch,
-            offset,
-            timestamp,
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-        )
-        if self._keep_record_futures:
-            batch.records.append(future)
-            _gc_track(future)  # the batch refers to it: a cycle the GC must see
+        future = self._record_future(batch, offset, timestamp, key, value)
         batches.append(batch)
         self._incomplete.add(batch)
         return future
