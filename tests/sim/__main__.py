@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 def _kind(text: str) -> str:
     for word in (
         "never sent",
+        "protocol",
         "needless epoch bump",
         "committed",
         "aborted",

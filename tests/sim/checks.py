@@ -16,6 +16,8 @@ is compared with the cluster's log, and a transaction's outcome with what a
   no transaction is partly visible;
 - every record future completes within ``delivery_timeout_ms`` (plus a bounded slack) of
   its send; commits and aborts complete within a bound; nothing hangs once faults heal;
+- the producer sends no request over ``max_in_flight_requests_per_connection`` and none to a
+  broker that asked it to wait (KIP-219 throttling);
 - an idempotent producer never bumps its epoch to restart a partition whose unresolved
   sequence (batches that expired in flight) a success it had received already covers;
 - the producer never logs an internal error (a traceback at its fault boundary).
@@ -128,6 +130,7 @@ def check(simulation: Simulation) -> list[str]:
         violations.extend(_check_order(simulation, view))
     violations.extend(_check_transactions(simulation, view))
     violations.extend(f"needless epoch bump: {text}" for text in simulation.needless_bumps)
+    violations.extend(f"protocol: {text}" for text in simulation.protocol_violations)
     violations.extend(f"hang: {text}" for text in simulation.hung)
     violations.extend(f"internal error logged: {text}" for text in simulation.internal_errors)
     return violations

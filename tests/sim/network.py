@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aioproducer.errors import (
-    IllegalStateError,
     KafkaConnectionError,
     KafkaError,
     RequestTimedOutError,
@@ -56,6 +55,8 @@ class Network(Protocol):
     def connect_delay(self, node: int) -> float | None: ...
 
     def trace(self, text: str) -> None: ...
+
+    def protocol_violation(self, text: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -117,8 +118,20 @@ class FakeConnection:
     def send(self, request: Request[Any], version: int | None = None) -> asyncio.Future[Any]:
         if self.closed:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
-        if request.expects_response() and not self.can_send():
-            raise IllegalStateError(f"node {self.node_id} is at max in flight")
+        # The real connection sends what it is given (its caller checks can_send() first):
+        # so does this one, and the simulation counts a request the caller should have held.
+        if request.expects_response() and len(self.in_flight) >= self.max_in_flight:
+            self.network.protocol_violation(
+                f"{type(request).__name__} sent to broker {self.node_id} with "
+                f"{len(self.in_flight)} requests in flight (max_in_flight_requests_per_"
+                f"connection {self.max_in_flight})"
+            )
+        elif self.throttled_until > self.network.now:
+            self.network.protocol_violation(
+                f"{type(request).__name__} sent to broker {self.node_id} "
+                f"{self.throttled_until - self.network.now:.3f}s before the end of the "
+                f"throttle it asked for (KIP-219: the client holds every request)"
+            )
         future: asyncio.Future[Any] = self.loop.create_future()
         entry = InFlight(self.network.next_request_number(), request, future, self.network.now)
         if isinstance(request, ProduceRequest):

@@ -304,6 +304,9 @@ class Simulation:
         self._request_numbers = 0
         self._trace: list[tuple[float, str]] = []
         self.internal_errors: list[str] = []
+        # Requests the producer sent that it should have held (over max in flight, or to a
+        # broker throttling it, KIP-219).
+        self.protocol_violations: list[str] = []
         self.hung: list[str] = []
         # The highest sequence acknowledged to the client, per partition, producer id and
         # epoch; and the epoch bumps that restarted a partition whose unresolved sequence an
@@ -450,6 +453,11 @@ class Simulation:
     def trace(self, text: str) -> None:
         if self.options.trace:
             self._trace.append((self.now, text))
+
+    def protocol_violation(self, text: str) -> None:
+        self.trace(f"  protocol violation: {text}")
+        if len(self.protocol_violations) < 10:
+            self.protocol_violations.append(f"at {self.now - T0:.4f}: {text}")
 
     @property
     def trace_lines(self) -> list[str]:
