@@ -403,7 +403,8 @@ class EmbeddedBroker:
         Args:
             name: The topic name. Tansu does not validate names the way Kafka does.
             partitions: The partition count, at least 1.
-            config: Topic configs such as ``{"cleanup.policy": "compact"}``.
+            config: Topic configs such as ``{"cleanup.policy": "compact"}``. Tansu keeps
+                them but enforces no size limit (``max.message.bytes``).
             exist_ok: Do not raise if a topic of that name already exists.
             timeout: Seconds to allow each ``tansu topic`` command.
 

@@ -172,8 +172,11 @@ class _Fault:
     def make(self) -> KafkaError:
         error = self.error
         if isinstance(error, KafkaError):
-            # A copy per record: send_many adds the item's number to the message it raises.
-            return error_copy(error, fresh=True)
+            # A copy per record: send_many adds the item's number to the message it raises;
+            # it keeps what the given error says of the record (maybe_written).
+            copy = error_copy(error, fresh=True)
+            copy.maybe_written = error.maybe_written
+            return copy
         return error(f"failed by InMemoryProducer.{self.origin}()")
 
 

@@ -43,6 +43,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from tests.support.passes import REASON_SUFFIX  # noqa: E402 (after the sys.path line)
+
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
     from tests.support import TopicCreator
@@ -116,7 +118,7 @@ _SKIPS_ALLOWED_IN_THE_PURE_BUILD = (
     "built on Linux only",
     "the C helper is not built",
     "the C helper is built with the compiled hot path",
-    "a Spark job of processes of its own, minutes long: run in the compiled pass",
+    REASON_SUFFIX,  # tests.support.passes.compiled_pass_only
 )
 
 

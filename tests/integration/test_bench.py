@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.passes import compiled_pass_only
+
 ROOT = Path(__file__).resolve().parents[2]
+# The benchmarks measure what users run: the compiled build.
+_COMPILED_PASS_ONLY = compiled_pass_only("a benchmark's smoke run, minutes long")
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -33,6 +37,7 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
+@_COMPILED_PASS_ONLY
 def test_every_micro_benchmark_measures_its_hot_function() -> None:
     done = _run(["-m", "bench.micro", "--json"], timeout=600)
     assert done.returncode == 0, done.stderr
@@ -150,6 +155,7 @@ async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> N
         await server.wait_closed()
 
 
+@_COMPILED_PASS_ONLY
 def test_the_spark_sink_yardstick_writes_and_counts_every_row() -> None:
     """bench.spark_sink: the DataFrame goes through format("aioproducer") and the
     mapInArrow + confluent-kafka loop, each write counted on the broker (Spark's own sink is

@@ -164,6 +164,7 @@ def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
     return broker
 
 
+@ONCE_PER_CI_RUN
 def test_a_task_that_fails_once_leaves_every_row_exactly_once(
     spark: Any, any_kafka: KafkaBroker, new_topic: NewTopic
 ) -> None:
@@ -185,6 +186,7 @@ def test_a_task_that_fails_once_leaves_every_row_exactly_once(
     assert set(everything) == expected
 
 
+@ONCE_PER_CI_RUN
 def test_at_least_once_duplicates_what_the_failed_attempt_sent(
     spark: Any, kafka: KafkaBroker, new_topic: NewTopic
 ) -> None:
@@ -454,6 +456,7 @@ def test_a_replay_split_otherwise_fails_loudly_and_writes_nothing_twice(
     assert max(committed.values()) == 1
 
 
+@ONCE_PER_CI_RUN
 def test_the_example_writes_every_order_once(kafka: KafkaBroker, new_topic: NewTopic) -> None:
     topic = new_topic(kafka, partitions=3)
     rows = 2000

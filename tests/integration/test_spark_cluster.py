@@ -45,6 +45,7 @@ from aioproducer.compiled import HOT_PATH_MODULES
 from aioproducer.embedded import EmbeddedBroker
 from aioproducer.integrations.spark import KafkaDataSource
 from tests.support.readback import read_back
+from tests.support.spark import ONCE_PER_CI_RUN
 
 pytestmark = pytest.mark.spark
 
@@ -104,6 +105,7 @@ def _missing_tools() -> str | None:
 
 
 @pytest.mark.wheel
+@ONCE_PER_CI_RUN
 def test_executors_run_the_compiled_core_from_a_packed_environment(
     tansu: EmbeddedBroker, new_topic: TopicFactory, tmp_path: Path
 ) -> None:

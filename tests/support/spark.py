@@ -9,17 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.support.passes import compiled_pass_only
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Spark jobs run as processes (and clusters) of their own, a minute or more each: CI runs
-#: them once, in the pass over the compiled build (the plain-Python build's exactly-once
-#: path runs in the other Spark tests, and its digest in the unit tests).
-ONCE_PER_CI_RUN = pytest.mark.skipif(
-    os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "0",
-    reason="a Spark job of processes of its own, minutes long: run in the compiled pass",
-)
+#: them once, in the pass over the compiled build (the plain-Python build's sink runs in the
+#: other Spark tests, and its exactly-once digest in the unit tests).
+ONCE_PER_CI_RUN = compiled_pass_only("a Spark job of processes of its own, minutes long")
 _ENVIRONMENT = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
 
 

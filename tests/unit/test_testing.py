@@ -329,12 +329,14 @@ async def test_fail_next_fails_the_next_records_futures_and_stores_nothing() -> 
 async def test_fail_next_by_topic_with_an_instance_and_on_send() -> None:
     producer = await started()
     error = KafkaError("broker says no", retriable=True)
+    error.maybe_written = True  # an outcome the application must treat as unknown
     producer.fail_next(error, topic="a")
     producer.fail_next(ProducerClosedError("full"), topic="b", on_send=True)
     assert (await producer.send_and_wait("b-other", b"v")).offset == 0
     with pytest.raises(KafkaError, match="broker says no") as raised:
         await producer.send_and_wait("a", b"v")
     assert raised.value.retriable is True
+    assert raised.value.maybe_written is True
     with pytest.raises(ProducerClosedError, match=r"^send_many item 0: full$"):
         await producer.send_many("b", [b"refused", b"not taken"])
     assert (await producer.send_and_wait("b", b"v")).offset == 0
