@@ -76,18 +76,20 @@ _BUILDING_COMMANDS = frozenset(
 
 def _helpers() -> list[Extension]:
     """The C helpers beside the compiled modules (each has a pure-Python fallback)."""
-    # The compiled record futures start untracked by the cyclic GC; aioproducer/_gc.py
+    # The compiled record futures start untracked by the cyclic GC; aioproducer/_core/gc.py
     # explains why, and runs without this helper in the pure-Python install.
-    gcutil = Extension("aioproducer._gcutil", ["aioproducer/_gcutil.c"])
+    gcutil = Extension("aioproducer._native.gcutil", ["aioproducer/_native/gcutil.c"])
     # Record batches take the CRC of their records as they are written and combine it
-    # with the header's at close (aioproducer/_crcutil.c says why); without this helper
+    # with the header's at close (aioproducer/_native/crcutil.c says why); without this helper
     # the builder reads the whole batch again at close.
-    crcutil = Extension("aioproducer._crcutil", ["aioproducer/_crcutil.c"])
+    crcutil = Extension("aioproducer._native.crcutil", ["aioproducer/_native/crcutil.c"])
     helpers = [gcutil, crcutil]
     if sys.platform.startswith("linux"):
-        # Broker connections write on a native thread (aioproducer/_sockwriter.c says
+        # Broker connections write on a native thread (aioproducer/_native/sockwriter.c says
         # why); elsewhere they write through the event loop's transport.
-        helpers.append(Extension("aioproducer._sockwriter", ["aioproducer/_sockwriter.c"]))
+        helpers.append(
+            Extension("aioproducer._native.sockwriter", ["aioproducer/_native/sockwriter.c"])
+        )
     return helpers
 
 

@@ -5,9 +5,14 @@ The public names are listed in ``__all__``; errors live in :mod:`aioproducer.err
 
 from __future__ import annotations
 
+from aioproducer._core.delivery import DeliveredMessage
+from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer._core.transactions import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    TransactionState,
+)
 from aioproducer.config import ProducerConfig
-from aioproducer.delivery import DeliveredMessage
-from aioproducer.futures import BatchResults, RecordFuture
 from aioproducer.metric_catalog import Metric
 from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
 from aioproducer.producer import Producer, ProducerState
@@ -20,11 +25,6 @@ from aioproducer.records import (
     TimestampType,
 )
 from aioproducer.sync import SyncProducer
-from aioproducer.transactions import (
-    ConsumerGroupMetadata,
-    PreparedTransaction,
-    TransactionState,
-)
 from aioproducer.two_phase import (
     TransactionDescription,
     TransactionListing,

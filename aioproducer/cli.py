@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TypeVar
 
-from aioproducer.appender import check_headers
+from aioproducer._core.appender import check_headers
+from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer._core.metadata import validate_topic
 from aioproducer.compiled import warn_if_interpreted
 from aioproducer.config import (
     _JAVA_ONLY,
@@ -49,8 +51,6 @@ from aioproducer.errors import (
     KafkaError,
     SerializationError,
 )
-from aioproducer.futures import BatchResults, RecordFuture
-from aioproducer.metadata import validate_topic
 from aioproducer.metric_catalog import Metric
 from aioproducer.producer import Producer
 from aioproducer.properties import read_entries

@@ -26,20 +26,20 @@ __all__ = [
 ]
 
 HOT_PATH_MODULES: tuple[str, ...] = (
-    "aioproducer.accumulator",
-    "aioproducer.appender",
-    "aioproducer.buffer_pool",
-    "aioproducer.futures",
-    "aioproducer.metrics",
+    "aioproducer._core.accumulator",
+    "aioproducer._core.appender",
+    "aioproducer._core.buffer_pool",
+    "aioproducer._core.futures",
+    "aioproducer._core.metrics",
+    "aioproducer._core.partitioner",
+    "aioproducer._core.sender",
     "aioproducer.net.connection",
     "aioproducer.net.manager",
     "aioproducer.net.writers",
-    "aioproducer.partitioner",
     "aioproducer.protocol.framing",
     "aioproducer.protocol.produce_codec",
     "aioproducer.protocol.record_batch",
     "aioproducer.protocol.session",
-    "aioproducer.sender",
 )
 """The modules ``setup.py`` compiles: every step a record passes through on its way into a
 batch (the appender, the accumulator, the record futures, the buffer pool, the partitioners

@@ -44,11 +44,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from aioproducer._core.partitioner import PARTITIONER_NAMES
 from aioproducer.errors import ConfigurationError
-from aioproducer.partitioner import PARTITIONER_NAMES
 
 if TYPE_CHECKING:
-    from aioproducer.partitioner import Partitioner, PartitionFunction
+    from aioproducer._core.partitioner import Partitioner, PartitionFunction
 
 __all__ = ["OptionInfo", "ProducerConfig", "options_table"]
 

@@ -26,7 +26,7 @@ from typing import ClassVar
 from aioproducer.protocol.error_codes import ErrorCode
 
 if _TYPE_CHECKING:
-    from aioproducer.futures import BatchResults
+    from aioproducer._core.futures import BatchResults
 
 __all__ = [
     "ERROR_CODES",

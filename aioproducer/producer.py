@@ -17,17 +17,31 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from threading import get_ident
 from typing import Any
 
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.appender import PendingRecord, RecordAppender, record_size
-from aioproducer.buffer_pool import BufferPool
-from aioproducer.config import ProducerConfig
-from aioproducer.delivery import (
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.appender import PendingRecord, RecordAppender, record_size
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.delivery import (
     DeliveredMessage,
     DeliveryCallback,
     DeliveryReports,
     check_delivery_callback,
     confluent_arguments,
 )
+from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
+from aioproducer._core.metadata import Metadata, TopicInfo, validate_topic
+from aioproducer._core.metrics import ProducerMetrics
+from aioproducer._core.partitioner import make_partitioner
+from aioproducer._core.sender import Sender
+from aioproducer._core.transactions import (
+    ConsumerGroupMetadata,
+    IdempotenceManager,
+    PreparedTransaction,
+    TransactionManager,
+    TransactionState,
+    consumer_group_metadata,
+    normalize_offsets,
+)
+from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     FlushTimeoutError,
     IllegalStateError,
@@ -37,8 +51,6 @@ from aioproducer.errors import (
     RequestTimedOutError,
     SenderCrashedError,
 )
-from aioproducer.futures import BatchResults, RecordFuture, error_copy
-from aioproducer.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer.metric_catalog import (
     NODE_GROUP,
     PRODUCER_GROUP,
@@ -47,22 +59,10 @@ from aioproducer.metric_catalog import (
     metric_entries,
     node_tag,
 )
-from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.manager import ConnectionManager
-from aioproducer.partitioner import make_partitioner
 from aioproducer.protocol.compression import CompressionType, offload_threshold
 from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
-from aioproducer.sender import Sender
 from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
-from aioproducer.transactions import (
-    ConsumerGroupMetadata,
-    IdempotenceManager,
-    PreparedTransaction,
-    TransactionManager,
-    TransactionState,
-    consumer_group_metadata,
-    normalize_offsets,
-)
 
 __all__ = ["Producer", "ProducerState"]
 
@@ -663,7 +663,7 @@ class Producer:
             raise ProducerClosedError("cannot send: the producer is closed")
         # Copies: the sender's fatal error also failed the pending batches, and raised here
         # as is, it would take the caller's frame (and the record futures it holds) into its
-        # traceback, a cycle through futures the GC does not track (aioproducer._gc).
+        # traceback, a cycle through futures the GC does not track (aioproducer._core.gc).
         if self._fatal is not None:
             raise error_copy(self._fatal)
         sender = self._sender

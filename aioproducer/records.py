@@ -1,6 +1,6 @@
 """What a user sends and what comes back: records and their metadata.
 
-The futures of sent records are in :mod:`aioproducer.futures`.
+The futures of sent records are in :mod:`aioproducer._core.futures`.
 """
 
 from __future__ import annotations

@@ -35,23 +35,23 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aioproducer.appender import check_headers, check_record_size, record_size, serialize
-from aioproducer.config import ProducerConfig
-from aioproducer.delivery import (
+from aioproducer._core.appender import check_headers, check_record_size, record_size, serialize
+from aioproducer._core.delivery import (
     DeliveredMessage,
     DeliveryCallback,
     DeliveryReports,
     check_delivery_callback,
     confluent_arguments,
 )
+from aioproducer._core.futures import error_copy
+from aioproducer._core.metadata import validate_topic
+from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     IllegalStateError,
     KafkaError,
     ProducerClosedError,
     SenderCrashedError,
 )
-from aioproducer.futures import error_copy
-from aioproducer.metadata import validate_topic
 from aioproducer.metric_catalog import Metric
 from aioproducer.producer import Producer, run_on_send
 from aioproducer.records import (

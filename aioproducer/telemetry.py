@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from aioproducer.futures import BatchResults, RecordFuture
+    from aioproducer._core.futures import BatchResults, RecordFuture
     from aioproducer.producer import Producer
 
 __all__ = ["SendSpan", "SendTelemetry", "attach", "attached", "default_for", "set_default"]

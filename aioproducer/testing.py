@@ -46,15 +46,26 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aioproducer.accumulator import ProducerBatch
-from aioproducer.appender import (
+from aioproducer._core.accumulator import ProducerBatch
+from aioproducer._core.appender import (
     check_headers,
     check_record_size,
     partitioner_error,
     record_size,
     serialize,
 )
-from aioproducer.delivery import DeliveryCallback
+from aioproducer._core.delivery import DeliveryCallback
+from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
+from aioproducer._core.metadata import Metadata, validate_topic
+from aioproducer._core.metrics import CONNECTION_METRICS, ProducerMetrics
+from aioproducer._core.transactions import (
+    _FATAL_BATCH_ERRORS,
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    TransactionState,
+    consumer_group_metadata,
+    normalize_offsets,
+)
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
@@ -65,10 +76,7 @@ from aioproducer.errors import (
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
-from aioproducer.futures import BatchResults, RecordFuture, error_copy
-from aioproducer.metadata import Metadata, validate_topic
 from aioproducer.metric_catalog import PRODUCER_GROUP, TOPIC_GROUP, Metric, metric_entries
-from aioproducer.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from aioproducer.records import (
@@ -77,14 +85,6 @@ from aioproducer.records import (
     RecordMetadata,
     check_partition,
     check_timestamp,
-)
-from aioproducer.transactions import (
-    _FATAL_BATCH_ERRORS,
-    ConsumerGroupMetadata,
-    PreparedTransaction,
-    TransactionState,
-    consumer_group_metadata,
-    normalize_offsets,
 )
 
 __all__ = ["InMemoryProducer", "StoredRecord"]

@@ -49,7 +49,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.backoff import ExponentialBackoff
+from aioproducer._core.transactions import CoordinatorType, PreparedTransaction
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     ConfigurationError,
@@ -72,7 +73,6 @@ from aioproducer.protocol.messages import (
     MetadataRequest,
     OffsetFetchRequest,
 )
-from aioproducer.transactions import CoordinatorType, PreparedTransaction
 
 __all__ = [
     "TransactionDescription",
@@ -88,7 +88,7 @@ log = logging.getLogger("aioproducer.two_phase")
 _R = TypeVar("_R", bound=Response)
 
 # The last EndTxn version of transactions v1 (a higher one tells the coordinator the client
-# follows transactions v2), as in aioproducer.transactions.
+# follows transactions v2), as in aioproducer._core.transactions.
 _END_TXN_V1_MAX_VERSION = 4
 
 _COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})

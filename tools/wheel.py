@@ -263,8 +263,12 @@ def hot_path_modules(root: Path = ROOT) -> tuple[str, ...]:
     raise WheelCheckError("aioproducer/compiled.py has no HOT_PATH_MODULES")
 
 
-#: The C helpers; _sockwriter is built on Linux only.
-NATIVE_HELPERS = ("aioproducer._crcutil", "aioproducer._gcutil", "aioproducer._sockwriter")
+#: The C helpers; sockwriter is built on Linux only.
+NATIVE_HELPERS = (
+    "aioproducer._native.crcutil",
+    "aioproducer._native.gcutil",
+    "aioproducer._native.sockwriter",
+)
 
 
 def _check_wheel_contents(wheel: Path, root: Path) -> None:

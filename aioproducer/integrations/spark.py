@@ -89,7 +89,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord, ProducerState
-from aioproducer.appender import check_headers, record_size
+from aioproducer._core.appender import check_headers, record_size
+from aioproducer._core.metadata import validate_topic
 from aioproducer.compiled import warn_if_interpreted
 from aioproducer.config import _names_a_secret
 from aioproducer.errors import (
@@ -111,7 +112,6 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
-from aioproducer.metadata import validate_topic
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.records import check_partition, check_timestamp
 

@@ -31,6 +31,8 @@ from typing import Any
 import crc32c
 
 from aioproducer import BatchResults, Producer, ProducerConfig
+from aioproducer._core.metadata import validate_topic
+from aioproducer._core.transactions import PreparedTransaction
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
@@ -53,8 +55,6 @@ from aioproducer.integrations.spark import (
     _run,
     _send_chunk,
 )
-from aioproducer.metadata import validate_topic
-from aioproducer.transactions import PreparedTransaction
 from aioproducer.two_phase import (
     TransactionDescription,
     _fetch_committed,

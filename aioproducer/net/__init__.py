@@ -6,7 +6,7 @@ policy.
 
 from __future__ import annotations
 
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.backoff import ExponentialBackoff
 from aioproducer.net.connection import BrokerConnection, ConnectionState
 from aioproducer.net.manager import ConnectionManager
 

@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
 
+from aioproducer._core.metrics import NodeMetrics
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
@@ -65,7 +66,6 @@ from aioproducer.errors import (
     KafkaError,
     SslError,
 )
-from aioproducer.metrics import NodeMetrics
 from aioproducer.net import handshake
 from aioproducer.net.handshake import security_protocol_name
 from aioproducer.net.tls import ssl_context_for

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.backoff import ExponentialBackoff
+from aioproducer._core.metrics import ProducerMetrics
 from aioproducer.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -26,7 +27,6 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
 )
-from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import BrokerConnection, ConnectionState, FinalizedFeatures
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
 

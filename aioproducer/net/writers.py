@@ -7,7 +7,7 @@ declares are checked at run time.
 A :class:`~aioproducer.net.connection.BrokerConnection` writes through one writer object,
 whichever way it writes: :class:`LoopWriter` hands the parts to ``transport.writelines`` (no
 joining of large buffers); :class:`NativeWriter` copies them to
-:class:`aioproducer._sockwriter.SocketWriter`, a thread that writes them to the socket on
+:class:`aioproducer._native.sockwriter.SocketWriter`, a thread that writes them to the socket on
 another core (``socket_writer_thread``). Both close the same ways: :meth:`LoopWriter.close`
 (flush, then close), :meth:`LoopWriter.abort` (drop what is queued) and
 :meth:`LoopWriter.half_close` (flush, then shut down the write side only).
@@ -26,7 +26,7 @@ import os
 from typing import TYPE_CHECKING, Final
 
 try:
-    from aioproducer._sockwriter import SocketWriter
+    from aioproducer._native.sockwriter import SocketWriter
 except ImportError:  # not Linux, or the pure-Python install: writes go through the transport
     _SOCKET_WRITER_BUILT = False
 else:
@@ -111,7 +111,7 @@ class LoopWriter:
 
 
 class NativeWriter(LoopWriter):
-    """Writes on :class:`aioproducer._sockwriter.SocketWriter`'s thread.
+    """Writes on :class:`aioproducer._native.sockwriter.SocketWriter`'s thread.
 
     Above :data:`WRITE_BUFFER_HIGH_WATER` bytes queued on the thread, the protocol's
     ``pause_writing`` is called, and ``resume_writing`` once the queue drained below

@@ -7,7 +7,7 @@ declares are checked at run time.
 Records are encoded straight into a pooled ``bytearray`` (the BufferPool hands it out), after
 a 61-byte header that is filled in when the batch is closed. Varints for small numbers come
 from a precomputed table, and the CRC-32C runs in C (the ``crc32c`` package). Where the C
-helper ``aioproducer._crcutil`` is built, the records' CRC is taken as they are copied into
+helper ``aioproducer._native.crcutil`` is built, the records' CRC is taken as they are copied into
 the buffer and combined with the header's at close, so closing reads only the header.
 
 Layout (see Kafka's DefaultRecordBatch): baseOffset int64, batchLength int32,
@@ -60,26 +60,26 @@ def _load_crc_combine() -> Callable[[int, int, int], int] | None:
     # The C helper is built with the compiled hot path; without it (the pure-Python
     # install) close() takes the CRC of the whole batch.
     try:
-        from aioproducer._crcutil import combine
+        from aioproducer._native.crcutil import combine
     except ImportError:
         return None
     return combine
 
 
-#: crc(a + b) from crc(a), crc(b) and len(b), where aioproducer._crcutil is built.
+#: crc(a + b) from crc(a), crc(b) and len(b), where aioproducer._native.crcutil is built.
 _crc_combine: Final = _load_crc_combine()
 
 
 def _load_copy_parts() -> Callable[[bytearray, int, list[bytes]], int] | None:
     # Without the C helper, write_pending() joins the parts and assigns the slice.
     try:
-        from aioproducer._crcutil import copy_parts
+        from aioproducer._native.crcutil import copy_parts
     except ImportError:
         return None
     return copy_parts
 
 
-#: Copies a list of bytes into a bytearray at an offset, where aioproducer._crcutil is built.
+#: Copies a list of bytes into a bytearray at an offset, where aioproducer._native.crcutil is built.
 _copy_parts: Final = _load_copy_parts()
 
 
@@ -183,11 +183,11 @@ class RecordBatchBuilder:
         self._position = RECORD_BATCH_OVERHEAD
         # Records are encoded into parts (the caller's key and value bytes among them) and
         # copied into the buffer in one go when the batch is full or closed: one copy per
-        # batch instead of per record (aioproducer._crcutil.copy_parts; without it, a join
+        # batch instead of per record (aioproducer._native.crcutil.copy_parts; without it, a join
         # and a slice assignment). _written is where the buffer's copy ends.
         self._parts: list[bytes] = []
         self._written = RECORD_BATCH_OVERHEAD
-        # With aioproducer._crcutil, for uncompressed batches (a codec's block gets its CRC
+        # With aioproducer._native.crcutil, for uncompressed batches (a codec's block gets its CRC
         # at close, while it is in the cache anyway): the CRC-32C of the records written so
         # far, taken as they are copied in; close() combines it with the header's.
         self._combine_crc = _crc_combine is not None and compression is CompressionType.NONE

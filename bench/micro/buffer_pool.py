@@ -22,7 +22,7 @@ HANDOVERS = 2_000
 def collect() -> list[Measurement]:
     """Run every case."""
     try:
-        from aioproducer.buffer_pool import BufferPool
+        from aioproducer._core.buffer_pool import BufferPool
     except Exception as exc:
         return [skipped("buffer_pool", exc)]
     results: list[Measurement] = []

@@ -51,8 +51,8 @@ async def _wait_with(idiom: str, futures: list[Any]) -> None:
 
 
 def _record_futures(loop: asyncio.AbstractEventLoop) -> tuple[list[Any], Callable[[], None]]:
-    from aioproducer.accumulator import RecordAccumulator
-    from aioproducer.buffer_pool import BufferPool
+    from aioproducer._core.accumulator import RecordAccumulator
+    from aioproducer._core.buffer_pool import BufferPool
     from aioproducer.protocol.compression import CompressionType
 
     pool = BufferPool(64 << 20, 16_384)

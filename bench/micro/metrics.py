@@ -21,7 +21,7 @@ RECORDS_PER_BATCH = 100
 def collect() -> list[Measurement]:
     """Run every case."""
     try:
-        from aioproducer.metrics import ProducerMetrics
+        from aioproducer._core.metrics import ProducerMetrics
     except Exception as exc:
         return [skipped("metrics", exc)]
     metrics = ProducerMetrics()

@@ -23,8 +23,8 @@ PARTITIONS = 12
 def collect() -> list[Measurement]:
     """Run every case."""
     try:
-        from aioproducer import partitioner as module
-        from aioproducer.partitioner import DefaultPartitioner
+        from aioproducer._core import partitioner as module
+        from aioproducer._core.partitioner import DefaultPartitioner
     except Exception as exc:
         return [skipped("partitioner", exc)]
     results: list[Measurement] = []

@@ -117,7 +117,7 @@ async def _collect(bootstrap_servers: str) -> list[Measurement]:
             del futures
             return elapsed / (len(plain) * 10)
 
-        from aioproducer import futures as futures_module
+        from aioproducer._core import futures as futures_module
 
         name = "full GC collection, per kept RecordFuture"
         try:

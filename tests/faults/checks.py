@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aioproducer import Producer
-from aioproducer.futures import RecordFuture
+from aioproducer._core.futures import RecordFuture
 from tests.support.readback import high_watermarks, read_back
 
 __all__ = [

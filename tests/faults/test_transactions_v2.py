@@ -37,8 +37,8 @@ from __future__ import annotations
 import pytest
 
 from aioproducer import ConsumerGroupMetadata, Producer
+from aioproducer._core.transactions import TransactionState
 from aioproducer.errors import ProducerFencedError, TransactionAbortableError
-from aioproducer.transactions import TransactionState
 from tests.faults.checks import bounded, fast_options, unique_topic
 from tests.faults.scripted_broker import (
     ADD_OFFSETS_TO_TXN,

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from aioproducer import Producer, RecordMetadata
+from aioproducer._core.futures import RecordFuture
 from aioproducer.errors import RecordTooLargeError
-from aioproducer.futures import RecordFuture
 from tests.support.kafka import KafkaCluster
 from tests.support.readback import read_back
 

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from aioproducer import Producer
+from aioproducer._core.transactions import TransactionState
 from aioproducer.errors import DeliveryTimeoutError, KafkaError
-from aioproducer.transactions import TransactionState
 from tests.support.kafka import PROXIED_LISTENER, KafkaBroker, kafka_available
 from tests.support.kafka_proxy import KafkaProxy, free_port
 from tests.support.readback import read_back

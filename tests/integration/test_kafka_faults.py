@@ -44,8 +44,8 @@ from typing import Any, TypeVar
 import pytest
 
 from aioproducer import Producer, RecordMetadata
+from aioproducer._core.futures import BatchResults
 from aioproducer.errors import DeliveryTimeoutError, KafkaError
-from aioproducer.futures import BatchResults
 from tests.support.kafka import KafkaCluster
 from tests.support.readback import ConsumedRecord, read_back
 

@@ -28,7 +28,7 @@ from typing import TypeVar
 import pytest
 
 from aioproducer import Producer, ProducerRecord, RecordFuture, RecordMetadata
-from aioproducer.partitioner import DefaultPartitioner
+from aioproducer._core.partitioner import DefaultPartitioner
 from tests.support.java_client import JavaRecord, java_consume, java_partitions
 from tests.support.kafka import KafkaBroker
 

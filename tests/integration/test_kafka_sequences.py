@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from aioproducer import Producer
+from aioproducer._core.transactions import TransactionState
 from aioproducer.errors import (
     InvalidProducerEpochError,
     ProducerFencedError,
@@ -28,7 +29,6 @@ from aioproducer.errors import (
 )
 from aioproducer.net.connection import BrokerConnection
 from aioproducer.protocol.messages import InitProducerIdRequest
-from aioproducer.transactions import TransactionState
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import read_back
 

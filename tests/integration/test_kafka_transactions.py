@@ -42,6 +42,7 @@ import pytest
 from confluent_kafka.admin import OffsetSpec
 
 from aioproducer import ConsumerGroupMetadata, Producer
+from aioproducer._core.transactions import TransactionState
 from aioproducer.errors import (
     IllegalGenerationError,
     InvalidProducerEpochError,
@@ -56,7 +57,6 @@ from aioproducer.protocol.messages import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
-from aioproducer.transactions import TransactionState
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import ConsumedRecord, read_back
 

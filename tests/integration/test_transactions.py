@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from aioproducer import ConsumerGroupMetadata, Producer
+from aioproducer._core.transactions import TransactionAbortedError, TransactionState
 from aioproducer.errors import (
     IllegalStateError,
     ProducerFencedError,
@@ -38,7 +39,6 @@ from aioproducer.protocol.messages import (
     TxnOffsetCommitRequest,
 )
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.transactions import TransactionAbortedError, TransactionState
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import read_back
 

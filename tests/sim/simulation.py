@@ -2,11 +2,12 @@
 
 A run is a pure function of its seed. :func:`draw_config` picks the producer's options
 and the faults from ``random.Random(seed)``; :class:`Simulation` wires the real
-:class:`~aioproducer.sender.Sender`, :class:`~aioproducer.accumulator.RecordAccumulator`,
-:class:`~aioproducer.buffer_pool.BufferPool`, :class:`~aioproducer.metadata.Metadata`,
-:class:`~aioproducer.transactions.IdempotenceManager` /
-:class:`~aioproducer.transactions.TransactionManager` and
-:class:`~aioproducer.metrics.ProducerMetrics` as ``tests/unit/test_sender.py``'s
+:class:`~aioproducer._core.sender.Sender`,
+:class:`~aioproducer._core.accumulator.RecordAccumulator`,
+:class:`~aioproducer._core.buffer_pool.BufferPool`, :class:`~aioproducer._core.metadata.Metadata`,
+:class:`~aioproducer._core.transactions.IdempotenceManager` /
+:class:`~aioproducer._core.transactions.TransactionManager` and
+:class:`~aioproducer._core.metrics.ProducerMetrics` as ``tests/unit/test_sender.py``'s
 ``Harness`` does, with the fakes of :mod:`tests.sim.network` for connections and the model
 of :mod:`tests.sim.model` for the brokers. Nothing runs the event loop: futures are made on a
 loop the run owns, and the sender is stepped with ``run_once(now)``.
@@ -31,12 +32,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import RecordFuture
+from aioproducer._core.metadata import Metadata
+from aioproducer._core.metrics import ProducerMetrics
+from aioproducer._core.sender import Sender
+from aioproducer._core.transactions import (
+    TRANSACTION_VERSION_FEATURE,
+    IdempotenceManager,
+    TransactionManager,
+    TransactionState,
+)
 from aioproducer.config import ProducerConfig
-from aioproducer.futures import RecordFuture
-from aioproducer.metadata import Metadata
-from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.connection import FinalizedFeatures
 from aioproducer.protocol.api import ApiKey
 from aioproducer.protocol.compression import CompressionType
@@ -69,13 +77,6 @@ from aioproducer.protocol.messages import (
     Coordinator as CoordinatorEntry,
 )
 from aioproducer.protocol.record_batch import estimate_record_size
-from aioproducer.sender import Sender
-from aioproducer.transactions import (
-    TRANSACTION_VERSION_FEATURE,
-    IdempotenceManager,
-    TransactionManager,
-    TransactionState,
-)
 from tests.sim.model import Coordinator, LogBatch, PartitionModel, TxnState, check_append
 from tests.sim.network import FakeConnection, FakeConnections, InFlight
 

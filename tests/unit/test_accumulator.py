@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from aioproducer import futures as futures_module
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core import futures as futures_module
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer._core.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.errors import KafkaError, UnknownServerError
-from aioproducer.futures import BatchResults, RecordFuture
-from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.records import TimestampType

@@ -7,19 +7,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from aioproducer.accumulator import RecordAccumulator
-from aioproducer.appender import PendingRecord, RecordAppender
-from aioproducer.buffer_pool import BufferPool
-from aioproducer.errors import ProducerClosedError
-from aioproducer.futures import BatchResults, RecordFuture
-from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
-from aioproducer.partitioner import (
+from aioproducer._core.accumulator import RecordAccumulator
+from aioproducer._core.appender import PendingRecord, RecordAppender
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer._core.metadata import Broker, Metadata, PartitionInfo, TopicInfo
+from aioproducer._core.partitioner import (
     DefaultPartitioner,
     Partitioner,
     RoundRobinPartitioner,
     murmur2,
     to_positive,
 )
+from aioproducer.errors import ProducerClosedError
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import aioproducer.net
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.backoff import ExponentialBackoff
 
 
 def test_without_jitter_the_delay_doubles_exactly_up_to_the_cap() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core.buffer_pool import BufferPool
 from aioproducer.errors import BufferExhaustedError, KafkaError, ProducerClosedError
 
 

@@ -115,7 +115,11 @@ def test_the_build_under_test_is_the_expected_one() -> None:
 
 
 # The C helpers beside the mypyc-compiled modules; each has a pure-Python fallback.
-_NATIVE_HELPERS = ("aioproducer._crcutil", "aioproducer._gcutil", "aioproducer._sockwriter")
+_NATIVE_HELPERS = (
+    "aioproducer._native.crcutil",
+    "aioproducer._native.gcutil",
+    "aioproducer._native.sockwriter",
+)
 
 
 @pytest.mark.parametrize("name", _NATIVE_HELPERS)
@@ -138,13 +142,15 @@ def test_the_native_helpers_are_there_only_in_the_compiled_build(name: str) -> N
 def test_without_the_gc_helper_every_record_future_stays_tracked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Where the C helper was not built (the pure-Python install), aioproducer._gc falls back
+    # Where the C helper was not built (the pure-Python install), aioproducer._core.gc falls back
     # to doing nothing: futures are tracked by the cyclic GC as any object is.
     import gc
     import importlib.util
 
-    monkeypatch.setitem(sys.modules, "aioproducer._gcutil", None)  # import fails
-    spec = importlib.util.spec_from_file_location("_gc_without_helper", ROOT / "aioproducer/_gc.py")
+    monkeypatch.setitem(sys.modules, "aioproducer._native.gcutil", None)  # import fails
+    spec = importlib.util.spec_from_file_location(
+        "_gc_without_helper", ROOT / "aioproducer/_core/gc.py"
+    )
     assert spec is not None and spec.loader is not None
     fallback = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fallback)
@@ -161,13 +167,13 @@ def test_without_the_gc_helper_every_record_future_stays_tracked(
 def test_without_the_crc_helper_a_batch_takes_the_crc_of_all_its_bytes_at_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Where aioproducer._crcutil was not built, record_batch takes the CRC of the whole batch
+    # Where aioproducer._native.crcutil was not built, record_batch takes the CRC of the whole batch
     # at close instead of combining the records' CRC with the header's: the same bytes.
     import importlib.util
 
     import crc32c
 
-    monkeypatch.setitem(sys.modules, "aioproducer._crcutil", None)  # import fails
+    monkeypatch.setitem(sys.modules, "aioproducer._native.crcutil", None)  # import fails
     path = ROOT / "aioproducer/protocol/record_batch.py"
     spec = importlib.util.spec_from_file_location("_record_batch_without_helper", path)
     assert spec is not None and spec.loader is not None

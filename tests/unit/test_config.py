@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from aioproducer._core.partitioner import DefaultPartitioner
 from aioproducer.config import OptionInfo, ProducerConfig, options_table
 from aioproducer.errors import ConfigurationError
-from aioproducer.partitioner import DefaultPartitioner
 
 # The Java producer's defaults in Kafka 4.x (ProducerConfig.java; linger.ms is 5 since KIP-1030).
 JAVA_DEFAULTS = {

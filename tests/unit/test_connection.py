@@ -780,7 +780,7 @@ def test_only_an_unencrypted_protocol_writes_on_the_native_thread(
 
 def _socket_writer_built() -> bool:
     try:
-        import aioproducer._sockwriter  # noqa: F401
+        import aioproducer._native.sockwriter  # noqa: F401
     except ImportError:
         return False
     return True

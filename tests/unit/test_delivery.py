@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aioproducer import DeliveredMessage, RecordMetadata, TimestampType
-from aioproducer.delivery import DeliveryReports, check_delivery_callback, confluent_arguments
+from aioproducer._core.delivery import DeliveryReports, check_delivery_callback, confluent_arguments
 from aioproducer.errors import (
     DeliveryTimeoutError,
     IllegalStateError,

@@ -244,7 +244,7 @@ def _raised(error: BaseException) -> BaseException:
 
 
 def test_error_copy_for_a_record_future_keeps_the_traceback_and_context() -> None:
-    from aioproducer.futures import error_copy
+    from aioproducer._core.futures import error_copy
 
     original = _raised(errors.NotEnoughReplicasError("too few in sync"))
     original.__cause__ = ValueError("cause")
@@ -256,7 +256,7 @@ def test_error_copy_for_a_record_future_keeps_the_traceback_and_context() -> Non
 
 
 def test_error_copy_fresh_starts_a_traceback_with_the_original_as_context() -> None:
-    from aioproducer.futures import error_copy
+    from aioproducer._core.futures import error_copy
 
     original = _raised(errors.SenderCrashedError("the sender task crashed"))
     clone = error_copy(original, "the record was not sent", fresh=True)

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from aioproducer import RecordFuture, RecordMetadata
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.errors import KafkaError, NotLeaderOrFollowerError
-from aioproducer.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
 from aioproducer.records import TimestampType

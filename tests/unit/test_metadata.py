@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
+from aioproducer._core.metadata import Broker, Metadata, PartitionInfo, TopicInfo
 
 BROKERS = [Broker(n, f"broker{n}", 9092) for n in (1, 2, 3)]
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from aioproducer.metadata import Broker, PartitionInfo, TopicInfo
+from aioproducer._core.metadata import Broker, PartitionInfo, TopicInfo
+from aioproducer._core.metrics import CONNECTION_METRICS, NodeMetrics, ProducerMetrics, TopicMetrics
 from aioproducer.metric_catalog import (
     DEFINITIONS,
     NODE_GROUP,
@@ -24,7 +25,6 @@ from aioproducer.metric_catalog import (
     TOPIC_GROUP,
     prometheus_name,
 )
-from aioproducer.metrics import CONNECTION_METRICS, NodeMetrics, ProducerMetrics, TopicMetrics
 from aioproducer.net import BrokerConnection
 from aioproducer.protocol.messages import (
     ProducePartitionResponse,

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer.config import ProducerConfig
-from aioproducer.errors import PartitionerError
-from aioproducer.partitioner import (
+from aioproducer._core.partitioner import (
     BrokerAvailability,
     CallablePartitioner,
     ConsistentPartitioner,
@@ -23,6 +21,8 @@ from aioproducer.partitioner import (
     murmur2,
     to_positive,
 )
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import PartitionerError
 
 # Kafka's UtilsTest.testMurmur2: the values the Java client computes.
 JAVA_MURMUR2 = {

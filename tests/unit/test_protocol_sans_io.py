@@ -1,5 +1,5 @@
 """The protocol package is sans-I/O: none of its modules imports asyncio, nor deals with the
-cyclic garbage collector (aioproducer._gc)."""
+cyclic garbage collector (aioproducer._core.gc)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_no_protocol_module_imports_asyncio() -> None:
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "print(sorted(m for m in sys.modules\n"
-        "             if m in ('asyncio', 'aioproducer._gc') or m.startswith('asyncio.')))\n"
+        "             if m in ('asyncio', 'aioproducer._core.gc') or m.startswith('asyncio.')))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True

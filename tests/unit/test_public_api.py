@@ -100,7 +100,7 @@ def _attribute_docstrings(module: types.ModuleType) -> dict[str, str]:
     source = path.with_name(path.name.split(".")[0] + ".py")
     found: dict[str, str] = {}
     if not source.exists():
-        return found  # a hand-written C extension (aioproducer._gcutil): no Python source
+        return found  # a hand-written C extension (aioproducer._native.gcutil): no Python source
     tree = ast.parse(source.read_text())
     body = tree.body
     for statement, following in itertools.pairwise(body):
@@ -284,8 +284,8 @@ def test_metrics_page_lists_exactly_the_metrics() -> None:
 
 
 def test_the_connection_manager_reports_the_connection_metrics() -> None:
+    from aioproducer._core.metrics import CONNECTION_METRICS
     from aioproducer.config import ProducerConfig
-    from aioproducer.metrics import CONNECTION_METRICS
     from aioproducer.net.manager import ConnectionManager
 
     manager = ConnectionManager(ProducerConfig(bootstrap_servers="localhost:9092"), lambda: None)

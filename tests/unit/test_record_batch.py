@@ -141,7 +141,7 @@ def test_bulk_append_matches_single_appends() -> None:
 
 
 def test_the_crc_of_records_written_in_several_copies_covers_the_whole_batch() -> None:
-    # With aioproducer._crcutil the records' CRC is taken as each group of records is copied
+    # With aioproducer._native.crcutil the records' CRC is taken as each group of records is copied
     # into the buffer, and combined with the header's at close: the result must be the CRC
     # of the bytes from the attributes to the end, however the records were written.
     builder = RecordBatchBuilder(bytearray(8192))
@@ -161,7 +161,7 @@ def test_the_crc_of_records_written_in_several_copies_covers_the_whole_batch() -
 
 def test_copy_parts_writes_the_parts_in_order_and_refuses_what_does_not_fit() -> None:
     crcutil = pytest.importorskip(
-        "aioproducer._crcutil", reason="the C helper is built with the compiled hot path"
+        "aioproducer._native.crcutil", reason="the C helper is built with the compiled hot path"
     )
 
     class Tagged(bytes):
@@ -189,7 +189,7 @@ def test_copy_parts_writes_the_parts_in_order_and_refuses_what_does_not_fit() ->
 
 def test_crc_combine_joins_the_crcs_of_two_strings() -> None:
     crcutil = pytest.importorskip(
-        "aioproducer._crcutil", reason="the C helper is built with the compiled hot path"
+        "aioproducer._native.crcutil", reason="the C helper is built with the compiled hot path"
     )
     pieces = [b"", b"a", b"header-bytes" * 3, bytes(range(256)) * 70, b"\xff" * 16_384]
     for a in pieces:

@@ -26,8 +26,18 @@ from typing import Any, cast
 
 import pytest
 
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import RecordFuture
+from aioproducer._core.metadata import Broker, Metadata, PartitionInfo, TopicInfo
+from aioproducer._core.metrics import ProducerMetrics
+from aioproducer._core.sender import Sender
+from aioproducer._core.transactions import (
+    IdempotenceManager,
+    TransactionalRequestKind,
+    TransactionManager,
+    TransactionState,
+)
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
@@ -47,9 +57,6 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import RecordFuture
-from aioproducer.metadata import Broker, Metadata, PartitionInfo, TopicInfo
-from aioproducer.metrics import ProducerMetrics
 from aioproducer.net.manager import ConnectionManager
 from aioproducer.protocol.api import Request
 from aioproducer.protocol.compression import CompressionType, offload_threshold
@@ -78,13 +85,6 @@ from aioproducer.protocol.messages import (
 from aioproducer.protocol.record_batch import estimate_record_size
 from aioproducer.protocol.record_reader import DecodedRecordBatch, decode_record_batches
 from aioproducer.records import TimestampType
-from aioproducer.sender import Sender
-from aioproducer.transactions import (
-    IdempotenceManager,
-    TransactionalRequestKind,
-    TransactionManager,
-    TransactionState,
-)
 
 TOPIC = "t"
 NODES = (1, 2, 3)
@@ -546,7 +546,7 @@ async def test_log_append_time_replaces_the_create_time() -> None:
 
 
 async def test_batch_results_give_each_record_what_its_future_gives() -> None:
-    from aioproducer.futures import BatchResults
+    from aioproducer._core.futures import BatchResults
 
     h = Harness(leaders={0: 1, 1: 2, 2: 2})
     create_time = [h.append(0, b"a", key=b"k"), h.append(0, b"bb")]
@@ -1604,7 +1604,7 @@ async def test_initiate_close_drains_everything_then_the_task_ends() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd is Linux's")
 async def test_the_sender_task_frees_its_wake_timer() -> None:
-    # The sender sleeps on a timerfd (aioproducer._timer): closed when its task ends.
+    # The sender sleeps on a timerfd (aioproducer._core.timer): closed when its task ends.
     before = sorted(os.listdir("/proc/self/fd"))
     for _ in range(3):
         h = Harness(leaders={0: 1}, linger_ms=0)
@@ -1986,7 +1986,7 @@ async def test_a_codec_error_in_the_thread_falls_back_to_the_loop(
 async def test_a_producer_raises_its_own_copy_of_the_senders_fatal_error() -> None:
     # The fatal error also failed every pending batch. Raised as is, each send() would add
     # its caller's frame (and the record futures it holds) to that error's traceback: a
-    # cycle through futures the GC does not track (aioproducer._gc).
+    # cycle through futures the GC does not track (aioproducer._core.gc).
     from aioproducer import Producer
     from aioproducer.producer import ProducerState
 

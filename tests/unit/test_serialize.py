@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer.appender import serialize
+from aioproducer._core.appender import serialize
 from aioproducer.errors import SerializationError
 
 

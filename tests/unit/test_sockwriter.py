@@ -1,4 +1,4 @@
-"""The native socket writer (aioproducer._sockwriter), on a socket pair.
+"""The native socket writer (aioproducer._native.sockwriter), on a socket pair.
 
 It is built on Linux with the compiled hot path; broker connections use it for plaintext
 writes (``socket_writer_thread``). These tests check what the peer reads: every byte in
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-sockwriter = pytest.importorskip("aioproducer._sockwriter", reason="built on Linux only")
+sockwriter = pytest.importorskip("aioproducer._native.sockwriter", reason="built on Linux only")
 SocketWriter = sockwriter.SocketWriter
 
 PATIENCE = 10.0

@@ -1,4 +1,4 @@
-"""The sender's wake-up timer (aioproducer._timer): a timerfd on Linux, call_later elsewhere.
+"""The sender's wake-up timer (aioproducer._core.timer): a timerfd on Linux, call_later elsewhere.
 
 No test bounds how late a wake-up may come (CI machines vary); they check that it comes,
 never before its time, once per arming, and that the file descriptor is freed.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer._timer import WakeTimer
+from aioproducer._core.timer import WakeTimer
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 

@@ -10,7 +10,19 @@ from typing import Any
 
 import pytest
 
-from aioproducer.accumulator import ProducerBatch
+from aioproducer._core.accumulator import ProducerBatch
+from aioproducer._core.transactions import (
+    ConsumerGroupMetadata,
+    CoordinatorType,
+    PreparedTransaction,
+    TransactionAbortedError,
+    TransactionalRequest,
+    TransactionalRequestKind,
+    TransactionManager,
+    TransactionState,
+    consumer_group_metadata,
+    normalize_offsets,
+)
 from aioproducer.errors import (
     ConcurrentTransactionsError,
     DeliveryTimeoutError,
@@ -50,18 +62,6 @@ from aioproducer.protocol.messages import (
     TxnOffsetCommitResponseTopic,
 )
 from aioproducer.protocol.record_batch import RecordBatchBuilder
-from aioproducer.transactions import (
-    ConsumerGroupMetadata,
-    CoordinatorType,
-    PreparedTransaction,
-    TransactionAbortedError,
-    TransactionalRequest,
-    TransactionalRequestKind,
-    TransactionManager,
-    TransactionState,
-    consumer_group_metadata,
-    normalize_offsets,
-)
 
 Kind = TransactionalRequestKind
 State = TransactionState

@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from aioproducer.accumulator import SEQUENCE_MODULO, ProducerBatch
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.accumulator import SEQUENCE_MODULO, ProducerBatch
+from aioproducer._core.backoff import ExponentialBackoff
+from aioproducer._core.futures import error_copy
 from aioproducer.errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
@@ -40,7 +41,6 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import error_copy
 from aioproducer.protocol.api import ApiKey, Request
 from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.messages import (

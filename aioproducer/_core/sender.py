@@ -25,9 +25,20 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
-from aioproducer._timer import WakeTimer
-from aioproducer.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer.backoff import ExponentialBackoff
+from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.backoff import ExponentialBackoff
+from aioproducer._core.futures import error_copy, with_maybe_written
+from aioproducer._core.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
+from aioproducer._core.metrics import ProducerMetrics
+from aioproducer._core.partitioner import BrokerAvailability, Partitioner
+from aioproducer._core.timer import WakeTimer
+from aioproducer._core.transactions import (
+    IdempotenceManager,
+    SequenceVerdict,
+    TransactionalRequest,
+    TransactionManager,
+    init_producer_id_error,
+)
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,
@@ -41,10 +52,6 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.futures import error_copy, with_maybe_written
-from aioproducer.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
-from aioproducer.metrics import ProducerMetrics
-from aioproducer.partitioner import BrokerAvailability, Partitioner
 from aioproducer.protocol.api import Request, Response
 from aioproducer.protocol.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
@@ -68,13 +75,6 @@ from aioproducer.protocol.messages import (
     ProduceTopicData,
 )
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.transactions import (
-    IdempotenceManager,
-    SequenceVerdict,
-    TransactionalRequest,
-    TransactionManager,
-    init_producer_id_error,
-)
 
 __all__ = ["Sender", "metadata_from_response"]
 
@@ -399,7 +399,7 @@ class Sender:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        # Sub-millisecond wake-ups where the OS allows (see aioproducer._timer): a lingering
+        # Sub-millisecond wake-ups where the OS allows (see aioproducer._core.timer): a lingering
         # batch leaves when its linger ends, not up to a millisecond later.
         timer = WakeTimer(loop, self.wakeup)
         clock = self._clock

@@ -1,6 +1,6 @@
 """Record futures out of the cyclic garbage collector, where the C helper is built.
 
-``aioproducer._gcutil`` (``_gcutil.c``) is built with the compiled hot path. Without it
+``aioproducer._native.gcutil`` (``gcutil.c``) is built with the compiled hot path. Without it
 (the pure-Python install) :func:`untrack_new` does nothing and every future is tracked,
 as any Python object is.
 
@@ -24,8 +24,8 @@ The rule, for whoever adds a field to these classes: an object that starts untra
 hold only what cannot lead back to it (atoms, bytes, its batch, the loop by weak reference);
 the method that first stores anything else in it (a callback, an error, a watcher, a split
 batch) calls :func:`track` on it in the same statement's block. Only three modules deal
-with the collector: this one, :mod:`aioproducer.futures` (record futures) and
-:mod:`aioproducer.accumulator` (batches and their builders); the protocol layer never does.
+with the collector: this one, :mod:`aioproducer._core.futures` (record futures) and
+:mod:`aioproducer._core.accumulator` (batches and their builders); the protocol layer never does.
 ``tests/unit/test_protocol_sans_io.py`` checks the last point.
 """
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 __all__ = ["track", "untrack", "untrack_new"]
 
 try:
-    from aioproducer._gcutil import track, untrack, untrack_new
+    from aioproducer._native.gcutil import track, untrack, untrack_new
 except ImportError:  # the pure-Python install
 
     def track(obj: object, /) -> None:

@@ -20,14 +20,14 @@ from collections.abc import Callable, Generator, Sequence
 from contextvars import Context
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 
-from aioproducer._gc import track as _gc_track
-from aioproducer._gc import untrack as _gc_untrack
-from aioproducer._gc import untrack_new as _gc_untrack_new
+from aioproducer._core.gc import track as _gc_track
+from aioproducer._core.gc import untrack as _gc_untrack
+from aioproducer._core.gc import untrack_new as _gc_untrack_new
 from aioproducer.errors import KafkaError
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
 if TYPE_CHECKING:
-    from aioproducer.accumulator import ProducerBatch
+    from aioproducer._core.accumulator import ProducerBatch
 
 __all__ = ["BatchResults", "RecordFuture", "RecordRun"]
 
@@ -70,7 +70,7 @@ def error_copy(error: _E, prefix: str | None = None, *, fresh: bool = False) -> 
     record of a failed batch, each caller after a fatal error, several threads) would pile
     up their frames, and a batch's own error raised from a record's future would refer
     through them back to the batch: a reference cycle through futures the GC does not track
-    (see :mod:`aioproducer._gc`). A copy keeps the type, message, attributes and cause.
+    (see :mod:`aioproducer._core.gc`). A copy keeps the type, message, attributes and cause.
 
     Args:
         error: the exception to copy.
@@ -161,7 +161,7 @@ class RecordFuture:
         # - a list of (callback, context) pairs: several, or one with a context;
         # - a _Cancelled: this future was cancelled (and takes no more callbacks);
         # - a _Failed: the record failed, and this future handed out its copy of the error.
-        # Compiled, a future starts untracked by the cyclic GC (see aioproducer._gc): the
+        # Compiled, a future starts untracked by the cyclic GC (see aioproducer._core.gc): the
         # batch is all it refers to. It is tracked as soon as this slot holds anything.
         # The batch is told to call _on_batch_done() when the first callback comes; a record
         # whose callbacks were all removed and which gets another is told twice, and the
@@ -837,5 +837,5 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
         )
 
 
-# Compiled, RecordFuture objects start untracked by the cyclic GC (see aioproducer._gc).
+# Compiled, RecordFuture objects start untracked by the cyclic GC (see aioproducer._core.gc).
 _UNTRACKED: Final = _gc_untrack_new(RecordFuture)

@@ -1,4 +1,4 @@
-/* aioproducer._sockwriter: a broker connection's socket writes, on a native thread.
+/* aioproducer._native.sockwriter: a broker connection's socket writes, on a native thread.
  *
  * Writing a request to a broker on the same machine costs the writer more than the
  * copy: on loopback the kernel runs the receiving side of TCP in the sender's system
@@ -592,7 +592,7 @@ static PyGetSetDef SocketWriter_getset[] = {
 
 static PyTypeObject SocketWriter_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aioproducer._sockwriter.SocketWriter",
+    .tp_name = "aioproducer._native.sockwriter.SocketWriter",
     .tp_basicsize = sizeof(SocketWriter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A socket's writes on a native thread (see the module's source).",
@@ -605,14 +605,14 @@ static PyTypeObject SocketWriter_Type = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "aioproducer._sockwriter",
+    "aioproducer._native.sockwriter",
     "A broker connection's socket writes on a native thread.",
     -1,
     NULL,
 };
 
 PyMODINIT_FUNC
-PyInit__sockwriter(void)
+PyInit_sockwriter(void)
 {
     if (PyType_Ready(&SocketWriter_Type) < 0) {
         return NULL;

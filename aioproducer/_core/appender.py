@@ -26,12 +26,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
-from aioproducer.accumulator import MAX_COMPRESSED_BATCH_FACTOR, ProducerBatch, RecordAccumulator
-from aioproducer.buffer_pool import BufferPool
+from aioproducer._core.accumulator import (
+    MAX_COMPRESSED_BATCH_FACTOR,
+    ProducerBatch,
+    RecordAccumulator,
+)
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer._core.metadata import validate_topic
+from aioproducer._core.partitioner import DefaultPartitioner, Partitioner
 from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
-from aioproducer.futures import BatchResults, RecordFuture
-from aioproducer.metadata import validate_topic
-from aioproducer.partitioner import DefaultPartitioner, Partitioner
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.protocol.record_batch import estimate_record_size as record_size
 from aioproducer.records import (
@@ -42,7 +46,7 @@ from aioproducer.records import (
 )
 
 if TYPE_CHECKING:
-    from aioproducer.metadata import Cluster
+    from aioproducer._core.metadata import Cluster
 
 __all__ = [
     "CheckedHeaders",
@@ -91,7 +95,7 @@ def _pairs_fitting(
 
 
 class MetadataView(Protocol):
-    """What the appender needs of the producer's :class:`~aioproducer.metadata.Metadata`."""
+    """What the appender needs of the producer's :class:`~aioproducer._core.metadata.Metadata`."""
 
     @property
     def cluster(self) -> Cluster:
@@ -104,7 +108,7 @@ class MetadataView(Protocol):
 
 
 class PartitionRegistry(Protocol):
-    """What the appender needs of a :class:`~aioproducer.transactions.TransactionManager`."""
+    """What the appender needs of a :class:`~aioproducer._core.transactions.TransactionManager`."""
 
     def maybe_add_partition(self, tp: tuple[str, int]) -> None:
         """A batch for ``tp`` was started: add the partition to the open transaction."""
@@ -112,7 +116,7 @@ class PartitionRegistry(Protocol):
 
 
 class Waker(Protocol):
-    """What the appender needs of the :class:`~aioproducer.sender.Sender`."""
+    """What the appender needs of the :class:`~aioproducer._core.sender.Sender`."""
 
     def wakeup(self) -> None:
         """Look at the accumulator again now: a batch was started."""
@@ -299,7 +303,7 @@ class RecordAppender:
     """Appends records to the accumulator without waiting, for one producer.
 
     Args:
-        metadata: the producer's :class:`~aioproducer.metadata.Metadata`: the topics'
+        metadata: the producer's :class:`~aioproducer._core.metadata.Metadata`: the topics'
             partitions, and told of each topic a batch is started for.
         accumulator: where records go.
         pool: the buffer pool new batches take their buffer from.

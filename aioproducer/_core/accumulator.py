@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from aioproducer._gc import track as _gc_track
-from aioproducer._gc import untrack as _gc_untrack
-from aioproducer._gc import untrack_new as _gc_untrack_new
-from aioproducer.buffer_pool import BufferPool
-from aioproducer.futures import BatchResults, RecordFuture, RecordRun, with_maybe_written
+from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.futures import BatchResults, RecordFuture, RecordRun, with_maybe_written
+from aioproducer._core.gc import track as _gc_track
+from aioproducer._core.gc import untrack as _gc_untrack
+from aioproducer._core.gc import untrack_new as _gc_untrack_new
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_batch import (
     RECORD_BATCH_OVERHEAD,
@@ -35,7 +35,7 @@ from aioproducer.protocol.record_batch import (
 from aioproducer.records import SPLIT
 
 if TYPE_CHECKING:
-    from aioproducer.metadata import Cluster
+    from aioproducer._core.metadata import Cluster
 
 __all__ = ["DrainGate", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
@@ -239,7 +239,7 @@ class ProducerBatch:
         futures keep as many batches, which every full collection would walk. Once the
         batch holds only atoms, a weak reference to its loop and its detached builder, it
         can be in no reference cycle, nor make anything else look referenced from outside
-        (see :mod:`aioproducer._gc`). A batch with an error, a future, watchers or split
+        (see :mod:`aioproducer._core.gc`). A batch with an error, a future, watchers or split
         relations stays tracked; ``future`` and ``watch`` track it again.
         """
         if (
@@ -1130,6 +1130,6 @@ class RecordAccumulator:
 
 # Compiled, the builders the accumulator makes start untracked by the cyclic GC: they refer
 # only to buffers, bytes and lists of bytes, so they can be in no reference cycle (the rule
-# and its reasons are in aioproducer._gc, the one module that deals with the collector; the
+# and its reasons are in aioproducer._core.gc, the one module that deals with the collector; the
 # protocol layer knows nothing of it).
 _UNTRACKED_BUILDERS: Final = _gc_untrack_new(RecordBatchBuilder)

@@ -1,4 +1,4 @@
-/* aioproducer._gcutil: let record futures stay out of the cyclic garbage collector.
+/* aioproducer._native.gcutil: let record futures stay out of the cyclic garbage collector.
  *
  * A caller that keeps the future of every record it sends (to await them later, as
  * asyncio.gather users do) keeps hundreds of thousands of them alive. CPython's cyclic
@@ -85,14 +85,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "aioproducer._gcutil",
+    "aioproducer._native.gcutil",
     "Record futures out of the cyclic GC until they can be part of a cycle.",
     -1,
     methods,
 };
 
 PyMODINIT_FUNC
-PyInit__gcutil(void)
+PyInit_gcutil(void)
 {
     return PyModule_Create(&module_def);
 }

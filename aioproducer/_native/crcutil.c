@@ -1,4 +1,4 @@
-/* aioproducer._crcutil: the CRC-32C of two byte strings joined, from the CRCs of each.
+/* aioproducer._native.crcutil: the CRC-32C of two byte strings joined, from the CRCs of each.
  *
  * A record batch's CRC covers its header fields and then its records. The records are
  * written into the batch's buffer as it fills, but the header is known only when the batch
@@ -175,14 +175,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "aioproducer._crcutil",
+    "aioproducer._native.crcutil",
     "The record batch builder's native helpers: CRC-32C combination and part copies.",
     -1,
     methods,
 };
 
 PyMODINIT_FUNC
-PyInit__crcutil(void)
+PyInit_crcutil(void)
 {
     x2k[0] = 1u << 30; /* x^1 */
     for (int k = 1; k < SQUARES; k++) {
