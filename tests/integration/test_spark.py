@@ -60,12 +60,12 @@ from aioproducer.errors import (
     SerializationError,
     UnknownTopicOrPartitionError,
 )
-from aioproducer.integrations import spark as sink_module
 from aioproducer.integrations.spark import (
     SinkOptions,
     write_dataframe,
     write_dataframe_on_driver,
 )
+from aioproducer.integrations.spark import sink as sink_module
 from aioproducer.testing import InMemoryProducer
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import ConsumedRecord, read_back

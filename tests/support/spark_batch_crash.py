@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aioproducer.integrations.spark import KafkaDataSource, _run
-from aioproducer.integrations.spark_transactions import (
+from aioproducer.integrations.spark import KafkaDataSource
+from aioproducer.integrations.spark.exactly_once import (
     TransactionalBatchWriter,
     TransactionalCommitMessage,
     _check_prepared,
     _complete_all,
     _put_decision,
 )
+from aioproducer.integrations.spark.sink import _run
 from tests.support.spark_crash import CRASH_FLAG
 
 KEYS = 7

@@ -26,14 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aioproducer.integrations.spark import KafkaDataSource, _run
-from aioproducer.integrations.spark_transactions import (
+from aioproducer.integrations.spark import KafkaDataSource
+from aioproducer.integrations.spark.exactly_once import (
     TransactionalCommitMessage,
     TransactionalStreamWriter,
     _complete_all,
     _query_of,
     _record_batch,
 )
+from aioproducer.integrations.spark.sink import _run
 
 CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
 CRASH_BATCH = 1

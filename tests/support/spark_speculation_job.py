@@ -24,7 +24,7 @@ from typing import Any
 
 from aioproducer import Producer
 from aioproducer.integrations.spark import KafkaDataSource
-from aioproducer.integrations.spark_transactions import (
+from aioproducer.integrations.spark.exactly_once import (
     TransactionalBatchWriter,
     TransactionalCommitMessage,
 )

@@ -12,10 +12,8 @@ import pytest
 
 from aioproducer import PreparedTransaction
 from aioproducer.errors import ConfigurationError
-from aioproducer.integrations.spark import SinkOptions, _Layout
-from aioproducer.integrations.spark_transactions import (
+from aioproducer.integrations.spark.exactly_once import (
     _DECISION_CHUNK,
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
     TransactionalBatchWriter,
     TransactionalCommitMessage,
     TransactionalStreamWriter,
@@ -30,6 +28,7 @@ from aioproducer.integrations.spark_transactions import (
     _query_of,
     _read_metadata,
 )
+from aioproducer.integrations.spark.sink import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkOptions, _Layout
 
 LAYOUT = _Layout(
     key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None

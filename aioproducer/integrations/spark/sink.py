@@ -1,72 +1,7 @@
-"""PySpark integration: write DataFrames to Kafka from the executors, without the JVM connector.
+"""The sink's at-least-once path: options, columns, rows into records, the per-worker
+producer cache, the batch and stream writers, and the ``foreachPartition`` fallback.
 
-On PySpark 4.x, register the data source and write as with Spark's own Kafka sink (same
-columns, same options)::
-
-    from aioproducer.integrations.spark import KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
-    (df.selectExpr("CAST(id AS STRING) AS key", "to_json(struct(*)) AS value")
-       .write.format("aioproducer")
-       .option("kafka.bootstrap.servers", "host:9092")
-       .option("topic", "events")
-       .option("kafka.linger.ms", "20")
-       .mode("append")
-       .save())
-
-Streaming queries work the same way with ``df.writeStream.format("aioproducer")``. On Spark
-versions without the Python data source API, :func:`write_dataframe` does the same job with
-``foreachPartition``. To test what a job writes without a broker,
-:func:`write_dataframe_on_driver` sends a DataFrame's rows through an
-:class:`~aioproducer.testing.InMemoryProducer`.
-
-Columns, as in Spark's Kafka sink (others are ignored):
-
-- ``value`` (binary or string, required): the value; null makes a tombstone.
-- ``key`` (binary or string): the key.
-- ``topic`` (string): the topic, unless the ``topic`` option is set.
-- ``partition`` (int): a partition; null lets the partitioner choose.
-- ``headers`` (``array<struct<key:string,value:binary>>``): the record headers.
-- ``timestamp`` (timestamp, or long in epoch milliseconds): the record's create time.
-
-Options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), ``topic`` (overrides the
-column), and any producer option by its Java name behind ``kafka.`` (``kafka.acks``,
-``kafka.compression.type``, ``kafka.enable.idempotence``...). ``kafka.key.serializer`` and
-``kafka.value.serializer`` are refused, as Spark refuses them: keys and values are bytes.
-``spark.kafka.producer.cache.timeout`` (Spark's name and time format, ``"10m"`` by default)
-is how long a Python worker keeps a producer no task uses.
-
-Like Spark's own sink, which keeps one producer per executor and set of producer options,
-each Python worker process keeps one :class:`~aioproducer.Producer` per set of options,
-running on an event loop (uvloop when installed) in a daemon thread of its own; Spark runs
-one task at a time in a worker and reuses workers (``spark.python.worker.reuse``, true by
-default), so consecutive tasks and jobs share its connections, metadata and producer id.
-Each task reads its input in its own thread, hands every chunk to ``send_many`` on that
-loop, and returns only once its own records are acknowledged (it does not wait for records
-other tasks sent); the first delivery error of its records fails it. After a task fails,
-the producer goes on serving the next tasks, and what the failed task had buffered is still
-sent; a producer that failed for good (fenced, refused credentials, closed, its sender
-crashed) is closed at once, dropping what it held, and the next task builds a new one. A
-producer no task used for the cache timeout is closed, after delivering what it holds, and so
-is every cached producer at interpreter exit (a worker Spark stops with ``os._exit`` or a
-kill skips that; every task has had its records acknowledged by then anyway).
-
-A ``kafka.transactional.id`` is never shared between tasks (a producer holds one
-transaction at a time): each task builds a producer of its own, closed when it ends. The
-sink opens no transactions, so such a write fails in its tasks with
-:class:`~aioproducer.errors.IllegalStateError`, as Spark's sink fails without
-``initTransactions``. Options given as Python objects to :func:`write_dataframe` (a
-callable, an ``ssl.SSLContext``), which each task unpickles anew and which cannot be
-compared, also give each task a producer of its own.
-
-Kafka cannot take records back, so delivery is at least once: a task that Spark retries
-sends its records again.
-
-A row that cannot be a record (a timestamp before 1970, a negative partition or one the topic
-does not have, a null topic, a null header) fails its task with an aioproducer
-:class:`~aioproducer.errors.KafkaError` whose message names the row's position in the task's
-input (0-based), the Spark partition and the column; the producer's own error is its
-``__cause__``.
+The package docstring (:mod:`aioproducer.integrations.spark`) says what users get from it.
 """
 
 from __future__ import annotations
@@ -85,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord, ProducerState
@@ -118,7 +53,6 @@ from aioproducer.records import check_partition, check_timestamp
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.datasource import (
-        DataSource,
         DataSourceArrowWriter,
         DataSourceStreamArrowWriter,
         WriterCommitMessage,
@@ -126,13 +60,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 else:
     try:
-        from pyspark.sql.datasource import (
-            DataSource,
-            DataSourceArrowWriter,
-            WriterCommitMessage,
-        )
+        from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
     except ImportError:  # PySpark < 4.0: only write_dataframe can be used.
-        DataSource = DataSourceArrowWriter = WriterCommitMessage = object
+        DataSourceArrowWriter = WriterCommitMessage = object
     try:
         from pyspark.sql.datasource import DataSourceStreamArrowWriter
     except ImportError:  # PySpark 4.0: streaming writers get Rows; write() takes either.
@@ -144,14 +74,16 @@ else:
             DataSourceStreamArrowWriter = object
 
 __all__ = [
+    "AT_LEAST_ONCE",
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "EXACTLY_ONCE",
     "SINK_BATCH_SIZE",
     "SOURCE_NAME",
     "KafkaBatchWriter",
     "KafkaCommitMessage",
-    "KafkaDataSource",
     "KafkaStreamWriter",
     "SinkOptions",
-    "register",
+    "exactly_once_options",
     "write_dataframe",
     "write_dataframe_on_driver",
 ]
@@ -170,7 +102,7 @@ _ROWS_PER_CHUNK = 10_000
 # Options a Kafka sink user may pass that mean nothing here; Spark's sink ignores them too.
 _IGNORED_OPTIONS = frozenset({"includeheaders", "checkpointlocation", "path"})
 _FORBIDDEN = frozenset({"key.serializer", "value.serializer"})
-# The delivery guarantee and its settings (aioproducer.integrations.spark_transactions).
+# The delivery guarantee and its settings (aioproducer.integrations.spark.exactly_once).
 _EXACTLY_ONCE_OPTIONS = frozenset(
     {
         "delivery.guarantee",
@@ -249,6 +181,20 @@ def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+AT_LEAST_ONCE = "at_least_once"
+"""The ``delivery.guarantee`` by default: a retried task sends its rows again."""
+
+EXACTLY_ONCE = "exactly_once"
+"""The ``delivery.guarantee`` that writes each row once, through Kafka transactions."""
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""``transaction.timeout.ms`` in exactly-once mode unless ``kafka.transaction.timeout.ms``
+is given: 15 minutes, the brokers' default ``transaction.max.timeout.ms``."""
+
+# Options that mean something with exactly once only.
+_EXACTLY_ONCE_ONLY = ("transactional.id.prefix", "transactional.marker.topic")
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """Where and how to write: the parsed ``.option(...)`` values.
@@ -260,7 +206,7 @@ class SinkOptions:
         cache_timeout: seconds a Python worker keeps a producer no task uses before it
             closes it (``spark.kafka.producer.cache.timeout``, 10 minutes by default).
         delivery_guarantee: ``"at_least_once"`` (the default) or ``"exactly_once"``
-            (:mod:`aioproducer.integrations.spark_transactions`).
+            (:mod:`aioproducer.integrations.spark.exactly_once`).
         transactional_id_prefix: the ``transactional.id.prefix`` option (exactly once).
         marker_topic: the ``transactional.marker.topic`` option (exactly once, streaming).
         checkpoint_location: a streaming query's ``checkpointLocation`` option.
@@ -295,7 +241,7 @@ class SinkOptions:
         config: dict[str, Any] = {}
         unknown: list[str] = []
         cache_timeout = _DEFAULT_CACHE_TIMEOUT_S
-        # Exactly once (aioproducer.integrations.spark_transactions).
+        # Exactly once (aioproducer.integrations.spark.exactly_once).
         exactly_once: dict[str, str] = {}
         for raw_name, value in options.items():
             name = raw_name.lower()
@@ -328,8 +274,6 @@ class SinkOptions:
             )
         sink = cls(topic, _with_sink_defaults(config, {}), cache_timeout=cache_timeout)
         if exactly_once:
-            from aioproducer.integrations.spark_transactions import exactly_once_options
-
             sink = exactly_once_options(sink, exactly_once)
         sink.check()
         return sink
@@ -341,6 +285,57 @@ class SinkOptions:
     def producer(self) -> Producer:
         """A new producer with these options (not started)."""
         return Producer(self.config, **self.options)
+
+
+def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:
+    """``sink`` with the delivery-guarantee options (lower-cased names) applied.
+
+    Raises:
+        ConfigurationError: an unknown guarantee, a prefix or marker topic without exactly
+            once, an empty prefix, an illegal marker topic,
+            or ``kafka.transactional.id`` with exactly once (the sink chooses the ids).
+    """
+    raw = options.get("delivery.guarantee", AT_LEAST_ONCE)
+    guarantee = raw.strip().lower().replace("-", "_")
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ConfigurationError(
+            f"option 'delivery.guarantee' is {raw!r}: use 'at_least_once' (the default) or "
+            "'exactly_once'"
+        )
+    prefix = options.get("transactional.id.prefix")
+    marker = options.get("transactional.marker.topic")
+    if guarantee != EXACTLY_ONCE:
+        given = [name for name in _EXACTLY_ONCE_ONLY if name in options]
+        if given:
+            raise ConfigurationError(
+                f"option {given[0]!r} applies to delivery.guarantee exactly_once only; set "
+                "option 'delivery.guarantee' to 'exactly_once', or drop it"
+            )
+    if guarantee == EXACTLY_ONCE:
+        if "transactional.id" in sink.config:
+            raise ConfigurationError(
+                "option 'kafka.transactional.id' cannot be set with delivery.guarantee "
+                "exactly_once: each task gets its own transactional id; set "
+                "'transactional.id.prefix' to choose how they start"
+            )
+        if prefix is not None and not prefix.strip():
+            raise ConfigurationError("option 'transactional.id.prefix' must not be empty")
+        if marker is not None:
+            try:
+                validate_topic(marker)
+            except KafkaError as exc:
+                raise ConfigurationError(f"option 'transactional.marker.topic': {exc}") from None
+    config = sink.config
+    if guarantee == EXACTLY_ONCE and "transaction.timeout.ms" not in config:
+        config = {**config, "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
+    return replace(
+        sink,
+        config=config,
+        delivery_guarantee=guarantee,
+        transactional_id_prefix=prefix,
+        marker_topic=marker,
+        checkpoint_location=options.get("checkpointlocation"),
+    )
 
 
 @dataclass(frozen=True)
@@ -1417,54 +1412,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log the failed micro-batch; records already written stay in Kafka."""
         log.warning("micro-batch %d failed; it will be written again when retried", batchId)
-
-
-class KafkaDataSource(DataSource):
-    """The ``"aioproducer"`` data source: Spark's Kafka sink columns and options, written by
-    aioproducer from the Python workers (PySpark 4.0 or later).
-
-    Register it once per session with ``spark.dataSource.register(KafkaDataSource)`` (or
-    :func:`register`), then ``df.write.format("aioproducer")...mode("append").save()`` or
-    ``df.writeStream.format("aioproducer")...start()``. Only the append mode is supported.
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        """``"aioproducer"``."""
-        return SOURCE_NAME
-
-    def _writer_parts(self, schema: StructType, overwrite: bool) -> tuple[SinkOptions, _Layout]:
-        if overwrite:
-            raise ConfigurationError(
-                "Kafka is append-only: use .mode('append'); 'overwrite' cannot remove records"
-            )
-        sink = SinkOptions.parse(dict(self.options))
-        return sink, _layout(schema, sink.topic)
-
-    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
-        """The batch writer; validates options and columns on the driver."""
-        sink, layout = self._writer_parts(schema, overwrite)
-        if sink.delivery_guarantee == "exactly_once":
-            from aioproducer.integrations.spark_transactions import TransactionalBatchWriter
-
-            writer = TransactionalBatchWriter(sink, layout)
-            writer.recover()
-            return writer
-        return KafkaBatchWriter(sink, layout)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        """The streaming writer; validates options and columns on the driver."""
-        sink, layout = self._writer_parts(schema, overwrite)
-        if sink.delivery_guarantee == "exactly_once":
-            from aioproducer.integrations.spark_transactions import TransactionalStreamWriter
-
-            return TransactionalStreamWriter(sink, layout)
-        return KafkaStreamWriter(sink, layout)
-
-
-def register(spark: Any) -> None:
-    """Register :class:`KafkaDataSource` with a SparkSession, as format ``"aioproducer"``."""
-    spark.dataSource.register(KafkaDataSource)
 
 
 # ---- the foreachPartition fallback -------------------------------------------------------------

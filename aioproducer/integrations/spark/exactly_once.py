@@ -31,7 +31,6 @@ from typing import Any
 import crc32c
 
 from aioproducer import BatchResults, Producer, ProducerConfig
-from aioproducer._core.metadata import validate_topic
 from aioproducer._core.transactions import PreparedTransaction
 from aioproducer.errors import (
     ConfigurationError,
@@ -40,7 +39,7 @@ from aioproducer.errors import (
     TransactionAbortedError,
     UnsupportedVersionError,
 )
-from aioproducer.integrations.spark import (
+from aioproducer.integrations.spark.sink import (
     KafkaBatchWriter,
     KafkaCommitMessage,
     KafkaStreamWriter,
@@ -64,86 +63,18 @@ from aioproducer.two_phase import (
 )
 
 __all__ = [
-    "AT_LEAST_ONCE",
-    "DEFAULT_TRANSACTION_TIMEOUT_MS",
-    "EXACTLY_ONCE",
     "TransactionalBatchWriter",
     "TransactionalCommitMessage",
     "TransactionalStreamWriter",
-    "exactly_once_options",
 ]
 
 log = logging.getLogger("aioproducer.integrations.spark")
-
-AT_LEAST_ONCE = "at_least_once"
-"""The ``delivery.guarantee`` by default: a retried task sends its rows again."""
-
-EXACTLY_ONCE = "exactly_once"
-"""The ``delivery.guarantee`` that writes each row once, through Kafka transactions."""
-
-DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
-"""``transaction.timeout.ms`` in exactly-once mode unless ``kafka.transaction.timeout.ms``
-is given: 15 minutes, the brokers' default ``transaction.max.timeout.ms``."""
-
-# Options that mean something with exactly once only.
-_EXACTLY_ONCE_ONLY = ("transactional.id.prefix", "transactional.marker.topic")
 
 # The local property Spark's micro-batch execution sets to the batch id for its tasks.
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # The local property Spark's streaming execution sets to the query's id: kept in the
 # checkpoint, so the same for every run of a query, and new after a checkpoint is deleted.
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-
-def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:
-    """``sink`` with the delivery-guarantee options (lower-cased names) applied.
-
-    Raises:
-        ConfigurationError: an unknown guarantee, a prefix or marker topic without exactly
-            once, an empty prefix, an illegal marker topic,
-            or ``kafka.transactional.id`` with exactly once (the sink chooses the ids).
-    """
-    raw = options.get("delivery.guarantee", AT_LEAST_ONCE)
-    guarantee = raw.strip().lower().replace("-", "_")
-    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
-        raise ConfigurationError(
-            f"option 'delivery.guarantee' is {raw!r}: use 'at_least_once' (the default) or "
-            "'exactly_once'"
-        )
-    prefix = options.get("transactional.id.prefix")
-    marker = options.get("transactional.marker.topic")
-    if guarantee != EXACTLY_ONCE:
-        given = [name for name in _EXACTLY_ONCE_ONLY if name in options]
-        if given:
-            raise ConfigurationError(
-                f"option {given[0]!r} applies to delivery.guarantee exactly_once only; set "
-                "option 'delivery.guarantee' to 'exactly_once', or drop it"
-            )
-    if guarantee == EXACTLY_ONCE:
-        if "transactional.id" in sink.config:
-            raise ConfigurationError(
-                "option 'kafka.transactional.id' cannot be set with delivery.guarantee "
-                "exactly_once: each task gets its own transactional id; set "
-                "'transactional.id.prefix' to choose how they start"
-            )
-        if prefix is not None and not prefix.strip():
-            raise ConfigurationError("option 'transactional.id.prefix' must not be empty")
-        if marker is not None:
-            try:
-                validate_topic(marker)
-            except KafkaError as exc:
-                raise ConfigurationError(f"option 'transactional.marker.topic': {exc}") from None
-    config = sink.config
-    if guarantee == EXACTLY_ONCE and "transaction.timeout.ms" not in config:
-        config = {**config, "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS}
-    return replace(
-        sink,
-        config=config,
-        delivery_guarantee=guarantee,
-        transactional_id_prefix=prefix,
-        marker_topic=marker,
-        checkpoint_location=options.get("checkpointlocation"),
-    )
 
 
 @dataclass(frozen=True)
