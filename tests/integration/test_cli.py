@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import aioproducer.cli as cli
+from aioproducer.cli import common as cli_common
 from aioproducer.cli import PerfStats, build_parser, main
 from aioproducer.config import _names_a_secret
 from aioproducer.properties import parse_properties as _parse_properties
@@ -1166,7 +1166,7 @@ def test_a_bad_line_in_a_reader_config_file_is_named_by_number_only(
 @pytest.fixture
 def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget the files already warned about, as a new process would."""
-    monkeypatch.setattr(cli, "_WARNED_PERMISSIONS", set())
+    monkeypatch.setattr(cli_common, "_WARNED_PERMISSIONS", set())
 
 
 @pytest.mark.usefixtures("fresh_warnings")
@@ -1183,7 +1183,7 @@ def test_a_config_file_with_secrets_readable_by_others_is_warned_about_once(
     config.chmod(mode)
     with caplog.at_level("WARNING", logger="aioproducer.cli"):
         for _ in range(2):
-            cli._read_properties(str(config), "--producer.config")
+            cli_common._read_properties(str(config), "--producer.config")
     warnings = [r for r in caplog.records if r.name == "aioproducer.cli"]
     assert [r.getMessage() for r in warnings] == [
         f"--producer.config {config} holds secrets (sasl.password, ssl.key.password) and can be "
@@ -1209,7 +1209,7 @@ def test_a_private_file_or_one_without_secrets_is_not_warned_about(
     config.write_text(text, encoding="utf-8")
     config.chmod(mode)
     with caplog.at_level("WARNING", logger="aioproducer.cli"):
-        cli._read_properties(str(config), "--producer.config")
+        cli_common._read_properties(str(config), "--producer.config")
     assert [r for r in caplog.records if r.name == "aioproducer.cli"] == []
 
 
