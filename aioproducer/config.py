@@ -22,7 +22,7 @@ Unknown names and invalid values raise :class:`~aioproducer.errors.Configuration
 key and trust store passwords, a PEM key given as text, ``sasl_jaas_config``) never appear in
 ``repr()`` or in error messages. Java producer options with no counterpart here are refused
 together, in one error saying what to do instead, unless their value changes nothing
-(``_JAVA_ONLY``).
+(:func:`is_java_only`).
 
 The Java client's ``sasl.jaas.config`` (and its OAUTHBEARER token endpoint options) set the
 ``sasl_*`` options as the Java client reads them: see :mod:`aioproducer.jaas`.
@@ -50,7 +50,14 @@ from aioproducer.errors import ConfigurationError
 if TYPE_CHECKING:
     from aioproducer._core.partitioner import Partitioner, PartitionFunction
 
-__all__ = ["OptionInfo", "ProducerConfig", "options_table"]
+__all__ = [
+    "OptionInfo",
+    "ProducerConfig",
+    "is_java_only",
+    "names_a_secret",
+    "option_field_name",
+    "options_table",
+]
 
 log = logging.getLogger("aioproducer.config")
 
@@ -136,7 +143,7 @@ _SSL_FILE_FIELDS: Final = (
 _SECRET_NAME_WORDS: Final = ("password", "passwd", "secret", "token", "credential", "jaas")
 
 
-def _names_a_secret(name: str) -> bool:
+def names_a_secret(name: str) -> bool:
     """Whether an option called ``name`` (by any client's name, in any spelling) most
     likely holds a secret, for the places that show or store option values: a part of
     the name (split at ``.``, ``_`` and ``-``) holds ``password``, ``secret``, ``token``,
@@ -1286,7 +1293,7 @@ class ProducerConfig:
             config = _without_java_only(config)
             written: dict[str, str] = {}
             for key, value in config.items():
-                name = _field_name(key)
+                name = option_field_name(key)
                 if name in values:
                     raise ConfigurationError(
                         f"{_label(name)} is given twice in config: as {written[name]!r} and "
@@ -1298,7 +1305,7 @@ class ProducerConfig:
                 values[name] = value
                 written[name] = key
         for key, value in options.items():
-            values[_field_name(key)] = value
+            values[option_field_name(key)] = value
         for name, value in values.items():
             values[name] = _SPECS[name].metadata["check"](name, value)
         _resolve(values)
@@ -1506,6 +1513,13 @@ _JAVA_ONLY: Final[Mapping[str, _JavaOnly]] = {
 }
 
 
+def is_java_only(name: str) -> bool:
+    """Whether ``name`` is a Java client option with no counterpart here: :meth:`ProducerConfig.
+    from_options` drops it where its value changes nothing, and refuses it, saying what to do
+    instead, where it would."""
+    return name in _JAVA_ONLY
+
+
 def _java_only_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         items = [str(item).strip() for item in value]
@@ -1547,7 +1561,14 @@ def _without_java_only(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return {key: value for key, value in config.items() if key not in dropped}
 
 
-def _field_name(key: Any) -> str:
+def option_field_name(key: Any) -> str:
+    """The :class:`ProducerConfig` field an option name means: the field's own name, a Java
+    name (``linger.ms``) or another accepted spelling.
+
+    Raises:
+        ConfigurationError: not a string, another client's name (the message says which
+            option to use), or unknown (with the closest names).
+    """
     if not isinstance(key, str):
         raise ConfigurationError(f"option names must be strings, got {key!r}")
     if key in _SPECS:

@@ -19,10 +19,10 @@ from typing import Any, Final, TypeVar
 
 from aioproducer._core.metadata import validate_topic
 from aioproducer.config import (
-    _JAVA_ONLY,
     ProducerConfig,
-    _field_name,
-    _names_a_secret,
+    is_java_only,
+    names_a_secret,
+    option_field_name,
     options_table,
 )
 from aioproducer.errors import (
@@ -127,7 +127,7 @@ _logger = logging.getLogger("aioproducer.cli")
 
 def _warn_if_readable(path: str, option: str, names: Sequence[str]) -> None:
     """Warn once per file when one holding secrets can be read by others than its owner."""
-    secrets = {name for name in names if _names_a_secret(name)}
+    secrets = {name for name in names if names_a_secret(name)}
     if not secrets or os.name == "nt":  # Windows has no group/other mode bits to check
         return
     try:
@@ -202,10 +202,10 @@ def _check_file_name(name: str, where: str) -> None:
     """Refuse a name from a properties file that is no producer config, naming ``where``
     (file and line). The name is shown only when it has the shape of a config name, or is
     one word close to one (``ack``): a line of another shape may be part of a secret."""
-    if name in _JAVA_ONLY:
+    if is_java_only(name):
         return  # the config check drops it (a value that changes nothing) or refuses it
     try:
-        _field_name(name)
+        option_field_name(name)
     except ConfigurationError as exc:
         text = str(exc)
         one_close_word = re.fullmatch(r"[a-z]{1,32}", name) is not None and _java_hint(name)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from aioproducer.cli import common as cli_common
 from aioproducer.cli import PerfStats, build_parser, main
-from aioproducer.config import _names_a_secret
+from aioproducer.cli import common as cli_common
+from aioproducer.config import names_a_secret
 from aioproducer.properties import parse_properties as _parse_properties
 from tests.support.readback import high_watermarks, read_back
 
@@ -1233,7 +1233,7 @@ def test_a_private_file_or_one_without_secrets_is_not_warned_about(
     ],
 )
 def test_names_that_look_like_secrets(name: str, secret: bool) -> None:
-    assert _names_a_secret(name) is secret
+    assert names_a_secret(name) is secret
 
 
 @pytest.mark.usefixtures("fresh_warnings")

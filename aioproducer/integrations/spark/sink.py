@@ -27,7 +27,7 @@ from aioproducer import BatchResults, Producer, ProducerConfig, ProducerRecord, 
 from aioproducer._core.appender import check_headers, record_size
 from aioproducer._core.metadata import validate_topic
 from aioproducer.compiled import warn_if_interpreted
-from aioproducer.config import _names_a_secret
+from aioproducer.config import names_a_secret
 from aioproducer.errors import (
     AuthenticationError,
     ClusterAuthorizationFailedError,
@@ -176,7 +176,7 @@ def _masked(options: Mapping[str, Any]) -> dict[str, Any]:
     token or key (``ssl.key.password``, ``sasl.oauth.token.provider``) shown as ``***``.
     Serializers (``key.serializer``) name no secret and stay as they are."""
     return {
-        name: "***" if _names_a_secret(name) and value is not None else value
+        name: "***" if names_a_secret(name) and value is not None else value
         for name, value in options.items()
     }
 
