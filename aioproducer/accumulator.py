@@ -877,7 +877,8 @@ class RecordAccumulator:
         self._muted.discard(tp)
 
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: float) -> None:
-        """Put a batch to retry back at the front of its partition, in sequence order."""
+        """Put a batch to retry back at the front of its partition: in sequence order, or
+        without sequences in the order the batches were made."""
         batch.attempts += 1
         batch.last_attempt = now
         batch.retry_backoff = backoff
@@ -886,7 +887,7 @@ class RecordAccumulator:
         if batch.has_sequence:
             self._insert_in_sequence_order(batches, batch)
         else:
-            batches.appendleft(batch)
+            self._insert_in_creation_order(batches, batch)
 
     @staticmethod
     def _insert_in_sequence_order(batches: deque[ProducerBatch], batch: ProducerBatch) -> None:
@@ -895,6 +896,18 @@ class RecordAccumulator:
         index = len(batches)
         for position, queued in enumerate(batches):
             if not queued.has_sequence or queued.base_sequence > batch.base_sequence:
+                index = position
+                break
+        batches.insert(index, batch)
+
+    @staticmethod
+    def _insert_in_creation_order(batches: deque[ProducerBatch], batch: ProducerBatch) -> None:
+        # Without sequences, retries go back in the order their batches were made (Java puts
+        # each at the front, so retries that failed together go again in reverse): the oldest
+        # batch is then always first, which is where expired_batches() looks for deadlines.
+        index = len(batches)
+        for position, queued in enumerate(batches):
+            if queued.created > batch.created:
                 index = position
                 break
         batches.insert(index, batch)

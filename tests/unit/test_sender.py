@@ -2634,3 +2634,28 @@ async def test_a_record_too_large_for_the_broker_is_split_off_and_fails_alone() 
     assert small.result().offset == 0
     assert len(h.produce_requests()) == 3
     assert h.memory_is_back()
+
+
+async def test_retries_that_failed_together_expire_at_their_own_deadlines() -> None:
+    # Three requests of one partition fail together (the connection dropped) and wait to go
+    # again while no broker can take them. Each batch must expire at its own deadline: the
+    # oldest first, not when the newest one does (found by the simulation: a retry queued
+    # behind a newer one outlived its delivery_timeout_ms until the newer one went).
+    h = Harness(linger_ms=0, leaders={0: 1}, delivery_timeout_ms=3000, request_timeout_ms=3000)
+    futures = []
+    for offset, value in enumerate((b"a", b"b", b"c")):
+        h.now = T0 + offset
+        futures.append(h.append(0, value))
+        h.step()
+    sent = h.produce_requests(1)
+    assert len(sent) == 3
+    h.now = T0 + 2.1
+    for request in sent:
+        await h.fail(request, KafkaConnectionError("connection lost"))
+    h.connections.connected.clear()
+    h.step(T0 + 3.05)
+    assert isinstance(futures[0].exception(), DeliveryTimeoutError)
+    assert not futures[1].done() and not futures[2].done()
+    h.step(T0 + 4.05)
+    assert isinstance(futures[1].exception(), DeliveryTimeoutError)
+    assert not futures[2].done()
