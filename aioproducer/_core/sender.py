@@ -803,9 +803,7 @@ class Sender:
         if not self._metadata.cluster.brokers:
             return False
         idempotence = self._idempotence
-        return (
-            idempotence is None or self._transactions is not None or (idempotence.has_producer_id)
-        )
+        return idempotence is None or self._transactions is not None or idempotence.has_producer_id
 
     def _check_ready(self, ended: BaseException | None = None) -> None:
         waiter = self._ready_waiter

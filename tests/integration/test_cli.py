@@ -23,6 +23,7 @@ from aioproducer.cli import common as cli_common
 from aioproducer.config import names_a_secret
 from aioproducer.properties import parse_properties as _parse_properties
 from tests.support.readback import high_watermarks, read_back
+from tests.support.spark import ONCE_PER_CI_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -216,7 +217,14 @@ def _example_command(script: str) -> list[str]:
             str(EXAMPLES / script)]
 
 
-@pytest.mark.parametrize("script", sorted(EXAMPLE_CASES))
+@pytest.mark.parametrize(
+    "script",
+    [
+        # The Spark examples run a Spark job: once per CI run, in its compiled pass.
+        pytest.param(script, marks=[ONCE_PER_CI_RUN] if script.startswith("spark") else [])
+        for script in sorted(EXAMPLE_CASES)
+    ],
+)
 def test_example_delivers_what_it_says(script: str, tansu: Any, new_topic: Any) -> None:
     expected, check, output = EXAMPLE_CASES[script]
     topic = new_topic(tansu, partitions=3)

@@ -21,6 +21,7 @@ from tests.support.doc_blocks import (
     shape,
     shell_blocks,
 )
+from tests.support.spark import ONCE_PER_CI_RUN
 
 # A page runs in well under this; it only turns a hang into a failure.
 _HANG = 180.0
@@ -42,6 +43,8 @@ def test_skipped_blocks_say_why() -> None:
 
 #: Pages whose code starts a real Kafka node (marked ``kafka``, as the Kafka suites are).
 _KAFKA_PAGES = {"tested-against.md"}
+# Pages whose code runs a Spark job: run once per CI run, in its compiled pass.
+_SPARK_JOB_PAGES = {"spark.md"}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +53,8 @@ _KAFKA_PAGES = {"tested-against.md"}
         pytest.param(
             page,
             id=str(page.relative_to(ROOT)),
-            marks=[pytest.mark.kafka] if page.name in _KAFKA_PAGES else [],
+            marks=([pytest.mark.kafka] if page.name in _KAFKA_PAGES else [])
+            + ([ONCE_PER_CI_RUN] if page.name in _SPARK_JOB_PAGES else []),
         )
         for page in PAGES_WITH_CODE
     ],

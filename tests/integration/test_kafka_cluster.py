@@ -31,9 +31,13 @@ from aioproducer import Producer, RecordMetadata
 from aioproducer._core.futures import RecordFuture
 from aioproducer.errors import RecordTooLargeError
 from tests.support.kafka import KafkaCluster
+from tests.support.passes import compiled_pass_only
 from tests.support.readback import read_back
 
-pytestmark = pytest.mark.kafka
+pytestmark = [
+    pytest.mark.kafka,
+    compiled_pass_only("a three-node Kafka cluster's scenarios, a minute long"),
+]
 
 _HANG = 90.0  # only turns a hang into a failure
 

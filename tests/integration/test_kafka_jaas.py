@@ -23,7 +23,7 @@ from aioproducer import Producer
 from aioproducer.errors import AuthenticationError
 from tests.support.kafka import SecureKafka
 from tests.support.readback import read_back
-from tests.support.spark import local_spark
+from tests.support.spark import ONCE_PER_CI_RUN, local_spark
 from tests.support.token_endpoint import TokenEndpoint
 
 pytestmark = pytest.mark.kafka
@@ -142,6 +142,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.mark.spark
+@ONCE_PER_CI_RUN
 def test_a_spark_job_with_its_kafka_sasl_options(kafka_secure: SecureKafka, spark: Any) -> None:
     topic = _topic(kafka_secure)
     user = SecureKafka.SUPER_USER

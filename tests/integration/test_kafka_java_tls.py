@@ -30,7 +30,7 @@ from aioproducer import Producer
 from aioproducer.errors import SslError
 from tests.support.kafka import SecureKafka
 from tests.support.readback import read_back
-from tests.support.spark import local_spark
+from tests.support.spark import ONCE_PER_CI_RUN, local_spark
 
 pytestmark = pytest.mark.kafka
 
@@ -148,6 +148,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.mark.spark
+@ONCE_PER_CI_RUN
 def test_spark_data_source_with_the_java_truststore_options(
     spark: Any, kafka_secure: SecureKafka, truststore: Path
 ) -> None:

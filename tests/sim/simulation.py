@@ -1312,18 +1312,23 @@ class Simulation:
                 wake = min(wake, quiet_since + 1.0)
 
     def _step(self) -> float:
-        """Step the sender until it asks to sleep. A sender that keeps asking for no sleep
-        at all (``run_once`` returning 0 with nothing sent) would spin its event loop; the
-        simulation then looks again _SPIN_STEP later and counts the time as spinning."""
+        """Step the sender until it asks to sleep. Steps that send a request and ask to run
+        again at once (a backlog going out) go on at the same instant; a sender that keeps
+        asking for no sleep without sending anything (four steps in a row) would spin its
+        event loop: the simulation then looks again _SPIN_STEP later and counts the time as
+        spinning."""
         delay = 0.0
-        for _ in range(4):
+        idle = 0
+        while idle < 4:
             self.steps += 1
+            sent_before = self._request_numbers
             delay = self.sender.run_once(self.now)
             if delay > 0:
                 return delay
             self._deliver()
+            idle = idle + 1 if self._request_numbers == sent_before else 0
         self.spinning += _SPIN_STEP
-        self.trace("  the sender asked to run again at once, four times")
+        self.trace("  the sender asked to run again at once, four times, sending nothing")
         return _SPIN_STEP
 
     def _deliver(self) -> None:
