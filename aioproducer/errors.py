@@ -28,6 +28,7 @@ from aioproducer.protocol.error_codes import ErrorCode
 if _TYPE_CHECKING:
     from aioproducer._core.futures import BatchResults
 
+# ---- generated from tools/error_table.py: __all__ ------------------------------------------------
 __all__ = [
     "ERROR_CODES",
     "AuthenticationError",
@@ -187,6 +188,7 @@ __all__ = [
     "VoterNotFoundError",
     "error_for_code",
 ]
+# ---- end of the generated __all__ ----------------------------------------------------------------
 
 
 class KafkaError(Exception):
@@ -371,68 +373,6 @@ class CorruptResponseError(KafkaError):
     retriable = True
 
 
-# ---- errors raised by the client and also sent by brokers -----------------------------------
-
-
-class RecordTooLargeError(KafkaError):
-    """A record is larger than ``max_request_size`` or ``buffer_memory`` (or the broker's limit).
-
-    Also Kafka error code 10 (``MESSAGE_TOO_LARGE``); not retriable (the sender first splits a
-    batch of several records).
-    """
-
-    error_code: ClassVar[int | None] = ErrorCode.MESSAGE_TOO_LARGE
-
-
-class UnsupportedVersionError(KafkaError):
-    """The broker does not support a version of a request this client can send.
-
-    Also Kafka error code 35 (``UNSUPPORTED_VERSION``); not retriable, fatal for the producer.
-    """
-
-    error_code: ClassVar[int | None] = ErrorCode.UNSUPPORTED_VERSION
-
-
-class InvalidTopicError(KafkaError):
-    """The topic name is not a legal Kafka topic name, or the broker rejected it.
-
-    Also Kafka error code 17 (``INVALID_TOPIC_EXCEPTION``); not retriable.
-    """
-
-    error_code: ClassVar[int | None] = ErrorCode.INVALID_TOPIC_EXCEPTION
-
-
-class UnknownTopicOrPartitionError(InvalidMetadataError):
-    """The topic or partition does not exist (or did not appear within ``max_block_ms``).
-
-    Also Kafka error code 3 (``UNKNOWN_TOPIC_OR_PARTITION``); retriable after a metadata refresh.
-    """
-
-    retriable = True
-    invalid_metadata: ClassVar[bool] = True
-    error_code: ClassVar[int | None] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-class RequestTimedOutError(KafkaError):
-    """A request got no response within ``request_timeout_ms``.
-
-    Also Kafka error code 7 (``REQUEST_TIMED_OUT``); retriable, but the records may have been
-    written.
-    """
-
-    retriable = True
-    error_code: ClassVar[int | None] = ErrorCode.REQUEST_TIMED_OUT
-
-
-class ProducerFencedError(KafkaError):
-    """Another producer with the same transactional id has fenced this one.
-
-    Also Kafka error code 90 (``PRODUCER_FENCED``); not retriable, fatal for the producer.
-    """
-
-    error_code: ClassVar[int | None] = ErrorCode.PRODUCER_FENCED
-
-
 # ---- errors sent by brokers, one class per code ----------------------------------------------
 
 
@@ -449,6 +389,9 @@ class UnknownServerError(KafkaError):
         super().__init__(message, retriable=retriable)
         #: The code the broker sent: -1, or a code this client does not know.
         self.code = code
+
+
+# ---- generated from tools/error_table.py: classes ------------------------------------------------
 
 
 class OffsetOutOfRangeError(KafkaError):
@@ -468,6 +411,15 @@ class CorruptMessageError(KafkaError):
 
     retriable = True
     error_code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(InvalidMetadataError):
+    """The topic or partition does not exist (or did not appear within ``max_block_ms``).
+
+    Also Kafka error code 3 (``UNKNOWN_TOPIC_OR_PARTITION``); retriable after a metadata refresh.
+    """
+
+    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class InvalidFetchSizeError(KafkaError):
@@ -497,6 +449,17 @@ class NotLeaderOrFollowerError(InvalidMetadataError):
     error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
+class RequestTimedOutError(KafkaError):
+    """A request got no response within ``request_timeout_ms``.
+
+    Also Kafka error code 7 (``REQUEST_TIMED_OUT``); retriable, but the records may have been
+    written.
+    """
+
+    retriable = True
+    error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
 class BrokerNotAvailableError(KafkaError):
     """The broker is not available.
 
@@ -513,6 +476,16 @@ class ReplicaNotAvailableError(InvalidMetadataError):
     """
 
     error_code = ErrorCode.REPLICA_NOT_AVAILABLE
+
+
+class RecordTooLargeError(KafkaError):
+    """A record is larger than ``max_request_size`` or ``buffer_memory`` (or the broker's limit).
+
+    Also Kafka error code 10 (``MESSAGE_TOO_LARGE``); not retriable (the sender first splits a
+    batch of several records).
+    """
+
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class StaleControllerEpochError(KafkaError):
@@ -570,6 +543,15 @@ class NotCoordinatorError(KafkaError):
 
     retriable = True
     error_code = ErrorCode.NOT_COORDINATOR
+
+
+class InvalidTopicError(KafkaError):
+    """The topic name is not a legal Kafka topic name, or the broker rejected it.
+
+    Also Kafka error code 17 (``INVALID_TOPIC_EXCEPTION``); not retriable.
+    """
+
+    error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class RecordListTooLargeError(KafkaError):
@@ -725,6 +707,15 @@ class IllegalSaslStateError(AuthenticationError):
     """
 
     error_code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class UnsupportedVersionError(KafkaError):
+    """The broker does not support a version of a request this client can send.
+
+    Also Kafka error code 35 (``UNSUPPORTED_VERSION``); not retriable, fatal for the producer.
+    """
+
+    error_code = ErrorCode.UNSUPPORTED_VERSION
 
 
 class TopicAlreadyExistsError(KafkaError):
@@ -941,8 +932,8 @@ class SaslAuthenticationFailedError(AuthenticationError):
 class UnknownProducerIdError(OutOfOrderSequenceNumberError):
     """The broker has no state for the producer id (for example, retention removed its records).
 
-    Kafka error code 59 (``UNKNOWN_PRODUCER_ID``); the idempotent producer may recover by
-    bumping its epoch, otherwise not retriable.
+    Kafka error code 59 (``UNKNOWN_PRODUCER_ID``); the idempotent producer may recover by bumping
+    its epoch, otherwise not retriable.
     """
 
     error_code = ErrorCode.UNKNOWN_PRODUCER_ID
@@ -1135,8 +1126,7 @@ class MemberIdRequiredError(KafkaError):
 class PreferredLeaderNotAvailableError(InvalidMetadataError):
     """The preferred leader is not available.
 
-    Kafka error code 80 (``PREFERRED_LEADER_NOT_AVAILABLE``); retriable after a metadata
-    refresh.
+    Kafka error code 80 (``PREFERRED_LEADER_NOT_AVAILABLE``); retriable after a metadata refresh.
     """
 
     error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
@@ -1163,8 +1153,7 @@ class FencedInstanceIdError(KafkaError):
 class EligibleLeadersNotAvailableError(InvalidMetadataError):
     """No eligible leader is available for the partition.
 
-    Kafka error code 83 (``ELIGIBLE_LEADERS_NOT_AVAILABLE``); retriable after a metadata
-    refresh.
+    Kafka error code 83 (``ELIGIBLE_LEADERS_NOT_AVAILABLE``); retriable after a metadata refresh.
     """
 
     error_code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
@@ -1224,6 +1213,15 @@ class ThrottlingQuotaExceededError(KafkaError):
 
     retriable = True
     error_code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+
+
+class ProducerFencedError(KafkaError):
+    """Another producer with the same transactional id has fenced this one.
+
+    Also Kafka error code 90 (``PRODUCER_FENCED``); not retriable, fatal for the producer.
+    """
+
+    error_code = ErrorCode.PRODUCER_FENCED
 
 
 class ResourceNotFoundError(KafkaError):
@@ -1617,8 +1615,7 @@ class ShareSessionLimitReachedError(KafkaError):
     error_code = ErrorCode.SHARE_SESSION_LIMIT_REACHED
 
 
-# ---- the code table ---------------------------------------------------------------------------
-
+# Every class above, in code order: ERROR_CODES is made from it.
 _BROKER_ERRORS: tuple[type[KafkaError], ...] = (
     UnknownServerError,
     OffsetOutOfRangeError,
@@ -1755,6 +1752,7 @@ _BROKER_ERRORS: tuple[type[KafkaError], ...] = (
     StreamsTopologyFencedError,
     ShareSessionLimitReachedError,
 )
+# ---- end of the generated classes ----------------------------------------------------------------
 
 
 def _code_table() -> Mapping[int, type[KafkaError]]:

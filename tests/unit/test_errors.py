@@ -72,6 +72,27 @@ def test_error_codes_print_as_numbers() -> None:
     )
 
 
+def test_the_error_modules_are_what_the_table_generates() -> None:
+    # One table (tools/error_table.py) makes ErrorCode, the classes, ERROR_CODES and __all__.
+    from tools import generate_errors
+
+    assert generate_errors.render_error_codes() == generate_errors.ERROR_CODES_PY.read_text()
+    current = generate_errors.ERRORS_PY.read_text()
+    assert generate_errors.render_errors(current) == current
+
+
+def test_the_generator_notices_a_class_edited_by_hand() -> None:
+    from tools import generate_errors
+
+    current = generate_errors.ERRORS_PY.read_text()
+    edited = current.replace(
+        "    error_code = ErrorCode.OFFSET_OUT_OF_RANGE\n",
+        "    retriable = True\n    error_code = ErrorCode.OFFSET_OUT_OF_RANGE\n",
+    )
+    assert edited != current
+    assert generate_errors.render_errors(edited) == current
+
+
 def test_the_literal_codes_of_the_compiled_modules_match_the_table() -> None:
     for name in error_codes.__all__:
         if name != "ErrorCode":
