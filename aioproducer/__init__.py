@@ -7,22 +7,20 @@ from __future__ import annotations
 
 from aioproducer._core.delivery import DeliveredMessage
 from aioproducer._core.futures import BatchResults, RecordFuture
-from aioproducer._core.transactions import (
-    ConsumerGroupMetadata,
-    PreparedTransaction,
-    TransactionState,
-)
 from aioproducer.config import ProducerConfig
 from aioproducer.metric_catalog import Metric
 from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.properties import read_properties
 from aioproducer.records import (
+    ConsumerGroupMetadata,
     Header,
+    PreparedTransaction,
     ProducerRecord,
     RecordMetadata,
     RecordMetadataSequence,
     TimestampType,
+    TransactionState,
 )
 from aioproducer.sync import SyncProducer
 from aioproducer.two_phase import (

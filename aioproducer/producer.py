@@ -28,16 +28,13 @@ from aioproducer._core.delivery import (
     confluent_arguments,
 )
 from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
+from aioproducer._core.idempotence import IdempotenceManager
 from aioproducer._core.metadata import Metadata, TopicInfo, validate_topic
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer._core.partitioner import make_partitioner
 from aioproducer._core.sender import Sender
 from aioproducer._core.transactions import (
-    ConsumerGroupMetadata,
-    IdempotenceManager,
-    PreparedTransaction,
     TransactionManager,
-    TransactionState,
     consumer_group_metadata,
     normalize_offsets,
 )
@@ -61,7 +58,14 @@ from aioproducer.metric_catalog import (
 )
 from aioproducer.net.manager import ConnectionManager
 from aioproducer.protocol.compression import CompressionType, offload_threshold
-from aioproducer.records import ProducerRecord, RecordMetadata, check_partition
+from aioproducer.records import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    ProducerRecord,
+    RecordMetadata,
+    TransactionState,
+    check_partition,
+)
 from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
 
 __all__ = ["Producer", "ProducerState"]

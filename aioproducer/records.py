@@ -1,10 +1,12 @@
-"""What a user sends and what comes back: records and their metadata.
+"""What a user sends and what comes back: records and their metadata, and the public data
+of transactions.
 
 The futures of sent records are in :mod:`aioproducer._core.futures`.
 """
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,11 +16,14 @@ from aioproducer.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
     "MAX_TIMESTAMP_MS",
+    "ConsumerGroupMetadata",
     "Header",
+    "PreparedTransaction",
     "ProducerRecord",
     "RecordMetadata",
     "RecordMetadataSequence",
     "TimestampType",
+    "TransactionState",
     "check_partition",
     "check_timestamp",
 ]
@@ -215,3 +220,65 @@ class ProducerRecord:
 
 # Sentinel a batch future resolves to when its records moved to smaller batches.
 SPLIT = object()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A transaction that was flushed but not committed: what another process needs to
+    commit or abort it (:func:`aioproducer.complete_prepared_transaction`).
+
+    Made by :meth:`aioproducer.Producer.prepare_transaction`. Plain data: it pickles, and
+    its fields can be stored and read back.
+
+    Attributes:
+        transactional_id: the producer's ``transactional_id``.
+        producer_id: the producer id the transaction was written under.
+        producer_epoch: the producer epoch the transaction was written under; the
+            coordinator ends the transaction only for this epoch.
+        transaction_v2: the transaction used transactions v2 (KIP-890): it is ended with
+            EndTxn v5, as the producer would have.
+        empty: nothing was sent in the transaction: the coordinator has no transaction to
+            end, and completing it does nothing.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    transaction_v2: bool = False
+    empty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """The consumer group a transaction commits offsets for (KIP-447).
+
+    Pass the group's current generation, member id and group instance id from the consumer
+    that read the input records, so the group coordinator can reject a commit from a member
+    that was fenced by a rebalance (zombie fencing). With only a ``group_id`` the commit is
+    not tied to a generation, as before KIP-447.
+
+    Attributes:
+        group_id: the consumer group id.
+        generation_id: the group generation the member is in, -1 when unknown.
+        member_id: the member id the coordinator assigned, ``""`` when unknown.
+        group_instance_id: the static member id (KIP-345), if any.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class TransactionState(enum.Enum):
+    """Where a transactional producer is, as in the Java client's ``TransactionManager``."""
+
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    PREPARED_TRANSACTION = "prepared_transaction"
+    COMMITTING_TRANSACTION = "committing_transaction"
+    ABORTING_TRANSACTION = "aborting_transaction"
+    ABORTABLE_ERROR = "abortable_error"
+    FATAL_ERROR = "fatal_error"

@@ -60,9 +60,6 @@ from aioproducer._core.metadata import Metadata, validate_topic
 from aioproducer._core.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer._core.transactions import (
     _FATAL_BATCH_ERRORS,
-    ConsumerGroupMetadata,
-    PreparedTransaction,
-    TransactionState,
     consumer_group_metadata,
     normalize_offsets,
 )
@@ -80,9 +77,12 @@ from aioproducer.metric_catalog import PRODUCER_GROUP, TOPIC_GROUP, Metric, metr
 from aioproducer.producer import Producer, ProducerState
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from aioproducer.records import (
+    ConsumerGroupMetadata,
     Header,
+    PreparedTransaction,
     ProducerRecord,
     RecordMetadata,
+    TransactionState,
     check_partition,
     check_timestamp,
 )

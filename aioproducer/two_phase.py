@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aioproducer._core.backoff import ExponentialBackoff
-from aioproducer._core.transactions import CoordinatorType, PreparedTransaction
+from aioproducer._core.transactions import CoordinatorType
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     ConfigurationError,
@@ -73,6 +73,7 @@ from aioproducer.protocol.messages import (
     MetadataRequest,
     OffsetFetchRequest,
 )
+from aioproducer.records import PreparedTransaction
 
 __all__ = [
     "TransactionDescription",

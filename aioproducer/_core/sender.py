@@ -28,17 +28,16 @@ from typing import Any, Final, Protocol, TypeVar
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer._core.backoff import ExponentialBackoff
 from aioproducer._core.futures import error_copy, with_maybe_written
+from aioproducer._core.idempotence import (
+    IdempotenceManager,
+    SequenceVerdict,
+    init_producer_id_error,
+)
 from aioproducer._core.metadata import Broker, Cluster, Metadata, PartitionInfo, TopicInfo
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer._core.partitioner import BrokerAvailability, Partitioner
 from aioproducer._core.timer import WakeTimer
-from aioproducer._core.transactions import (
-    IdempotenceManager,
-    SequenceVerdict,
-    TransactionalRequest,
-    TransactionManager,
-    init_producer_id_error,
-)
+from aioproducer._core.transactions import TransactionalRequest, TransactionManager
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,

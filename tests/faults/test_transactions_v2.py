@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import pytest
 
-from aioproducer import ConsumerGroupMetadata, Producer
-from aioproducer._core.transactions import TransactionState
+from aioproducer import ConsumerGroupMetadata, Producer, TransactionState
 from aioproducer.errors import ProducerFencedError, TransactionAbortableError
 from tests.faults.checks import bounded, fast_options, unique_topic
 from tests.faults.scripted_broker import (

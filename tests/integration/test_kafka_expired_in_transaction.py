@@ -34,8 +34,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from aioproducer import Producer
-from aioproducer._core.transactions import TransactionState
+from aioproducer import Producer, TransactionState
 from aioproducer.errors import DeliveryTimeoutError, KafkaError
 from tests.support.kafka import PROXIED_LISTENER, KafkaBroker, kafka_available
 from tests.support.kafka_proxy import KafkaProxy, free_port

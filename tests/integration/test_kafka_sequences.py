@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer import Producer
-from aioproducer._core.transactions import TransactionState
+from aioproducer import Producer, TransactionState
 from aioproducer.errors import (
     InvalidProducerEpochError,
     ProducerFencedError,

@@ -41,8 +41,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import OffsetSpec
 
-from aioproducer import ConsumerGroupMetadata, Producer
-from aioproducer._core.transactions import TransactionState
+from aioproducer import ConsumerGroupMetadata, Producer, TransactionState
 from aioproducer.errors import (
     IllegalGenerationError,
     InvalidProducerEpochError,

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from aioproducer import ConsumerGroupMetadata, Producer
-from aioproducer._core.transactions import TransactionAbortedError, TransactionState
+from aioproducer import ConsumerGroupMetadata, Producer, TransactionState
 from aioproducer.errors import (
     IllegalStateError,
     ProducerFencedError,
     RequestTimedOutError,
     TransactionAbortableError,
+    TransactionAbortedError,
     UnsupportedVersionError,
 )
 from aioproducer.net.connection import BrokerConnection

@@ -5,7 +5,7 @@ and the faults from ``random.Random(seed)``; :class:`Simulation` wires the real
 :class:`~aioproducer._core.sender.Sender`,
 :class:`~aioproducer._core.accumulator.RecordAccumulator`,
 :class:`~aioproducer._core.buffer_pool.BufferPool`, :class:`~aioproducer._core.metadata.Metadata`,
-:class:`~aioproducer._core.transactions.IdempotenceManager` /
+:class:`~aioproducer._core.idempotence.IdempotenceManager` /
 :class:`~aioproducer._core.transactions.TransactionManager` and
 :class:`~aioproducer._core.metrics.ProducerMetrics` as ``tests/unit/test_sender.py``'s
 ``Harness`` does, with the fakes of :mod:`tests.sim.network` for connections and the model
@@ -35,15 +35,11 @@ from typing import Any
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.futures import RecordFuture
+from aioproducer._core.idempotence import IdempotenceManager
 from aioproducer._core.metadata import Metadata
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer._core.sender import Sender
-from aioproducer._core.transactions import (
-    TRANSACTION_VERSION_FEATURE,
-    IdempotenceManager,
-    TransactionManager,
-    TransactionState,
-)
+from aioproducer._core.transactions import TRANSACTION_VERSION_FEATURE, TransactionManager
 from aioproducer.config import ProducerConfig
 from aioproducer.net.connection import FinalizedFeatures
 from aioproducer.protocol.api import ApiKey
@@ -77,6 +73,7 @@ from aioproducer.protocol.messages import (
     Coordinator as CoordinatorEntry,
 )
 from aioproducer.protocol.record_batch import estimate_record_size
+from aioproducer.records import TransactionState
 from tests.sim.model import Coordinator, LogBatch, PartitionModel, TxnState, check_append
 from tests.sim.network import FakeConnection, FakeConnections, InFlight
 

@@ -26,18 +26,15 @@ from typing import Any, cast
 
 import pytest
 
+from aioproducer import TransactionState
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.futures import RecordFuture
+from aioproducer._core.idempotence import IdempotenceManager
 from aioproducer._core.metadata import Broker, Metadata, PartitionInfo, TopicInfo
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer._core.sender import Sender
-from aioproducer._core.transactions import (
-    IdempotenceManager,
-    TransactionalRequestKind,
-    TransactionManager,
-    TransactionState,
-)
+from aioproducer._core.transactions import TransactionalRequestKind, TransactionManager
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     BatchEncodingError,

@@ -12,14 +12,10 @@ import pytest
 
 from aioproducer._core.accumulator import ProducerBatch
 from aioproducer._core.transactions import (
-    ConsumerGroupMetadata,
     CoordinatorType,
-    PreparedTransaction,
-    TransactionAbortedError,
     TransactionalRequest,
     TransactionalRequestKind,
     TransactionManager,
-    TransactionState,
     consumer_group_metadata,
     normalize_offsets,
 )
@@ -34,6 +30,7 @@ from aioproducer.errors import (
     RequestTimedOutError,
     TopicAuthorizationFailedError,
     TransactionAbortableError,
+    TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
     UnknownMemberIdError,
     error_for_code,
@@ -62,6 +59,7 @@ from aioproducer.protocol.messages import (
     TxnOffsetCommitResponseTopic,
 )
 from aioproducer.protocol.record_batch import RecordBatchBuilder
+from aioproducer.records import ConsumerGroupMetadata, PreparedTransaction, TransactionState
 
 Kind = TransactionalRequestKind
 State = TransactionState

@@ -30,8 +30,7 @@ from typing import Any
 
 import crc32c
 
-from aioproducer import BatchResults, Producer, ProducerConfig
-from aioproducer._core.transactions import PreparedTransaction
+from aioproducer import BatchResults, PreparedTransaction, Producer, ProducerConfig
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
