@@ -45,6 +45,14 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from aioproducer._core.partitioner import PARTITIONER_NAMES
+from aioproducer._java_config import (
+    FOREIGN_NAMES,
+    JAVA_PARTITIONERS,
+    apply_java_sasl,
+    check_stores,
+    is_java_only,
+    without_java_only,
+)
 from aioproducer.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -305,19 +313,11 @@ def _bootstrap(name: str, value: Any) -> tuple[str, ...]:
     return tuple(servers)
 
 
-# The Java client's class names for the builtin partitioners it still ships.
-_JAVA_PARTITIONERS: Final = {
-    "org.apache.kafka.clients.producer.RoundRobinPartitioner": "round_robin",
-    "org.apache.kafka.clients.producer.internals.DefaultPartitioner": "default",
-    "org.apache.kafka.clients.producer.UniformStickyPartitioner": "uniform_sticky",
-}
-
-
 def _partitioner(name: str, value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
-        text = _JAVA_PARTITIONERS.get(value.strip(), value.strip().lower())
+        text = JAVA_PARTITIONERS.get(value.strip(), value.strip().lower())
         if text in PARTITIONER_NAMES:
             return text
         raise _invalid(
@@ -1096,7 +1096,7 @@ class ProducerConfig:
             checked = spec.metadata["check"](spec.name, value)
             if checked is not value:
                 object.__setattr__(self, spec.name, checked)
-        _apply_java_sasl(self)
+        apply_java_sasl(self, _label)
         self._check_combinations()
 
     def _check_combinations(self) -> None:
@@ -1162,7 +1162,7 @@ class ProducerConfig:
                         "ssl_password (ssl.key.password) is set but there is no private key: "
                         "no ssl_certfile, ssl_keystore_location or ssl_keystore_key"
                     )
-            self._check_stores()
+            check_stores(self, _label)
         sasl_fields = ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
         if not protocol.startswith("SASL"):
             for name in sasl_fields:
@@ -1181,91 +1181,6 @@ class ProducerConfig:
             raise ConfigurationError(
                 f"sasl_mechanism {self.sasl_mechanism!r} needs sasl_plain_username and "
                 "sasl_plain_password"
-            )
-
-    def _check_stores(self) -> None:
-        """The Java client's key and trust store options: complete, and not contradicting
-        the ssl_* files (naming the same file under both names is fine)."""
-
-        def label(name: str) -> str:
-            return _label(name)
-
-        trust_location = self.ssl_truststore_location
-        trust_type = self.ssl_truststore_type
-        if self.ssl_truststore_certificates is not None:
-            if trust_location is not None:
-                raise ConfigurationError(
-                    f"give either {label('ssl_truststore_location')} or "
-                    f"{label('ssl_truststore_certificates')}, not both"
-                )
-            if trust_type not in (None, "PEM"):
-                raise ConfigurationError(
-                    f"{label('ssl_truststore_certificates')} holds PEM certificates, but "
-                    f"{label('ssl_truststore_type')} is {trust_type!r}; set it to 'PEM'"
-                )
-        if self.ssl_truststore_password is not None:
-            if trust_location is None:
-                raise ConfigurationError(
-                    f"{label('ssl_truststore_password')} is set but "
-                    f"{label('ssl_truststore_location')} is not"
-                )
-            if trust_type == "PEM":
-                raise ConfigurationError(
-                    f"{label('ssl_truststore_password')} is set but a PEM trust store has no "
-                    "password"
-                )
-        if self.ssl_cafile is not None and (
-            self.ssl_truststore_certificates is not None
-            or (trust_location is not None and trust_location != self.ssl_cafile)
-        ):
-            store = (
-                "ssl_truststore_location" if trust_location is not None
-                else "ssl_truststore_certificates"
-            )
-            raise ConfigurationError(
-                f"ssl_cafile and {label(store)} both name the CAs to trust, differently; "
-                "give one of them"
-            )
-        key_location = self.ssl_keystore_location
-        key_type = self.ssl_keystore_type
-        chain, key = self.ssl_keystore_certificate_chain, self.ssl_keystore_key
-        if (chain is None) != (key is None):
-            raise ConfigurationError(
-                f"{label('ssl_keystore_certificate_chain')} and {label('ssl_keystore_key')} "
-                "go together: give both or neither"
-            )
-        if chain is not None:
-            if key_location is not None:
-                raise ConfigurationError(
-                    f"give either {label('ssl_keystore_location')} or "
-                    f"{label('ssl_keystore_certificate_chain')} and {label('ssl_keystore_key')}"
-                    ", not both"
-                )
-            if key_type not in (None, "PEM"):
-                raise ConfigurationError(
-                    f"{label('ssl_keystore_key')} holds a PEM key, but "
-                    f"{label('ssl_keystore_type')} is {key_type!r}; set it to 'PEM'"
-                )
-        if self.ssl_keystore_password is not None:
-            if key_location is None:
-                raise ConfigurationError(
-                    f"{label('ssl_keystore_password')} is set but "
-                    f"{label('ssl_keystore_location')} is not"
-                )
-            if key_type == "PEM":
-                raise ConfigurationError(
-                    f"{label('ssl_keystore_password')} is set but a PEM key store has no "
-                    f"password; the key's password is {label('ssl_password')}"
-                )
-        client_store = key_location is not None or chain is not None
-        if client_store and (
-            self.ssl_keyfile is not None
-            or (self.ssl_certfile is not None and self.ssl_certfile != key_location)
-        ):
-            store = "ssl_keystore_location" if key_location is not None else "ssl_keystore_key"
-            raise ConfigurationError(
-                f"ssl_certfile/ssl_keyfile and {label(store)} both name the client "
-                "certificate, differently; give one of them"
             )
 
     @classmethod
@@ -1290,7 +1205,7 @@ class ProducerConfig:
                     f"config must be a mapping of option names to values, not "
                     f"{type(config).__name__}"
                 )
-            config = _without_java_only(config)
+            config = without_java_only(config, _is_own_name)
             written: dict[str, str] = {}
             for key, value in config.items():
                 name = option_field_name(key)
@@ -1340,225 +1255,8 @@ _ALIASES: Final[Mapping[str, str]] = {
 _JAVA_NAME.update({spec.name: spec.metadata["java"] for spec in _FIELDS if spec.metadata["java"]})
 
 
-#: Other clients' option names whose nearest name here is not the nearest in spelling:
-#: what to use instead (the migration page's table).
-_FOREIGN_NAMES: Final[Mapping[str, str]] = {
-    "queue.buffering.max.ms": "linger_ms (linger.ms)",
-    "queue.buffering.max.kbytes": "buffer_memory (buffer.memory, in bytes)",
-    "queue.buffering.max.messages": (
-        "nothing: buffer_memory (buffer.memory, in bytes) bounds the buffer"
-    ),
-    "batch.num.messages": "batch_size (batch.size, in bytes)",
-    "message.timeout.ms": "delivery_timeout_ms (delivery.timeout.ms)",
-    "message.max.bytes": "max_request_size (max.request.size)",
-    "message.send.max.retries": "retries",
-    "socket.timeout.ms": "request_timeout_ms (request.timeout.ms)",
-    "compression.codec": "compression_type (compression.type)",
-    "max_batch_size": "batch_size",
-    "api_version": "nothing: the protocol versions are negotiated with each broker",
-}
-
-
-class _JavaOnly(NamedTuple):
-    """A Java client option with no counterpart here."""
-
-    harmless: frozenset[str] | None
-    """Values under which the Java client does what this producer does anyway, so that the
-    option is dropped (comma lists compared item by item); None: every value is refused."""
-    instead: str
-    """What to do instead, for the error message."""
-
-
-def _java_only(instead: str, *harmless: str) -> _JavaOnly:
-    return _JavaOnly(frozenset(harmless) if harmless else None, instead)
-
-
-_NO_KERBEROS = _java_only(
-    "Kerberos (GSSAPI) is not supported; use sasl_mechanism PLAIN, SCRAM-SHA-256, "
-    "SCRAM-SHA-512 or OAUTHBEARER"
-)
-_NO_JAVA_LOGIN = _java_only(
-    "Java login and callback classes cannot run here; for OAUTHBEARER give "
-    "sasl.oauthbearer.token.endpoint.url with clientId and clientSecret in sasl.jaas.config, "
-    "or pass sasl_oauth_token_provider, a callable that fetches the token"
-)
-_NO_JAVA_SECURITY = _java_only(
-    "Java security providers and engine factories cannot run here; pass an ssl.SSLContext "
-    "as ssl_context to control TLS"
-)
-_TLS_BY_CONTEXT = "pass an ssl.SSLContext as ssl_context to choose TLS versions and ciphers"
-
-#: The Java producer's options that this producer does not have (Kafka 4.x ProducerConfig
-#: and CommonClientConfigs), and what to do instead. Every option not listed with harmless
-#: values is refused: a security setting (a TLS version, a Kerberos principal) that is
-#: silently dropped would leave a connection less protected than its configuration says.
-_JAVA_ONLY: Final[Mapping[str, _JavaOnly]] = {
-    **{
-        name: _NO_KERBEROS
-        for name in (
-            "sasl.kerberos.service.name",
-            "sasl.kerberos.kinit.cmd",
-            "sasl.kerberos.min.time.before.relogin",
-            "sasl.kerberos.ticket.renew.jitter",
-            "sasl.kerberos.ticket.renew.window.factor",
-        )
-    },
-    **{
-        name: _NO_JAVA_LOGIN
-        for name in (
-            "sasl.client.callback.handler.class",
-            "sasl.login.callback.handler.class",
-            "sasl.login.class",
-            "sasl.login.connect.timeout.ms",
-            "sasl.login.read.timeout.ms",
-            "sasl.login.refresh.buffer.seconds",
-            "sasl.login.refresh.min.period.seconds",
-            "sasl.login.refresh.window.factor",
-            "sasl.login.refresh.window.jitter",
-            "sasl.login.retry.backoff.max.ms",
-            "sasl.login.retry.backoff.ms",
-            "sasl.oauthbearer.allow.unverified.audience",
-            "sasl.oauthbearer.allow.unverified.issuer",
-            "sasl.oauthbearer.assertion.algorithm",
-            "sasl.oauthbearer.assertion.claim.aud",
-            "sasl.oauthbearer.assertion.claim.exp.seconds",
-            "sasl.oauthbearer.assertion.claim.iss",
-            "sasl.oauthbearer.assertion.claim.jti.include",
-            "sasl.oauthbearer.assertion.claim.nbf.seconds",
-            "sasl.oauthbearer.assertion.claim.sub",
-            "sasl.oauthbearer.assertion.file",
-            "sasl.oauthbearer.assertion.private.key.file",
-            "sasl.oauthbearer.assertion.private.key.passphrase",
-            "sasl.oauthbearer.assertion.template.file",
-            "sasl.oauthbearer.client.credentials.client.id",
-            "sasl.oauthbearer.client.credentials.client.secret",
-            "sasl.oauthbearer.clock.skew.seconds",
-            "sasl.oauthbearer.expected.audience",
-            "sasl.oauthbearer.expected.issuer",
-            "sasl.oauthbearer.header.urlencode",
-            "sasl.oauthbearer.jwks.endpoint.refresh.ms",
-            "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
-            "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
-            "sasl.oauthbearer.jwks.endpoint.url",
-            "sasl.oauthbearer.jwt.retriever.class",
-            "sasl.oauthbearer.jwt.validator.class",
-            "sasl.oauthbearer.scope",
-            "sasl.oauthbearer.scope.claim.name",
-            "sasl.oauthbearer.sub.claim.name",
-            "sasl.oauthbearer.token.endpoint.url",
-        )
-    },
-    **{
-        name: _NO_JAVA_SECURITY
-        for name in (
-            "security.providers",
-            "ssl.engine.factory.class",
-            "ssl.provider",
-            "ssl.secure.random.implementation",
-        )
-    },
-    # Java's algorithm names for what OpenSSL does here: X.509 key selection, and PKIX
-    # chain validation.
-    "ssl.keymanager.algorithm": _java_only(
-        "the client key is chosen by OpenSSL; pass an ssl_context for anything else",
-        "SunX509",
-        "PKIX",
-    ),
-    "ssl.trustmanager.algorithm": _java_only(
-        "certificates are validated by OpenSSL (PKIX); pass an ssl_context for anything else",
-        "PKIX",
-    ),
-    # The default context already refuses TLS below 1.2 and negotiates 1.3 where it can.
-    "ssl.protocol": _java_only(_TLS_BY_CONTEXT, "TLSv1.3", "TLS"),
-    "ssl.enabled.protocols": _java_only(_TLS_BY_CONTEXT, "TLSv1.2,TLSv1.3", "TLSv1.3,TLSv1.2"),
-    "ssl.cipher.suites": _java_only(_TLS_BY_CONTEXT, ""),
-    "config.providers": _java_only(
-        "resolve ${provider:key} placeholders before passing the options", ""
-    ),
-    "metric.reporters": _java_only(
-        "read Producer.metrics() and report from there",
-        "",
-        "org.apache.kafka.common.metrics.JmxReporter",
-    ),
-    "metrics.num.samples": _java_only("metrics_sample_window_ms sets the window", "2"),
-    "metrics.recording.level": _java_only("every metric is recorded", "INFO", "DEBUG"),
-    "enable.metrics.push": _java_only("no client telemetry is pushed to brokers", "false"),
-    "client.rack": _java_only("there is no rack-aware behaviour", ""),
-    "partitioner.rack.aware": _java_only("there is no rack-aware partitioning", "false"),
-    "client.dns.lookup": _java_only(
-        "every address a name resolves to is tried, in order", "use_all_dns_ips"
-    ),
-    "metadata.recovery.strategy": _java_only(
-        "the bootstrap servers are not contacted again once metadata is known", "none"
-    ),
-    "metadata.recovery.rebootstrap.trigger.ms": _java_only(
-        "the bootstrap servers are not contacted again once metadata is known"
-    ),
-    "bootstrap.resolve.timeout.ms": _java_only(
-        "start() waits for a bootstrap server up to max_block_ms"
-    ),
-    "metadata.cluster.check.enable": _java_only("the cluster id is not checked", "false"),
-    "buffer.memory.allocation.strategy": _java_only(
-        "buffer_memory is one pool shared by every partition"
-    ),
-    "transaction.two.phase.commit.enable": _java_only(
-        "two-phase commit (KIP-939) is not supported", "false"
-    ),
-    **{
-        f"compression.{codec}.level": _java_only(
-            f"set compression_level (compression.level) with compression_type {codec!r}"
-        )
-        for codec in ("gzip", "lz4", "zstd")
-    },
-}
-
-
-def is_java_only(name: str) -> bool:
-    """Whether ``name`` is a Java client option with no counterpart here: :meth:`ProducerConfig.
-    from_options` drops it where its value changes nothing, and refuses it, saying what to do
-    instead, where it would."""
-    return name in _JAVA_ONLY
-
-
-def _java_only_value(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        items = [str(item).strip() for item in value]
-    else:
-        items = [item.strip() for item in str(value).split(",")]
-    return ",".join(item for item in items if item)
-
-
-def _without_java_only(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``config`` without the Java-only options whose value changes nothing here.
-
-    Raises:
-        ConfigurationError: naming every other Java-only option given, with what to do
-            instead. Values are not shown: some of these options hold secrets.
-    """
-    dropped: list[str] = []
-    refused: list[str] = []
-    for key, value in config.items():
-        if not isinstance(key, str) or key in _SPECS or key in _ALIASES:
-            continue
-        java_only = _JAVA_ONLY.get(key)
-        if java_only is None:
-            continue
-        if java_only.harmless is not None and _java_only_value(value) in java_only.harmless:
-            dropped.append(key)
-        else:
-            refused.append(key)
-    if refused:
-        advice: dict[str, list[str]] = {}
-        for key in refused:
-            advice.setdefault(_JAVA_ONLY[key].instead, []).append(key)
-        parts = [f"{', '.join(keys)} ({instead})" for instead, keys in advice.items()]
-        raise ConfigurationError(
-            "Java client options not supported by aioproducer: " + "; ".join(parts)
-        )
-    if not dropped:
-        return config
-    log.debug("ignoring Java client options that change nothing here: %s", ", ".join(dropped))
-    return {key: value for key, value in config.items() if key not in dropped}
+def _is_own_name(key: str) -> bool:
+    return key in _SPECS or key in _ALIASES
 
 
 def option_field_name(key: Any) -> str:
@@ -1576,7 +1274,7 @@ def option_field_name(key: Any) -> str:
     name = _ALIASES.get(key)
     if name is not None:
         return name
-    foreign = _FOREIGN_NAMES.get(key)
+    foreign = FOREIGN_NAMES.get(key)
     if foreign is not None:
         raise ConfigurationError(
             f"unknown option {key!r} (another client's name); use {foreign} instead"
@@ -1657,60 +1355,6 @@ def _resolve(values: dict[str, Any]) -> None:
                 ceiling,
                 get(ceiling),
                 get(ceiling),
-            )
-
-
-def _apply_java_sasl(config: ProducerConfig) -> None:
-    """Set the ``sasl_*`` options from ``sasl_jaas_config`` and the Java OAUTHBEARER options
-    (:func:`aioproducer.jaas.resolve_jaas`), as the Java client reads them.
-
-    An option given both ways must agree; a token provider this made earlier from the same
-    settings (a copy of the configuration) agrees with itself.
-    """
-    from aioproducer.jaas import resolve_jaas
-
-    given_java = [
-        name
-        for name in (
-            "sasl_jaas_config",
-            "sasl_oauthbearer_token_endpoint_url",
-            "sasl_login_callback_handler_class",
-        )
-        if getattr(config, name) is not None
-    ]
-    if not given_java:
-        return
-    protocol = config.security_protocol
-    if not protocol.startswith("SASL"):
-        raise ConfigurationError(
-            f"{_label(given_java[0])} is set but security_protocol is {protocol!r}; use "
-            "'SASL_PLAINTEXT' or 'SASL_SSL' to authenticate with SASL"
-        )
-    settings = resolve_jaas(
-        config.sasl_jaas_config,
-        mechanism=config.sasl_mechanism,
-        token_endpoint_url=config.sasl_oauthbearer_token_endpoint_url,
-        login_callback_handler=config.sasl_login_callback_handler_class,
-        connect_timeout_ms=config.sasl_login_connect_timeout_ms,
-        read_timeout_ms=config.sasl_login_read_timeout_ms,
-        sub_claim_name=config.sasl_oauthbearer_sub_claim_name,
-        scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
-        urlencode_header=config.sasl_oauthbearer_header_urlencode,
-    )
-    for name, derived in (
-        ("sasl_plain_username", settings.username),
-        ("sasl_plain_password", settings.password),
-        ("sasl_oauth_token_provider", settings.token_provider),
-    ):
-        if derived is None:
-            continue
-        given = getattr(config, name)
-        if given is None:
-            object.__setattr__(config, name, derived)
-        elif given != derived:
-            raise ConfigurationError(
-                f"{name} and sasl_jaas_config (sasl.jaas.config) disagree; give the setting "
-                "one way only, or the same value both ways"
             )
 
 
