@@ -501,7 +501,7 @@ def test_a_failed_attempt_that_prepares_late_neither_fences_the_retry_nor_linger
         _produce_prepared,
         _transactional_id,
     )
-    from aioproducer.integrations.spark.sink import SinkOptions, _Layout
+    from aioproducer.integrations.spark.options import SinkOptions, _Layout
 
     topic = new_topic(any_kafka)
     sink = SinkOptions.parse(
@@ -581,7 +581,7 @@ def test_the_commit_aborts_what_lost_attempts_and_dropped_partitions_left_open(
         _produce_prepared,
         _transactional_id,
     )
-    from aioproducer.integrations.spark.sink import SinkOptions, _Layout
+    from aioproducer.integrations.spark.options import SinkOptions, _Layout
 
     topic = new_topic(any_kafka)
     prefix = f"query-{uuid.uuid4().hex[:8]}"

@@ -65,7 +65,10 @@ from aioproducer.integrations.spark import (
     write_dataframe,
     write_dataframe_on_driver,
 )
+from aioproducer.integrations.spark import producers as producers_module
+from aioproducer.integrations.spark import rows as rows_module
 from aioproducer.integrations.spark import sink as sink_module
+from aioproducer.integrations.spark.options import _layout
 from aioproducer.testing import InMemoryProducer
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import ConsumedRecord, read_back
@@ -428,7 +431,7 @@ def _write(
     sink = SinkOptions(
         topic, {"bootstrap.servers": tansu.bootstrap_servers, "max.block.ms": "3000"}
     )
-    layout = sink_module._layout(schema, topic)
+    layout = _layout(schema, topic)
     return sink_module._write_partition(sink, layout, iter(rows))
 
 
@@ -447,13 +450,13 @@ def test_each_kind_of_bad_row_is_named_by_row_and_column(
     hide_accepted: bool,
 ) -> None:
     if hide_accepted:
-        find = sink_module._refused_item
+        find = rows_module._refused_item
 
         async def without_accepted(producer: Any, layout: Any, items: Any, exc: Any) -> Any:
             exc.accepted = None
             return await find(producer, layout, items, exc)
 
-        monkeypatch.setattr(sink_module, "_refused_item", without_accepted)
+        monkeypatch.setattr(rows_module, "_refused_item", without_accepted)
     topic = new_topic(tansu, partitions=2)
     rows = [{k: topic if v == _TOPIC else v for k, v in row.items()} for row in rows]
     schema = _schema_of(rows)
@@ -475,7 +478,7 @@ def test_bad_rows_beyond_the_first_chunk_and_unreadable_strings(
 ) -> None:
     topic = new_topic(tansu, partitions=2)
     # The position counts rows across chunks: row 5 is the second row of the third chunk.
-    monkeypatch.setattr(sink_module, "_ROWS_PER_CHUNK", 2)
+    monkeypatch.setattr(rows_module, "_ROWS_PER_CHUNK", 2)
     rows = [{"value": b"v", "partition": n % 2} for n in range(5)]
     rows.append({"value": b"v", "partition": 7})
     with pytest.raises(UnknownTopicOrPartitionError, match=r"^row 5, column 'partition'"):
@@ -561,11 +564,11 @@ def test_sink_options_never_show_a_jaas_line() -> None:
 
 
 @pytest.fixture
-def producers(monkeypatch: pytest.MonkeyPatch) -> Iterator[sink_module._ProducerCache]:
+def producers(monkeypatch: pytest.MonkeyPatch) -> Iterator[producers_module._ProducerCache]:
     """A fresh producer cache for this process, as a Python worker starts with."""
-    cache = sink_module._ProducerCache()
-    monkeypatch.setattr(sink_module, "_cache", cache)
-    monkeypatch.setattr(sink_module, "_cache_pid", os.getpid())
+    cache = producers_module._ProducerCache()
+    monkeypatch.setattr(producers_module, "_cache", cache)
+    monkeypatch.setattr(producers_module, "_cache_pid", os.getpid())
     yield cache
     cache.close()
 
@@ -581,7 +584,7 @@ def _values_batch(start: int, count: int) -> Any:
 
 def _task(sink: SinkOptions, *batches: Any) -> int:
     """One partition task's write in this process, as a Python worker runs it."""
-    layout = sink_module._layout(_VALUES, sink.topic)
+    layout = _layout(_VALUES, sink.topic)
     return sink_module._write_partition(sink, layout, iter(batches))
 
 
@@ -594,7 +597,7 @@ def _expected_values(*ranges: range) -> list[bytes]:
 
 
 def test_tasks_of_a_worker_share_one_producer_per_set_of_options(
-    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: sink_module._ProducerCache
+    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: producers_module._ProducerCache
 ) -> None:
     topic = new_topic(tansu, partitions=2)
     options = {"kafka.bootstrap.servers": tansu.bootstrap_servers, "topic": topic}
@@ -602,30 +605,32 @@ def test_tasks_of_a_worker_share_one_producer_per_set_of_options(
     assert _task(sink, _values_batch(0, 300), _values_batch(300, 200)) == 500
     assert _task(SinkOptions.parse(options), _values_batch(500, 100)) == 100
     assert _task(sink) == 0  # an empty partition takes no producer
-    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=1, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=1, cached=1, in_use=0)
     # Other options get a producer of their own.
     other = SinkOptions.parse({**options, "kafka.client.id": "another"})
     assert _task(other, _values_batch(600, 10)) == 10
-    assert producers.statistics() == sink_module._CacheStatistics(built=2, cached=2, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=2, cached=2, in_use=0)
     assert _stored_values(tansu.bootstrap_servers, topic, 610) == _expected_values(range(610))
     # The key holds the passwords, to tell the producers apart, and never shows them.
     secured = {**options, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
                "kafka.sasl.username": "alice", "kafka.sasl.password": "hunter2"}
-    key = sink_module._cache_key(SinkOptions.parse(secured))
+    key = producers_module._cache_key(SinkOptions.parse(secured))
     assert key is not None
-    assert key != sink_module._cache_key(SinkOptions.parse({**secured, "kafka.sasl.password": "x"}))
+    other = SinkOptions.parse({**secured, "kafka.sasl.password": "x"})
+    assert key != producers_module._cache_key(other)
     assert "hunter2" not in repr(key) + str(key) and "'sasl.password': '***'" in repr(key)
     # A transactional id is never shared: each task keeps a producer of its own.
-    assert sink_module._cache_key(
+    assert producers_module._cache_key(
         SinkOptions.parse({**options, "kafka.transactional.id": "spark-job"})
     ) is None
     # Neither are options that are Python objects, which each task unpickles anew.
-    assert sink_module._cache_key(SinkOptions(topic, {}, {"partitioner": lambda *a: 0})) is None
+    with_callable = SinkOptions(topic, {}, {"partitioner": lambda *a: 0})
+    assert producers_module._cache_key(with_callable) is None
 
 
 @pytest.mark.mock_cluster
 def test_a_delivery_error_fails_its_task_and_the_next_task_reuses_the_producer(
-    mock_cluster: MockCluster, producers: sink_module._ProducerCache
+    mock_cluster: MockCluster, producers: producers_module._ProducerCache
 ) -> None:
     topic = f"cache-delivery-{uuid.uuid4().hex[:8]}"
     mock_cluster.create_topic(topic, 1)
@@ -638,7 +643,7 @@ def test_a_delivery_error_fails_its_task_and_the_next_task_reuses_the_producer(
         _task(sink, _values_batch(1000, 50))
     # The error was that task's: the producer goes on, for the next task.
     assert _task(sink, _values_batch(50, 50)) == 50
-    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=1, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=1, cached=1, in_use=0)
     stored = _stored_values(mock_cluster.bootstrap_servers, topic, 100)
     assert stored == _expected_values(range(100))
 
@@ -646,13 +651,13 @@ def test_a_delivery_error_fails_its_task_and_the_next_task_reuses_the_producer(
 def test_a_producer_that_failed_for_good_is_replaced(
     tansu: EmbeddedBroker,
     new_topic: TopicFactory,
-    producers: sink_module._ProducerCache,
+    producers: producers_module._ProducerCache,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = new_topic(tansu, partitions=2)
     sink = SinkOptions.parse({"kafka.bootstrap.servers": tansu.bootstrap_servers,
                               "topic": topic})
-    key = sink_module._cache_key(sink)
+    key = producers_module._cache_key(sink)
     assert key is not None
     assert _task(sink, _values_batch(0, 10)) == 10
     # Fenced while a task sends its second chunk: the task fails with it, and the producer
@@ -671,7 +676,7 @@ def test_a_producer_that_failed_for_good_is_replaced(
     monkeypatch.setattr(first, "send_many", fenced_on_the_second_chunk)
     with pytest.raises(ProducerFencedError):
         _task(sink, _values_batch(10, 10), _values_batch(20, 10))
-    assert producers.statistics() == sink_module._CacheStatistics(built=1, cached=0, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=1, cached=0, in_use=0)
     producers.run(asyncio.sleep(0.1))  # its close, scheduled on the loop, runs
     assert first.state is ProducerState.CLOSED
     # The next task builds a new producer.
@@ -687,13 +692,13 @@ def test_a_producer_that_failed_for_good_is_replaced(
 
     monkeypatch.setattr(entry.producer, "send_many", fenced)
     assert _task(sink, _values_batch(40, 5)) == 5
-    assert producers.statistics() == sink_module._CacheStatistics(built=3, cached=1, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=3, cached=1, in_use=0)
     # So is one closed while idle.
     entry = producers.acquire(key, sink)
     producers.release(key, entry)
     producers.run(entry.producer.close())
     assert _task(sink, _values_batch(45, 5)) == 5
-    assert producers.statistics() == sink_module._CacheStatistics(built=4, cached=1, in_use=0)
+    assert producers.statistics() == producers_module._CacheStatistics(built=4, cached=1, in_use=0)
     stored = sorted(
         r.value or b""
         for r in read_back(tansu.bootstrap_servers, topic, expected=30, extra_wait=0.5)
@@ -708,9 +713,9 @@ def test_idle_producers_expire_and_all_are_closed_at_exit(
     tansu: EmbeddedBroker, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    cache = sink_module._ProducerCache(clock=lambda: now[0])
-    monkeypatch.setattr(sink_module, "_cache", cache)
-    monkeypatch.setattr(sink_module, "_cache_pid", os.getpid())
+    cache = producers_module._ProducerCache(clock=lambda: now[0])
+    monkeypatch.setattr(producers_module, "_cache", cache)
+    monkeypatch.setattr(producers_module, "_cache_pid", os.getpid())
     topic = new_topic(tansu)
     options = {"kafka.bootstrap.servers": tansu.bootstrap_servers, "topic": topic,
                "spark.kafka.producer.cache.timeout": "5m"}
@@ -727,16 +732,16 @@ def test_idle_producers_expire_and_all_are_closed_at_exit(
     closing = cache.expire_idle()
     assert len(closing) == 1
     closing[0].result(timeout=30)
-    assert cache.statistics() == sink_module._CacheStatistics(built=1, cached=0, in_use=0)
+    assert cache.statistics() == producers_module._CacheStatistics(built=1, cached=0, in_use=0)
     # At exit every cached producer delivers what it holds and closes: here, what a task
     # that failed left in the buffer (linger.ms keeps it there).
     lingering = SinkOptions.parse({**options, "kafka.linger.ms": "60000"})
-    monkeypatch.setattr(sink_module, "_ROWS_PER_CHUNK", 2)
+    monkeypatch.setattr(rows_module, "_ROWS_PER_CHUNK", 2)
     rows = [{"value": b"v20", "partition": 0}, {"value": b"v21", "partition": 0},
             {"value": b"v22", "partition": 7}]
     schema = _schema_of(rows)
     with pytest.raises(UnknownTopicOrPartitionError, match=r"^row 2, column 'partition'"):
-        sink_module._write_partition(lingering, sink_module._layout(schema, topic), iter(rows))
+        sink_module._write_partition(lingering, _layout(schema, topic), iter(rows))
     assert cache.statistics().cached == 1  # a row's fault is not the producer's
     cache.close()
     assert _stored_values(tansu.bootstrap_servers, topic, 22) == _expected_values(range(22))
@@ -794,14 +799,14 @@ def test_consecutive_spark_writes_share_a_producer_per_python_worker(
 
 
 def test_a_key_column_of_nulls_sends_records_without_keys(
-    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: sink_module._ProducerCache
+    tansu: EmbeddedBroker, new_topic: TopicFactory, producers: producers_module._ProducerCache
 ) -> None:
     # Spark's sink writes a null key for a null cell; a chunk whose keys are all null takes
     # send_many's path for plain values, with the same records.
     topic = new_topic(tansu, partitions=3)
     sink = SinkOptions(topic, {"bootstrap.servers": tansu.bootstrap_servers})
     schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    layout = sink_module._layout(schema, topic)
+    layout = _layout(schema, topic)
     nulls = pa.RecordBatch.from_pydict(
         {"key": pa.array([None] * 3, pa.string()), "value": [b"a0", b"a1", b"a2"]}
     )

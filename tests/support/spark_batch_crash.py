@@ -28,7 +28,7 @@ from aioproducer.integrations.spark.exactly_once import (
     _complete_all,
     _put_decision,
 )
-from aioproducer.integrations.spark.sink import _run
+from aioproducer.integrations.spark.producers import _run
 from tests.support.spark_crash import CRASH_FLAG
 
 KEYS = 7

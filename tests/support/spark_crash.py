@@ -34,7 +34,7 @@ from aioproducer.integrations.spark.exactly_once import (
     _query_of,
     _record_batch,
 )
-from aioproducer.integrations.spark.sink import _run
+from aioproducer.integrations.spark.producers import _run
 
 CRASH_FLAG = "AIOPRODUCER_TEST_CRASH_FLAG"
 CRASH_BATCH = 1

@@ -28,7 +28,11 @@ from aioproducer.integrations.spark.exactly_once import (
     _query_of,
     _read_metadata,
 )
-from aioproducer.integrations.spark.sink import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkOptions, _Layout
+from aioproducer.integrations.spark.options import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    SinkOptions,
+    _Layout,
+)
 
 LAYOUT = _Layout(
     key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None

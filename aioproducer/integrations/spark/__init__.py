@@ -71,13 +71,11 @@ input (0-based), the Spark partition and the column; the producer's own error is
 
 from __future__ import annotations
 
+from aioproducer.integrations.spark.options import SINK_BATCH_SIZE, SOURCE_NAME, SinkOptions
 from aioproducer.integrations.spark.sink import (
-    SINK_BATCH_SIZE,
-    SOURCE_NAME,
     KafkaBatchWriter,
     KafkaCommitMessage,
     KafkaStreamWriter,
-    SinkOptions,
     write_dataframe,
     write_dataframe_on_driver,
 )

@@ -38,20 +38,21 @@ from aioproducer.errors import (
     TransactionAbortedError,
     UnsupportedVersionError,
 )
-from aioproducer.integrations.spark.sink import (
-    KafkaBatchWriter,
-    KafkaCommitMessage,
-    KafkaStreamWriter,
-    SinkOptions,
+from aioproducer.integrations.spark.options import SinkOptions, _Layout
+from aioproducer.integrations.spark.producers import _run
+from aioproducer.integrations.spark.rows import (
     _chunks,
     _items,
-    _Layout,
     _partition_id,
     _prepend,
     _row_error,
     _RowRefused,
-    _run,
     _send_chunk,
+)
+from aioproducer.integrations.spark.sink import (
+    KafkaBatchWriter,
+    KafkaCommitMessage,
+    KafkaStreamWriter,
 )
 from aioproducer.two_phase import (
     TransactionDescription,

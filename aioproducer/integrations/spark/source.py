@@ -14,14 +14,8 @@ from aioproducer.integrations.spark.exactly_once import (
     TransactionalBatchWriter,
     TransactionalStreamWriter,
 )
-from aioproducer.integrations.spark.sink import (
-    SOURCE_NAME,
-    KafkaBatchWriter,
-    KafkaStreamWriter,
-    SinkOptions,
-    _Layout,
-    _layout,
-)
+from aioproducer.integrations.spark.options import SOURCE_NAME, SinkOptions, _Layout, _layout
+from aioproducer.integrations.spark.sink import KafkaBatchWriter, KafkaStreamWriter
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSource
