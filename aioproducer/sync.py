@@ -35,7 +35,13 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from aioproducer._core.appender import check_headers, check_record_size, record_size, serialize
+from aioproducer._core.appender import (
+    PreparedRecord,
+    RecordPreparer,
+    check_record_size,
+    name_send_many_item,
+    record_size,
+)
 from aioproducer._core.delivery import (
     DeliveredMessage,
     DeliveryCallback,
@@ -44,7 +50,6 @@ from aioproducer._core.delivery import (
     confluent_arguments,
 )
 from aioproducer._core.futures import error_copy
-from aioproducer._core.metadata import validate_topic
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     IllegalStateError,
@@ -59,7 +64,6 @@ from aioproducer.records import (
     RecordMetadata,
     RecordMetadataSequence,
     check_partition,
-    check_timestamp,
 )
 from aioproducer.telemetry import attached as attached_telemetry
 
@@ -143,8 +147,12 @@ class SyncProducer:
         # interceptors' on_acknowledgement only).
         cfg = self._config
         self._interceptors = cfg.interceptors
-        self._key_serializer: Callable[[Any], Any] | None = cfg.key_serializer
-        self._value_serializer: Callable[[Any], Any] | None = cfg.value_serializer
+        interceptors = tuple(cfg.interceptors)
+        self._preparer = RecordPreparer(
+            key_serializer=cfg.key_serializer,
+            value_serializer=cfg.value_serializer,
+            intercept=(lambda record: run_on_send(interceptors, record)) if interceptors else None,
+        )
         options = {**options, "key_serializer": None, "value_serializer": None}
         if self._interceptors:
             options["interceptors"] = [_AcknowledgementsOnly(i) for i in self._interceptors]
@@ -467,14 +475,7 @@ class SyncProducer:
             SenderCrashedError: the event loop thread died.
         """
         self._check_open()
-        if self._interceptors:
-            record: Any = run_on_send(
-                self._interceptors,
-                ProducerRecord(topic, value, key, partition, timestamp_ms, headers),
-            )
-            topic, value, key = record.topic, record.value, record.key
-            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
-        topic, value, key, partition, timestamp_ms, headers = self._prepared(
+        topic, partition, timestamp_ms, key, value, headers = self._prepared(
             topic, value, key, partition, timestamp_ms, headers
         )
         future: concurrent.futures.Future[RecordMetadata] = _RecordFuture()
@@ -485,19 +486,17 @@ class SyncProducer:
 
     def _prepared(
         self, topic: Any, value: Any, key: Any, partition: Any, timestamp_ms: Any, headers: Any
-    ) -> tuple[str, bytes | None, bytes | None, int | None, int | None, Any]:
-        """A record checked and serialized as the async producer's ``send`` does before it
-        waits for anything: what it refuses is raised in the calling thread."""
-        topic = validate_topic(topic)
-        partition = check_partition(partition)
-        timestamp_ms = check_timestamp(timestamp_ms)
-        if headers is not None:
-            headers = check_headers(headers)
-        key = serialize(self._key_serializer, key, "key", topic)
-        value = serialize(self._value_serializer, value, "value", topic)
+    ) -> PreparedRecord:
+        """A record intercepted, checked and serialized as the async producer's ``send``
+        does before it waits for anything: what it refuses is raised in the calling thread."""
+        prepared = self._preparer.prepare(topic, value, key, partition, timestamp_ms, headers)
+        self._check_size(prepared)
+        return prepared
+
+    def _check_size(self, prepared: PreparedRecord) -> None:
         cfg = self._config
-        check_record_size(record_size(key, value, headers), cfg.max_request_size, cfg.buffer_memory)
-        return topic, value, key, partition, timestamp_ms, headers
+        size = record_size(prepared[3], prepared[4], prepared[5])
+        check_record_size(size, cfg.max_request_size, cfg.buffer_memory)
 
     def send_and_wait(
         self,
@@ -545,50 +544,34 @@ class SyncProducer:
             ProducerClosedError: the SyncProducer is closed.
         """
         self._check_open()
-        topic = validate_topic(topic)
+        topic = self._preparer.validate_topic(topic)
         partition = check_partition(partition)
         future: concurrent.futures.Future[RecordMetadataSequence] = _RecordFuture()
         records = items if isinstance(items, list | tuple) else list(items)
-        records = [self._prepared_item(topic, index, item) for index, item in enumerate(records)]
+        now_ms = int(time.time() * 1000)
+        records = [
+            self._prepared_item(topic, partition, now_ms, index, item)
+            for index, item in enumerate(records)
+        ]
         self._enqueue((_SEND_MANY, topic, records, partition, self._context(), future))
         return future
 
-    def _prepared_item(self, topic: str, index: int, item: Any) -> Any:
-        """A ``send_many`` item checked, intercepted and serialized here (see ``__init__``)."""
+    def _prepared_item(
+        self, topic: str, partition: int | None, now_ms: int, index: int, item: Any
+    ) -> Any:
+        """A ``send_many`` item intercepted, checked and serialized here (see ``__init__``):
+        as bytes or a ``(key, value)`` pair where that says it all, so that the producer's
+        bulk paths take it, else as a :class:`~aioproducer.ProducerRecord`."""
         try:
-            if isinstance(item, ProducerRecord) or self._interceptors:
-                if not isinstance(item, ProducerRecord):
-                    key, value = item if type(item) is tuple and len(item) == 2 else (None, item)
-                    item = ProducerRecord(topic, value, key)
-                if self._interceptors:
-                    item = run_on_send(self._interceptors, item)
-                record: Any = item
-                prepared = self._prepared(
-                    record.topic,
-                    record.value,
-                    record.key,
-                    record.partition,
-                    record.timestamp_ms,
-                    record.headers,
-                )
-                return ProducerRecord(*prepared)
-            if type(item) is tuple and len(item) == 2:
-                key = serialize(self._key_serializer, item[0], "key", topic)
-                value = serialize(self._value_serializer, item[1], "value", topic)
-                cfg = self._config
-                check_record_size(
-                    record_size(key, value, None), cfg.max_request_size, cfg.buffer_memory
-                )
-                return (key, value)
-            value = serialize(self._value_serializer, item, "value", topic)
-            cfg = self._config
-            check_record_size(
-                record_size(None, value, None), cfg.max_request_size, cfg.buffer_memory
-            )
-            return value
+            prepared = self._preparer.prepare_item(topic, partition, item, now_ms)
+            self._check_size(prepared)
         except KafkaError as exc:
-            exc.args = (f"send_many item {index}: {exc.message}", *exc.args[1:])
+            name_send_many_item(exc, index)
             raise
+        name, chosen, timestamp, key, value, headers = prepared
+        if name == topic and chosen == partition and timestamp == now_ms and headers is None:
+            return value if key is None else (key, value)
+        return ProducerRecord(name, value, key, chosen, timestamp, headers)
 
     def send_many(
         self,

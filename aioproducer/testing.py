@@ -48,11 +48,12 @@ from typing import Any
 
 from aioproducer._core.accumulator import ProducerBatch
 from aioproducer._core.appender import (
-    check_headers,
+    PreparedRecord,
+    RecordPreparer,
     check_record_size,
+    name_send_many_item,
     partitioner_error,
     record_size,
-    serialize,
 )
 from aioproducer._core.delivery import DeliveryCallback
 from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
@@ -80,11 +81,9 @@ from aioproducer.records import (
     ConsumerGroupMetadata,
     Header,
     PreparedTransaction,
-    ProducerRecord,
     RecordMetadata,
     TransactionState,
     check_partition,
-    check_timestamp,
 )
 
 __all__ = ["InMemoryProducer", "StoredRecord"]
@@ -221,6 +220,12 @@ class InMemoryProducer(Producer):
         **options: Any,
     ) -> None:
         super().__init__(config, **options)
+        # The producer's own preparation of a record: interceptors, checks, serializers.
+        self._preparer = RecordPreparer(
+            key_serializer=self._key_serializer,
+            value_serializer=self._value_serializer,
+            intercept=self._intercept if self._interceptors else None,
+        )
         self._auto_complete = auto_complete
         self._pending: deque[_Pending] = deque()
         self._default_partitions = _partition_count(default_partitions, "default_partitions")
@@ -492,7 +497,9 @@ class InMemoryProducer(Producer):
         ``on_send=True``.
         """
         self._check_sendable()
-        return self._append(topic, value, key, partition, timestamp_ms, headers, None)
+        return self._append(
+            self._preparer.prepare(topic, value, key, partition, timestamp_ms, headers)
+        )
 
     async def send_and_wait(
         self,
@@ -522,65 +529,25 @@ class InMemoryProducer(Producer):
                 items before it as its ``accepted`` attribute.
         """
         self._check_sendable()
-        topic = validate_topic(topic)
+        preparer = self._preparer
+        topic = preparer.validate_topic(topic)
         partition = check_partition(partition)
         sequence = items if isinstance(items, list | tuple) else list(items)
         results = BatchResults()
         now_ms = int(time.time() * 1000)
         for index, item in enumerate(sequence):
             try:
-                item_topic: Any = topic
-                item_partition: Any = partition
-                timestamp: Any = now_ms
-                headers: Any = None
-                if isinstance(item, ProducerRecord):
-                    fields: Any = item  # its fields may have been reassigned to anything
-                    item_topic, key, value = fields.topic, fields.key, fields.value
-                    if fields.partition is not None:
-                        item_partition = check_partition(fields.partition)
-                    if fields.timestamp_ms is not None:
-                        timestamp = fields.timestamp_ms
-                    headers = fields.headers
-                elif type(item) is tuple and len(item) == 2:
-                    key, value = item
-                else:
-                    key, value = None, item
-                future = self._append(
-                    item_topic, value, key, item_partition, timestamp, headers, now_ms
-                )
+                future = self._append(preparer.prepare_item(topic, partition, item, now_ms))
             except KafkaError as exc:
-                exc.args = (f"send_many item {index}: {exc.message}", *exc.args[1:])
+                name_send_many_item(exc, index)
                 exc.accepted = results
                 raise
             results.add_future(future)
         return results
 
-    def _append(
-        self,
-        topic: Any,
-        value: Any,
-        key: Any,
-        partition: Any,
-        timestamp_ms: Any,
-        headers: Any,
-        now_ms: int | None,
-    ) -> RecordFuture:
+    def _append(self, prepared: PreparedRecord) -> RecordFuture:
         self._check_sendable()
-        if self._interceptors:
-            record: Any = self._intercept(
-                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
-            )
-            topic, value, key = record.topic, record.value, record.key
-            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
-        # The order of Producer.send: arguments, then serializers, then the topic's partitions.
-        timestamp = check_timestamp(timestamp_ms)
-        if timestamp is None:
-            timestamp = int(time.time() * 1000) if now_ms is None else now_ms
-        partition = check_partition(partition)
-        name = validate_topic(topic)
-        key_bytes = serialize(self._key_serializer, key, "key", name)
-        value_bytes = serialize(self._value_serializer, value, "value", name)
-        checked_headers = check_headers(headers)
+        name, partition, timestamp, key_bytes, value_bytes, checked_headers = prepared
         check_record_size(
             record_size(key_bytes, value_bytes, checked_headers),
             self._config.max_request_size,

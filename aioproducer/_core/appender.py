@@ -35,7 +35,12 @@ from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.futures import BatchResults, RecordFuture
 from aioproducer._core.metadata import validate_topic
 from aioproducer._core.partitioner import DefaultPartitioner, Partitioner
-from aioproducer.errors import PartitionerError, RecordTooLargeError, SerializationError
+from aioproducer.errors import (
+    KafkaError,
+    PartitionerError,
+    RecordTooLargeError,
+    SerializationError,
+)
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.protocol.record_batch import estimate_record_size as record_size
 from aioproducer.records import (
@@ -53,12 +58,16 @@ __all__ = [
     "MetadataView",
     "PartitionRegistry",
     "PendingRecord",
+    "PreparedRecord",
     "RecordAppender",
+    "RecordPreparer",
     "Waker",
     "check_headers",
     "check_record_size",
+    "name_send_many_item",
     "partitioner_error",
     "record_size",
+    "send_many_item",
     "serialize",
     "to_bytes",
 ]
@@ -299,6 +308,119 @@ def _checked_timestamp(timestamp_ms: Any) -> int:
     return checked
 
 
+PreparedRecord = tuple[str, int | None, int, bytes | None, bytes | None, CheckedHeaders | None]
+"""A record ready to append (:meth:`RecordPreparer.prepare`): its topic (a legal name), the
+partition asked for (None: the partitioner picks), its timestamp (ms), key and value bytes
+and checked headers."""
+
+
+def send_many_item(topic: str, partition: int | None, item: Any) -> tuple[Any, ...]:
+    """What a ``send_many`` item stands for, as ``send()``'s arguments: ``(topic, value, key,
+    partition, timestamp_ms, headers)``. ``item`` is a value, a ``(key, value)`` tuple or a
+    :class:`~aioproducer.ProducerRecord` (whose topic and partition win over the call's)."""
+    if isinstance(item, ProducerRecord):
+        # Read through Any: a record's fields can be reassigned to anything.
+        fields: Any = item
+        chosen: Any = partition if fields.partition is None else fields.partition
+        return (fields.topic, fields.value, fields.key, chosen, fields.timestamp_ms, fields.headers)
+    if type(item) is tuple and len(item) == 2:
+        return (topic, item[1], item[0], partition, None, None)
+    return (topic, item, None, partition, None, None)
+
+
+def name_send_many_item(error: KafkaError, index: int) -> None:
+    """Start ``error``'s message with the ``send_many`` item it is about."""
+    error.args = (f"send_many item {index}: {error.message}", *error.args[1:])
+
+
+class RecordPreparer:
+    """Prepares a record for appending: the one place that does, for the producer, for
+    :class:`~aioproducer.SyncProducer` (in the calling thread) and for
+    :class:`~aioproducer.testing.InMemoryProducer`.
+
+    As the Java client: the interceptors' ``on_send`` first, then the checks of the
+    timestamp and the partition, the topic name, the serializers, the headers. The record's
+    size is checked where it is appended (:meth:`RecordAppender.append_prepared`).
+
+    Args:
+        key_serializer: turns keys into bytes, or None for bytes-like keys only.
+        value_serializer: turns values into bytes, or None for bytes-like values only.
+        intercept: runs the interceptors' ``on_send`` on a record, or None without
+            interceptors.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_serializer: Any,
+        value_serializer: Any,
+        intercept: Callable[[ProducerRecord], ProducerRecord] | None,
+    ) -> None:
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
+        self.intercept = intercept
+        self._valid_topics: set[str] = set()
+
+    def validate_topic(self, topic: Any) -> str:
+        """``topic`` if it is a legal topic name (each name is checked once)."""
+        if type(topic) is str and topic in self._valid_topics:
+            return topic
+        checked = validate_topic(topic)
+        self._valid_topics.add(checked)
+        return checked
+
+    def prepare(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+        now_ms: int = -1,
+    ) -> PreparedRecord:
+        """A record from ``send()``'s arguments; a missing timestamp is ``now_ms`` (the
+        clock's when -1).
+
+        Raises:
+            KafkaError: what makes the record unsendable before its partition is known
+                (see ``Producer.send``).
+        """
+        intercept = self.intercept
+        if intercept is not None:
+            # Read through Any: an interceptor may have put anything in the fields, and a
+            # compiled read of a typed field would raise a bare TypeError before the checks.
+            record: Any = intercept(
+                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
+            )
+            topic, value, key = record.topic, record.value, record.key
+            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
+        # The arguments are checked before anything runs on them (serializers included).
+        if timestamp_ms is None:
+            timestamp = int(time.time() * 1000) if now_ms < 0 else now_ms
+        elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            timestamp = timestamp_ms
+        else:
+            timestamp = _checked_timestamp(timestamp_ms)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            partition = check_partition(partition)
+        name = self.validate_topic(topic)
+        key_bytes = serialize(self.key_serializer, key, "key", name)
+        value_bytes = serialize(self.value_serializer, value, "value", name)
+        checked_headers = check_headers(headers) if headers is not None else None
+        return (name, partition, timestamp, key_bytes, value_bytes, checked_headers)
+
+    def prepare_item(
+        self, topic: str, partition: int | None, item: Any, now_ms: int
+    ) -> PreparedRecord:
+        """A record from a ``send_many`` item (:func:`send_many_item`), stamped ``now_ms``
+        unless it has a timestamp of its own."""
+        fields = send_many_item(topic, partition, item)
+        return self.prepare(
+            fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], now_ms
+        )
+
+
 class RecordAppender:
     """Appends records to the accumulator without waiting, for one producer.
 
@@ -364,7 +486,10 @@ class RecordAppender:
         self._keys_ignored = (
             self._default_partitioner is not None and self._default_partitioner.ignores_keys
         )
-        self._key_serializer = key_serializer
+        self.preparer = RecordPreparer(
+            key_serializer=key_serializer, value_serializer=value_serializer, intercept=intercept
+        )
+        self._serializers = key_serializer is not None or value_serializer is not None
         self._value_serializer = value_serializer
         self._intercept = intercept
         self._check_sendable = check_sendable
@@ -378,7 +503,6 @@ class RecordAppender:
         )
         self._check_each_record = max_request_size < largest_batch
         self._buffer_memory = buffer_memory
-        self._valid_topics: set[str] = set()
         # Partition count and available partitions per topic, for the cluster snapshot
         # ``_cluster`` (metadata replaces the snapshot on every update).
         self._cluster: Any = None
@@ -390,18 +514,6 @@ class RecordAppender:
         """Raise if the producer cannot take a record now (closed, failed, no transaction)."""
         if not self.open:
             self._check_sendable()
-
-    def validate_topic(self, topic: Any) -> str:
-        """``topic`` if it is a legal topic name (each name is checked once)."""
-        if type(topic) is str and topic in self._valid_topics:
-            return topic
-        checked = validate_topic(topic)
-        self._valid_topics.add(checked)
-        return checked
-
-    def serialize(self, serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
-        """``obj`` through ``serializer`` (or :func:`to_bytes` when None), checked."""
-        return serialize(serializer, obj, role, topic)
 
     def topic_layout(self, topic: str) -> tuple[int, Any] | None:
         """The partition count and available partitions of ``topic`` in the current
@@ -488,30 +600,11 @@ class RecordAppender:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
         """
         self.check_sendable()
-        intercept = self._intercept
-        if intercept is not None:
-            # Read through Any: an interceptor may have put anything in the fields, and a
-            # compiled read of a typed field would raise a bare TypeError before the checks.
-            record: Any = intercept(
-                ProducerRecord(topic, value, key, partition, timestamp_ms, headers)
-            )
-            topic, value, key = record.topic, record.value, record.key
-            partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
-        # The arguments are checked before anything runs on them (serializers included).
-        if timestamp_ms is None:
-            timestamp = int(time.time() * 1000)
-        elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
-            timestamp = timestamp_ms
-        else:
-            timestamp = _checked_timestamp(timestamp_ms)
-        if partition is not None and (type(partition) is not int or partition < 0):
-            partition = check_partition(partition)
-        name = self.validate_topic(topic)
-        key_bytes = self.serialize(self._key_serializer, key, "key", name)
-        value_bytes = self.serialize(self._value_serializer, value, "value", name)
-        checked_headers = check_headers(headers) if headers is not None else None
+        name, chosen, timestamp, key_bytes, value_bytes, checked_headers = self.preparer.prepare(
+            topic, value, key, partition, timestamp_ms, headers
+        )
         return self.append_prepared(
-            name, partition, timestamp, key_bytes, value_bytes, checked_headers
+            name, chosen, timestamp, key_bytes, value_bytes, checked_headers
         )
 
     async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
@@ -712,12 +805,14 @@ class RecordAppender:
         ``topic`` is checked already. Each appended record joins ``results``.
         """
         self.check_sendable()
-        intercept = self._intercept
+        preparer = self.preparer
         # The bulk paths below check no record's size: not taken where each record must be.
         plain_values_ok = (
-            intercept is None and self._value_serializer is None and not self._check_each_record
+            self._intercept is None
+            and self._value_serializer is None
+            and not self._check_each_record
         )
-        plain_pairs_ok = plain_values_ok and self._key_serializer is None
+        plain_pairs_ok = plain_values_ok and not self._serializers
         total = len(items)
         index = start
         # Where the keyed bulk path last stopped: that item goes the general way.
@@ -748,41 +843,11 @@ class RecordAppender:
                     pending = PendingRecord(topic, partition, now_ms, None, item, None, -1, False)
                 return index + 1, run_end, pending
             index += 1
-            record_topic: Any = topic
-            record_partition: Any = partition
-            timestamp = now_ms
-            headers: CheckedHeaders | None = None
-            if isinstance(item, ProducerRecord):
-                # Checked when made, and again here: a record's fields can be reassigned (to
-                # anything: the fields are read as Any, so the checks below see them first).
-                fields: Any = items[index - 1]
-                record_topic, key, value = fields.topic, fields.key, fields.value
-                if fields.partition is not None:
-                    record_partition = check_partition(fields.partition)
-                if fields.timestamp_ms is not None:
-                    timestamp = _checked_timestamp(fields.timestamp_ms)
-                headers = check_headers(fields.headers)
-            elif type(item) is tuple and len(item) == 2:
-                key, value = item
-            else:
-                key, value = None, item
-            if intercept is not None:
-                record: Any = intercept(
-                    ProducerRecord(record_topic, value, key, record_partition, timestamp, headers)
-                )
-                record_topic, key, value = record.topic, record.key, record.value
-                record_partition = check_partition(record.partition)
-                headers = check_headers(record.headers)
-                timestamp = (
-                    now_ms
-                    if record.timestamp_ms is None
-                    else _checked_timestamp(record.timestamp_ms)
-                )
-            name = self.validate_topic(record_topic)
-            key_bytes = self.serialize(self._key_serializer, key, "key", name)
-            value_bytes = self.serialize(self._value_serializer, value, "value", name)
+            name, chosen, timestamp, key_bytes, value_bytes, headers = preparer.prepare_item(
+                topic, partition, item, now_ms
+            )
             pending = self.append_prepared_lazy(
-                name, record_partition, timestamp, key_bytes, value_bytes, headers, results
+                name, chosen, timestamp, key_bytes, value_bytes, headers, results
             )
             if pending is not None:
                 return index, run_end, pending

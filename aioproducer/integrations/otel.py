@@ -64,6 +64,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from aioproducer import BatchResults, Producer, ProducerRecord, ProducerState, RecordFuture
 from aioproducer import telemetry as _telemetry
+from aioproducer._core.appender import send_many_item
 from aioproducer.metric_catalog import (
     DEFINITIONS,
     NODE_GROUP,
@@ -288,16 +289,15 @@ class _Span:
             return list(items)
         injected: list[Any] = []
         for item in items:
-            # The same reading of an item as send_many's (Producer.send_many).
             if isinstance(item, ProducerRecord):
+                # Copied, not made anew: send_many checks its fields and names the item.
                 record = copy.copy(item)
                 record.headers = _with_context(item.headers, carrier)
-            elif type(item) is tuple and len(item) == 2:
-                record = ProducerRecord(
-                    topic, value=item[1], key=item[0], headers=_with_context(None, carrier)
-                )
             else:
-                record = ProducerRecord(topic, value=item, headers=_with_context(None, carrier))
+                _, value, key, _, _, _ = send_many_item(topic, None, item)
+                record = ProducerRecord(
+                    topic, value=value, key=key, headers=_with_context(None, carrier)
+                )
             injected.append(record)
         return injected
 
