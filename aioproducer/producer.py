@@ -18,7 +18,7 @@ from threading import get_ident
 from typing import Any
 
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
-from aioproducer._core.appender import PendingRecord, RecordAppender, record_size
+from aioproducer._core.appender import PendingRecord, RecordAppender
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.delivery import (
     DeliveredMessage,
@@ -29,7 +29,7 @@ from aioproducer._core.delivery import (
 )
 from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
 from aioproducer._core.idempotence import IdempotenceManager
-from aioproducer._core.metadata import Metadata, TopicInfo, validate_topic
+from aioproducer._core.metadata import Metadata, validate_topic
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer._core.partitioner import make_partitioner
 from aioproducer._core.sender import Sender
@@ -222,6 +222,7 @@ class Producer:
             pool=self._pool,
             partitioner=self._partitioner,
             sender=self._sender,
+            connections=self._connections,
             transactions=self._transactions,
             key_serializer=self._key_serializer,
             value_serializer=self._value_serializer,
@@ -727,10 +728,7 @@ class Producer:
         appender = self._appender
         assert appender is not None
         assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
-        if result.needs_memory:
-            # Only memory is missing (buffer_memory is full): the compiled wait.
-            return await appender.append_pending(result, self._max_block)
-        return await self._append_wait(result)
+        return await appender.append_pending(result, self._max_block)
 
     async def _send_traced(
         self,
@@ -815,10 +813,7 @@ class Producer:
                     topic, partition, now_ms, sequence, index, run_end, results
                 )
                 if pending is not None:
-                    if pending.needs_memory:
-                        future = await appender.append_pending(pending, self._max_block)
-                    else:
-                        future = await self._append_wait(pending)
+                    future = await appender.append_pending(pending, self._max_block)
                     results.add_future(future)
         except BaseException as exc:
             if isinstance(exc, KafkaError):
@@ -958,77 +953,6 @@ class Producer:
                 except Exception:
                     log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
-    async def _append_wait(self, pending: PendingRecord) -> RecordFuture:
-        appender = self._appender
-        assert appender is not None
-        topic, partition, key = pending.topic, pending.partition, pending.key
-        deadline = time.monotonic() + self._max_block
-        appender.check_record_size(record_size(key, pending.value, pending.headers))
-        # Only records that wait for metadata come here (one that waits for memory alone
-        # takes appender.append_pending): the topic's metadata is missing, or the
-        # partition is out of range and the metadata must be refreshed to know.
-        info = await self._wait_on_metadata(topic, partition, deadline)
-        sticky = False
-        if partition is None:
-            partition = appender.choose_partition(
-                topic, key, info.partition_count, info.available_partitions
-            )
-            sticky = key is None
-        self._check_sendable()
-        return await appender.append_to_partition(
-            topic,
-            partition,
-            sticky,
-            pending.timestamp,
-            key,
-            pending.value,
-            pending.headers,
-            max(0.0, deadline - time.monotonic()),
-        )
-
-    async def _wait_on_metadata(
-        self, topic: str, partition: int | None, deadline: float
-    ) -> TopicInfo:
-        metadata = self._metadata
-        sender = self._sender
-        assert sender is not None
-        start = time.monotonic()
-        if metadata.add_topic(topic, start):
-            sender.wakeup()
-        refreshed_for_partition = False
-        while True:
-            self._check_running()
-            metadata.check_topic(topic)
-            info = metadata.cluster.topic(topic)
-            if info is not None:
-                if partition is None:
-                    return info
-                if 0 <= partition < info.partition_count:
-                    return info
-                if refreshed_for_partition or partition < 0:
-                    raise metadata.partition_out_of_range_error(
-                        topic, partition, info.partition_count
-                    )
-            refused = self._connections.fatal_error(since=start)
-            if refused is not None:
-                # No broker takes our credentials (or certificate) now: say so at once
-                # rather than "not present in metadata" after max_block_ms.
-                raise error_copy(refused)
-            now = time.monotonic()
-            remaining = deadline - now
-            if remaining <= 0:
-                error = metadata.unknown_topic_error(topic, (now - start) * 1000, partition)
-                unreachable = self._connections.unreachable_summary()
-                if unreachable is not None:
-                    # Not the topic's fault: say what was tried and why it failed.
-                    error.args = (f"{error.message}; {unreachable}", *error.args[1:])
-                raise error
-            metadata.request_update()
-            sender.wakeup()
-            updated = await metadata.wait_for_update(remaining)
-            if updated and info is not None:
-                refreshed_for_partition = True
-
     # ---- flush, partitions, metrics -----------------------------------------------------------
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -1075,7 +999,9 @@ class Producer:
         """The partition ids of ``topic``, waiting up to ``max_block_ms`` for its metadata."""
         self._check_running()
         validate_topic(topic)
-        info = await self._wait_on_metadata(topic, None, time.monotonic() + self._max_block)
+        appender = self._appender
+        assert appender is not None  # a running producer has one
+        info = await appender.wait_for_topic(topic, None, time.monotonic() + self._max_block)
         return [p.partition for p in info.partitions]
 
     def metrics(self) -> dict[str, float]:

@@ -6,18 +6,17 @@ declares are checked at run time.
 
 ``Producer.send`` is a thin coroutine over :meth:`RecordAppender.append`, which does every
 step that needs no waiting and runs compiled with the rest of the hot path (see
-:mod:`aioproducer.compiled`). ``append`` returns what happened, as the Java client's
-``RecordAppendResult`` does: the record's future when it was appended, or a
-:class:`PendingRecord` when it must wait (for the topic's metadata, or for buffer memory).
-The pending record is prepared already, so serializers and interceptors run once per
-record whatever happens, and it says what it waits for; the caller decides. A record that
-waits only for memory (its topic and partition known) takes the compiled
-:meth:`RecordAppender.append_pending`: with ``buffer_memory`` full, that is once
-per batch.
+:mod:`aioproducer.compiled`). :class:`RecordPreparer` prepares the record (interceptors,
+checks, serializers): the one preparation, which ``SyncProducer`` and ``InMemoryProducer``
+use too. ``append`` returns what happened, as the Java client's ``RecordAppendResult``
+does: the record's future when it was appended, or a :class:`PendingRecord` when it must
+wait (for the topic's metadata, or for buffer memory). The pending record is prepared
+already, so serializers and interceptors run once per record whatever happens, and it says
+what it waits for. :meth:`RecordAppender.append_pending` waits for it and appends it: with
+``buffer_memory`` full, that is once per batch.
 
-That coroutine is the only await here, and no ``try`` surrounds it: mypyc-compiled
-coroutines mishandle an exception being handled across an await (see
-``tests/unit/test_compiled.py``).
+Its coroutines await with no ``try`` around the await: mypyc-compiled coroutines mishandle
+an exception being handled across an await (see ``tests/unit/test_compiled.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ from aioproducer._core.accumulator import (
     RecordAccumulator,
 )
 from aioproducer._core.buffer_pool import BufferPool
-from aioproducer._core.futures import BatchResults, RecordFuture
-from aioproducer._core.metadata import validate_topic
+from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
+from aioproducer._core.metadata import TopicInfo, validate_topic
 from aioproducer._core.partitioner import DefaultPartitioner, Partitioner
 from aioproducer.errors import (
     KafkaError,
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckedHeaders",
+    "ConnectionHealth",
     "MetadataView",
     "PartitionRegistry",
     "PendingRecord",
@@ -113,6 +113,45 @@ class MetadataView(Protocol):
 
     def touch(self, topic: str, now: float) -> None:
         """``topic`` was used at ``now`` (it stays in the metadata while it is used)."""
+        ...
+
+    def add_topic(self, topic: str, now: float) -> bool:
+        """Track ``topic``; True when it is new (its metadata is to be fetched)."""
+        ...
+
+    def check_topic(self, topic: str) -> None:
+        """Raise the error the brokers gave for ``topic`` in the last update, if any."""
+        ...
+
+    def request_update(self) -> None:
+        """Ask for new metadata at the sender's next step."""
+        ...
+
+    async def wait_for_update(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the next update; whether one came."""
+        ...
+
+    def unknown_topic_error(
+        self, topic: str, waited_ms: float, partition: int | None
+    ) -> KafkaError:
+        """The error for a topic (or partition) missing from the metadata after a wait."""
+        ...
+
+    def partition_out_of_range_error(self, topic: str, partition: int, count: int) -> KafkaError:
+        """The error for ``partition`` out of ``topic``'s range."""
+        ...
+
+
+class ConnectionHealth(Protocol):
+    """What the appender asks of the :class:`~aioproducer.net.manager.ConnectionManager`
+    while a record waits for its topic's metadata."""
+
+    def fatal_error(self, since: float = ...) -> KafkaError | None:
+        """The error of refused credentials (or certificate) since ``since``, if any."""
+        ...
+
+    def unreachable_summary(self) -> str | None:
+        """What was tried and why it failed, when no broker could be reached."""
         ...
 
 
@@ -430,7 +469,9 @@ class RecordAppender:
         accumulator: where records go.
         pool: the buffer pool new batches take their buffer from.
         partitioner: picks the partition of records sent without one.
-        sender: woken when a batch is started.
+        sender: woken when a batch is started, or when metadata is needed.
+        connections: asked, while a record waits for metadata, whether every broker refused
+            the credentials, and why none could be reached.
         transactions: the transaction manager, told of each partition a batch is started
             for; None without a ``transactional_id``.
         key_serializer: turns keys into bytes, or None for bytes-like keys only.
@@ -458,6 +499,7 @@ class RecordAppender:
         pool: BufferPool,
         partitioner: Partitioner,
         sender: Waker,
+        connections: ConnectionHealth,
         transactions: PartitionRegistry | None,
         key_serializer: Any,
         value_serializer: Any,
@@ -473,6 +515,7 @@ class RecordAppender:
         self._pool = pool
         self._partitioner = partitioner
         self._sender = sender
+        self._connections = connections
         self._transactions = transactions
         # An optional hook of the partitioner (KIP-794's sticky partitioners have it).
         self._record_appended: Any = getattr(partitioner, "record_appended", None)
@@ -594,7 +637,7 @@ class RecordAppender:
         """Prepare a record and append it if that needs no waiting.
 
         Returns its future, or a :class:`PendingRecord` when it must wait for metadata or
-        memory: :meth:`append_pending` takes one that waits only for memory.
+        memory, which :meth:`append_pending` takes.
 
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
@@ -608,19 +651,23 @@ class RecordAppender:
         )
 
     async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
-        """Append ``pending`` once the pool has memory for it, waiting up to ``max_block``
-        seconds: the slow path of a record that waits only for memory
-        (:attr:`PendingRecord.needs_memory`: its topic and partition are known).
+        """Append ``pending`` once what it waits for is there (its topic's metadata, then
+        memory), waiting up to ``max_block`` seconds in all: the slow path of ``send``.
 
-        The partition chosen before the wait is kept, so the partitioner is asked once per
-        record (a round-robin partitioner asked twice would skip a partition).
+        A record that waits only for memory (:attr:`PendingRecord.needs_memory`) keeps the
+        partition chosen before the wait, so the partitioner is asked once per record (a
+        round-robin partitioner asked twice would skip a partition); with ``buffer_memory``
+        full, that is once per batch.
 
         Raises:
             BufferExhaustedError: no memory within ``max_block``.
+            UnknownTopicOrPartitionError: no metadata for the topic (or the partition)
+                within ``max_block``.
             ProducerClosedError: the producer closed while the record waited.
+            KafkaError: what else makes the record unsendable once its topic is known.
         """
         if pending.target < 0:
-            raise AssertionError("append_pending() for a record waiting for metadata")
+            return await self._append_after_metadata(pending, max_block)
         return await self.append_to_partition(
             pending.topic,
             pending.target,
@@ -631,6 +678,83 @@ class RecordAppender:
             pending.headers,
             max_block,
         )
+
+    async def _append_after_metadata(
+        self, pending: PendingRecord, max_block: float
+    ) -> RecordFuture:
+        deadline = time.monotonic() + max_block
+        topic, partition, key = pending.topic, pending.partition, pending.key
+        self.check_record_size(record_size(key, pending.value, pending.headers))
+        # The topic's metadata is missing, or the partition is out of range and the metadata
+        # must be refreshed to know.
+        info = await self.wait_for_topic(topic, partition, deadline)
+        sticky = False
+        if partition is None:
+            partition = self.choose_partition(
+                topic, key, info.partition_count, info.available_partitions
+            )
+            sticky = key is None or self._keys_ignored
+        self._check_sendable()
+        return await self.append_to_partition(
+            topic,
+            partition,
+            sticky,
+            pending.timestamp,
+            key,
+            pending.value,
+            pending.headers,
+            max(0.0, deadline - time.monotonic()),
+        )
+
+    async def wait_for_topic(self, topic: str, partition: int | None, deadline: float) -> TopicInfo:
+        """``topic``'s metadata (with ``partition`` in range, when given), waiting until
+        ``deadline`` (``time.monotonic()``) for it.
+
+        Raises:
+            UnknownTopicOrPartitionError: not there by ``deadline`` (or ``partition`` out
+                of range after a refresh); the message says why when no broker could be
+                reached.
+            KafkaError: the brokers' error for the topic, or refused credentials.
+            ProducerClosedError: the producer stopped running meanwhile.
+        """
+        metadata = self._metadata
+        sender = self._sender
+        start = time.monotonic()
+        if metadata.add_topic(topic, start):
+            sender.wakeup()
+        refreshed_for_partition = False
+        while True:
+            self._check_running()
+            metadata.check_topic(topic)
+            info = metadata.cluster.topic(topic)
+            if info is not None:
+                if partition is None:
+                    return info
+                if 0 <= partition < info.partition_count:
+                    return info
+                if refreshed_for_partition or partition < 0:
+                    raise metadata.partition_out_of_range_error(
+                        topic, partition, info.partition_count
+                    )
+            refused = self._connections.fatal_error(start)
+            if refused is not None:
+                # No broker takes our credentials (or certificate) now: say so at once
+                # rather than "not present in metadata" after max_block_ms.
+                raise error_copy(refused)
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                error = metadata.unknown_topic_error(topic, (now - start) * 1000, partition)
+                unreachable = self._connections.unreachable_summary()
+                if unreachable is not None:
+                    # Not the topic's fault: say what was tried and why it failed.
+                    error.args = (f"{error.message}; {unreachable}", *error.args[1:])
+                raise error
+            metadata.request_update()
+            sender.wakeup()
+            updated = await metadata.wait_for_update(remaining)
+            if updated and info is not None:
+                refreshed_for_partition = True
 
     async def append_to_partition(
         self,

@@ -19,7 +19,7 @@ from aioproducer._core.partitioner import (
     murmur2,
     to_positive,
 )
-from aioproducer.errors import ProducerClosedError
+from aioproducer.errors import KafkaError, ProducerClosedError
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
 
@@ -57,6 +57,16 @@ class CountingPartitioner:
         return self.inner.partition(topic, key_bytes, partition_count, available)
 
 
+class NoFaults:
+    """Connections that refused nothing and reached every broker."""
+
+    def fatal_error(self, since: float = 0.0) -> KafkaError | None:
+        return None
+
+    def unreachable_summary(self) -> str | None:
+        return None
+
+
 class Harness:
     def __init__(
         self,
@@ -87,6 +97,7 @@ class Harness:
             pool=self.pool,
             partitioner=partitioner or RoundRobinPartitioner(),
             sender=self.sender,
+            connections=NoFaults(),
             transactions=transactions,
             key_serializer=None,
             value_serializer=value_serializer,
