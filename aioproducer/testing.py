@@ -61,6 +61,7 @@ from aioproducer._core.metadata import Metadata, validate_topic
 from aioproducer._core.metrics import CONNECTION_METRICS, ProducerMetrics
 from aioproducer._core.transactions import (
     _FATAL_BATCH_ERRORS,
+    TransactionStates,
     consumer_group_metadata,
     normalize_offsets,
 )
@@ -247,11 +248,11 @@ class InMemoryProducer(Producer):
         self._faults: list[_Fault] = []
         self._metrics = ProducerMetrics(self._config.metrics_sample_window_ms / 1000.0)
         self._running_loop: asyncio.AbstractEventLoop | None = None
-        transactional = self._config.transactional_id is not None
-        self._txn_state: TransactionState | None = (
-            TransactionState.UNINITIALIZED if transactional else None
+        # The producer's own transaction state machine, driven without a coordinator.
+        transactional_id = self._config.transactional_id
+        self._txn: TransactionStates | None = (
+            None if transactional_id is None else TransactionStates(transactional_id)
         )
-        self._txn_error: KafkaError | None = None
         self._txn_partitions: set[TopicPartition] = set()
         self._txn_offsets: dict[str, dict[TopicPartition, int]] = {}
         self._committed_offsets: dict[str, dict[TopicPartition, int]] = {}
@@ -420,8 +421,10 @@ class InMemoryProducer(Producer):
             raise IllegalStateError(f"start() on a producer that is {self._state.value}")
         self._running_loop = asyncio.get_running_loop()
         self._state = ProducerState.RUNNING
-        if self._txn_state is not None:
-            self._txn_state = TransactionState.READY
+        if self._txn is not None:
+            # The producer id and epoch come at once: there is no coordinator to ask.
+            self._txn.transition(TransactionState.INITIALIZING)
+            self._txn.transition(TransactionState.READY)
 
     async def close(self, timeout: float | None = None) -> None:
         """Close the producer, as the real one does: an open transaction is aborted, and the
@@ -432,7 +435,7 @@ class InMemoryProducer(Producer):
         The records stay readable after closing.
         """
         if self._state is ProducerState.RUNNING:
-            if self._txn_state in (
+            if self._txn is not None and self._txn.state in (
                 TransactionState.IN_TRANSACTION,
                 TransactionState.ABORTABLE_ERROR,
             ):
@@ -469,17 +472,8 @@ class InMemoryProducer(Producer):
 
     def _check_sendable(self) -> None:
         self._check_running()
-        if self._txn_state is not None and self._txn_state is not TransactionState.IN_TRANSACTION:
-            self._raise_if_failed("send")
-            if self._txn_state is TransactionState.PREPARED_TRANSACTION:
-                raise IllegalStateError(
-                    "cannot send: the transaction is prepared (prepare_transaction()); nothing "
-                    "more may be added to it, only committed or aborted"
-                )
-            raise IllegalStateError(
-                "a transactional producer sends only inside a transaction: call "
-                "begin_transaction() first (or use `async with producer.transaction():`)"
-            )
+        if self._txn is not None:
+            self._txn.check_send_allowed()
 
     async def send(
         self,
@@ -615,7 +609,7 @@ class InMemoryProducer(Producer):
                 key,
                 value,
                 tuple(headers or ()),
-                self._txn_state is not None,
+                self._txn is not None,
             ),
             self._take_fault(topic, on_send=False),
         )
@@ -635,13 +629,15 @@ class InMemoryProducer(Producer):
             self._record_failed(error)
             self._drop(pending, error)
             return
-        if record.transactional and self._txn_state in (
-            TransactionState.ABORTABLE_ERROR,
-            TransactionState.FATAL_ERROR,
+        txn = self._txn
+        if (
+            record.transactional
+            and txn is not None
+            and txn.state in (TransactionState.ABORTABLE_ERROR, TransactionState.FATAL_ERROR)
         ):
             # As the sender drops the batches of a transaction that failed.
-            assert self._txn_error is not None
-            self._drop(pending, error_copy(self._txn_error, "the record was not sent", fresh=True))
+            assert txn.last_error is not None
+            self._drop(pending, error_copy(txn.last_error, "the record was not sent", fresh=True))
             return
         tp = (record.topic, record.partition)
         offset = self._next_offsets.get(tp, 0)
@@ -732,14 +728,13 @@ class InMemoryProducer(Producer):
                 log.exception("interceptor %r raised in on_acknowledgement", interceptor)
 
     def _record_failed(self, error: KafkaError) -> None:
-        if self._txn_state is None:
+        txn = self._txn
+        if txn is None:
             return
         if isinstance(error, _FATAL_BATCH_ERRORS):
-            self._txn_state = TransactionState.FATAL_ERROR
-            self._txn_error = error
-        elif self._txn_state is TransactionState.IN_TRANSACTION:
-            self._txn_state = TransactionState.ABORTABLE_ERROR
-            self._txn_error = error
+            txn.enter_fatal(error)
+        elif txn.state is TransactionState.IN_TRANSACTION:
+            txn.enter_abortable(error)
 
     # ---- flush, partitions, metrics ---------------------------------------------------------
 
@@ -797,7 +792,7 @@ class InMemoryProducer(Producer):
         if self._state is ProducerState.CREATED:
             await self.start()
             return
-        self._require_transactions("init_transactions()")
+        self._transactional("init_transactions()")
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (created with ``default_partitions`` if
@@ -838,30 +833,15 @@ class InMemoryProducer(Producer):
     @property
     def transaction_state(self) -> TransactionState | None:
         """Where the transaction state machine is; None without a ``transactional_id``."""
-        return self._txn_state
+        return None if self._txn is None else self._txn.state
 
-    def _require_transactions(self, operation: str) -> Any:
+    def _transactional(self, operation: str) -> TransactionStates:
         self._check_running()
-        if self._txn_state is None:
+        if self._txn is None:
             raise IllegalStateError(
                 f"{operation} needs a transactional producer: set transactional_id"
             )
-
-    def _raise_if_failed(self, operation: str) -> None:
-        error = self._txn_error
-        if self._txn_state is TransactionState.FATAL_ERROR:
-            assert error is not None
-            raise error_copy(
-                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
-            )
-        if self._txn_state is TransactionState.ABORTABLE_ERROR:
-            assert error is not None
-            raise error_copy(
-                error,
-                f"cannot {operation}: the transaction failed and must be aborted "
-                "(abort_transaction())",
-                fresh=True,
-            )
+        return self._txn
 
     async def begin_transaction(self) -> None:
         """Open a transaction: the records sent until the commit are stored, but
@@ -872,16 +852,9 @@ class InMemoryProducer(Producer):
             KafkaError: the producer hit a fatal error (a
                 :class:`~aioproducer.errors.ProducerFencedError` from :meth:`fail_next`).
         """
-        self._require_transactions("begin_transaction()")
-        self._raise_if_failed("begin a transaction")
-        if self._txn_state is TransactionState.IN_TRANSACTION:
-            raise IllegalStateError("a transaction is open already: commit or abort it first")
-        if self._txn_state is TransactionState.PREPARED_TRANSACTION:
-            raise IllegalStateError(
-                "a prepared transaction is open: commit or abort it first, or close the "
-                "producer and complete it elsewhere (complete_prepared_transaction)"
-            )
-        self._txn_state = TransactionState.IN_TRANSACTION
+        txn = self._transactional("begin_transaction()")
+        txn.check_begin_allowed()
+        txn.transition(TransactionState.IN_TRANSACTION)
         self._txn_partitions = set()
         self._txn_offsets = {}
 
@@ -892,19 +865,12 @@ class InMemoryProducer(Producer):
             KafkaError: a record of the transaction failed (:meth:`fail_next`): abort it.
             IllegalStateError: no transaction is open.
         """
-        self._require_transactions("commit_transaction()")
-        if self._txn_state is TransactionState.IN_TRANSACTION:
+        txn = self._transactional("commit_transaction()")
+        if txn.state is TransactionState.IN_TRANSACTION:
             # The producer delivers the transaction's records before it commits.
             self.complete_next(len(self._pending))
-        self._raise_if_failed("commit the transaction")
-        if self._txn_state not in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.PREPARED_TRANSACTION,
-        ):
-            raise IllegalStateError(
-                f"cannot commit: no transaction is open ({_state_name(self._txn_state)}); call "
-                "begin_transaction() first"
-            )
+        txn.check_commit_allowed()
+        txn.transition(TransactionState.COMMITTING_TRANSACTION)
         for group, offsets in self._txn_offsets.items():
             self._committed_offsets.setdefault(group, {}).update(offsets)
         self._end_transaction(_COMMITTED)
@@ -920,16 +886,11 @@ class InMemoryProducer(Producer):
             KafkaError: a record of the transaction failed (:meth:`fail_next`): abort it.
             IllegalStateError: no transaction is open.
         """
-        self._require_transactions("prepare_transaction()")
-        if self._txn_state is TransactionState.IN_TRANSACTION:
+        txn = self._transactional("prepare_transaction()")
+        if txn.state is TransactionState.IN_TRANSACTION:
             self.complete_next(len(self._pending))
-        self._raise_if_failed("prepare the transaction")
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise IllegalStateError(
-                f"cannot prepare: no transaction is open ({_state_name(self._txn_state)}); "
-                "call begin_transaction() first"
-            )
-        self._txn_state = TransactionState.PREPARED_TRANSACTION
+        txn.check_prepare_allowed()
+        txn.transition(TransactionState.PREPARED_TRANSACTION)
         transactional_id = self._config.transactional_id
         assert transactional_id is not None
         return PreparedTransaction(
@@ -944,22 +905,15 @@ class InMemoryProducer(Producer):
             IllegalStateError: no transaction is open.
             KafkaError: the producer hit a fatal error.
         """
-        self._require_transactions("abort_transaction()")
-        if self._txn_state is TransactionState.FATAL_ERROR:
-            self._raise_if_failed("abort the transaction")
-        if self._txn_state not in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.PREPARED_TRANSACTION,
-            TransactionState.ABORTABLE_ERROR,
-        ):
-            raise IllegalStateError(
-                f"cannot abort: no transaction is open ({_state_name(self._txn_state)})"
-            )
+        self._transactional("abort_transaction()").check_abort_allowed()
         self._abort(None)
 
     def _abort(self, reason: KafkaError | None) -> None:
         # The records not sent yet fail, as the producer fails the batches it still holds.
-        cause = self._txn_error or reason
+        txn = self._txn
+        assert txn is not None
+        cause = txn.last_error or reason
+        txn.transition(TransactionState.ABORTING_TRANSACTION)
         message = "the transaction was aborted before the record was sent"
         self._fail_all_pending(
             TransactionAbortedError(message)
@@ -979,8 +933,8 @@ class InMemoryProducer(Producer):
             self._next_offsets[tp] += 1
         self._txn_partitions = set()
         self._txn_offsets = {}
-        self._txn_error = None
-        self._txn_state = TransactionState.READY
+        assert self._txn is not None
+        self._txn.transaction_ended()
         if outcome == _COMMITTED:
             self._transactions_committed += 1
         else:
@@ -997,15 +951,10 @@ class InMemoryProducer(Producer):
         Raises:
             IllegalStateError: no transaction is open.
         """
-        self._require_transactions("send_offsets_to_transaction()")
+        txn = self._transactional("send_offsets_to_transaction()")
         normalized = normalize_offsets(offsets)
         group = consumer_group_metadata(group_metadata)
-        self._raise_if_failed("send offsets to the transaction")
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise IllegalStateError(
-                f"cannot send offsets: no transaction is open ({_state_name(self._txn_state)}); "
-                "call begin_transaction() first"
-            )
+        txn.check_send_offsets_allowed()
         pending = self._txn_offsets.setdefault(group.group_id, {})
         for tp, (offset, _metadata, _epoch) in normalized.items():
             pending[tp] = offset
@@ -1018,7 +967,7 @@ class InMemoryProducer(Producer):
         try:
             yield self
         except BaseException:
-            if self._state is ProducerState.RUNNING and self._txn_state in (
+            if self._state is ProducerState.RUNNING and self.transaction_state in (
                 TransactionState.IN_TRANSACTION,
                 TransactionState.ABORTABLE_ERROR,
             ):
@@ -1027,7 +976,7 @@ class InMemoryProducer(Producer):
         try:
             await self.commit_transaction()
         except KafkaError:
-            if self._txn_state is TransactionState.ABORTABLE_ERROR:
+            if self.transaction_state is TransactionState.ABORTABLE_ERROR:
                 await self.abort_transaction()
             raise
 
@@ -1040,10 +989,6 @@ def _checked_error(error: Any) -> KafkaError | type[KafkaError]:
     raise InvalidArgumentTypeError(
         f"error must be a KafkaError instance or subclass, not {error!r}"
     )
-
-
-def _state_name(state: TransactionState | None) -> str:
-    return "none" if state is None else state.value
 
 
 def _partition_count(count: Any, what: str) -> int:

@@ -66,6 +66,7 @@ __all__ = [
     "TransactionAbortedError",
     "TransactionManager",
     "TransactionState",
+    "TransactionStates",
     "TransactionalRequest",
     "TransactionalRequestKind",
     "consumer_group_metadata",
@@ -336,7 +337,181 @@ def _succeed(future: asyncio.Future[None] | None) -> None:
         future.set_result(None)
 
 
-class TransactionManager(IdempotenceManager):
+class TransactionStates:
+    """The transaction state machine: the state, the error behind ``ABORTABLE_ERROR`` or
+    ``FATAL_ERROR``, which state may follow which, and what each user operation needs of
+    the state (the error when it does not allow it), as the Java client's
+    ``TransactionManager`` keeps them. :class:`TransactionManager` adds the coordinator's
+    requests; :class:`~aioproducer.testing.InMemoryProducer` drives the same machine with
+    no coordinator.
+    """
+
+    def __init__(self, transactional_id: str) -> None:
+        # Named in messages and logs.
+        self._txn_name = transactional_id
+        self._txn_state = TransactionState.UNINITIALIZED
+        self._last_error: KafkaError | None = None
+
+    @property
+    def state(self) -> TransactionState:
+        """The current :class:`TransactionState`."""
+        return self._txn_state
+
+    @property
+    def last_error(self) -> KafkaError | None:
+        """The error behind ``ABORTABLE_ERROR`` or ``FATAL_ERROR`` (None otherwise)."""
+        return self._last_error
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between ``begin_transaction()`` and the end of its commit or abort."""
+        return self._txn_state in (
+            _State.IN_TRANSACTION,
+            _State.PREPARED_TRANSACTION,
+            _State.COMMITTING_TRANSACTION,
+            _State.ABORTING_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+        )
+
+    @property
+    def is_completing(self) -> bool:
+        """True while a commit or abort is underway."""
+        return self._txn_state in (_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION)
+
+    def transition(self, target: TransactionState) -> None:
+        if target not in _TRANSITIONS[self._txn_state]:
+            raise IllegalStateError(
+                f"transactional id {self._txn_name!r}: invalid transition from "
+                f"{self._txn_state.value} to {target.value}"
+            )
+        log.debug(
+            "transactional id %r: %s -> %s",
+            self._txn_name,
+            self._txn_state.value,
+            target.value,
+        )
+        self._txn_state = target
+
+    def raise_if_failed(self, operation: str) -> None:
+        error = self._last_error
+        if self._txn_state is _State.FATAL_ERROR:
+            assert error is not None
+            raise error_copy(
+                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
+            )
+        if self._txn_state is _State.ABORTABLE_ERROR:
+            assert error is not None
+            raise error_copy(
+                error,
+                f"cannot {operation}: the transaction failed and must be aborted "
+                "(abort_transaction())",
+                fresh=True,
+            )
+
+    def enter_abortable(self, exc: KafkaError) -> None:
+        """Move to ``ABORTABLE_ERROR`` for ``exc`` (the first error of the transaction is
+        kept): the user must abort."""
+        if self._last_error is None or self._txn_state is not _State.ABORTABLE_ERROR:
+            self._last_error = exc
+        self.transition(_State.ABORTABLE_ERROR)
+
+    def enter_fatal(self, exc: KafkaError) -> None:
+        """Move to ``FATAL_ERROR`` for ``exc``, from any state: only ``close()`` is left."""
+        self._txn_state = _State.FATAL_ERROR
+        self._last_error = exc
+
+    def transaction_ended(self) -> None:
+        """A commit or abort completed: ``READY`` for the next transaction."""
+        self.transition(_State.READY)
+        self._last_error = None
+
+    # ---- what each user operation needs of the state ------------------------------------------
+
+    def check_begin_allowed(self) -> None:
+        """Raise unless a transaction may begin now (``READY``)."""
+        self.raise_if_failed("begin a transaction")
+        if self._txn_state is _State.READY:
+            return
+        if self._txn_state is _State.IN_TRANSACTION:
+            raise IllegalStateError("a transaction is open already: commit or abort it first")
+        if self._txn_state is _State.PREPARED_TRANSACTION:
+            raise IllegalStateError(
+                "a prepared transaction is open: commit or abort it first, or close the "
+                "producer and complete it elsewhere (complete_prepared_transaction)"
+            )
+        if self.is_completing:
+            raise IllegalStateError(
+                f"the previous transaction is still {self._txn_state.value.split('_')[0]}: call "
+                "commit_transaction() or abort_transaction() again to wait for it"
+            )
+        raise IllegalStateError(
+            f"cannot begin a transaction while {self._txn_state.value}: transactions are not "
+            "initialized (start the producer first)"
+        )
+
+    def check_send_allowed(self) -> None:
+        """Raise unless records may be sent now (inside an open transaction)."""
+        if self._txn_state is _State.IN_TRANSACTION:
+            return
+        self.raise_if_failed("send")
+        if self._txn_state is _State.PREPARED_TRANSACTION:
+            raise IllegalStateError(
+                "cannot send: the transaction is prepared (prepare_transaction()); nothing "
+                "more may be added to it, only committed or aborted"
+            )
+        if self.is_completing:
+            doing = "committing" if self._txn_state is _State.COMMITTING_TRANSACTION else "aborting"
+            raise IllegalStateError(
+                f"cannot send while the transaction is {doing}: begin a new transaction after "
+                "it completes"
+            )
+        raise IllegalStateError(
+            "a transactional producer sends only inside a transaction: call "
+            "begin_transaction() first (or use `async with producer.transaction():`)"
+        )
+
+    def check_commit_allowed(self) -> None:
+        """Raise unless the open transaction (or a prepared one) may be committed."""
+        self.raise_if_failed("commit the transaction")
+        if self._txn_state not in (_State.IN_TRANSACTION, _State.PREPARED_TRANSACTION):
+            raise IllegalStateError(
+                f"cannot commit: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+
+    def check_prepare_allowed(self) -> None:
+        """Raise unless a transaction is open and may be prepared."""
+        self.raise_if_failed("prepare the transaction")
+        if self._txn_state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot prepare: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+
+    def check_abort_allowed(self) -> None:
+        """Raise unless there is a transaction to abort (also after an abortable error)."""
+        if self._txn_state is _State.FATAL_ERROR:
+            self.raise_if_failed("abort the transaction")
+        if self._txn_state not in (
+            _State.IN_TRANSACTION,
+            _State.PREPARED_TRANSACTION,
+            _State.ABORTABLE_ERROR,
+        ):
+            raise IllegalStateError(
+                f"cannot abort: no transaction is open ({self._txn_state.value})"
+            )
+
+    def check_send_offsets_allowed(self) -> None:
+        """Raise unless offsets may be added to the transaction now."""
+        self.raise_if_failed("send offsets to the transaction")
+        if self._txn_state is not _State.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"cannot send offsets: no transaction is open ({self._txn_state.value}); call "
+                "begin_transaction() first"
+            )
+
+
+class TransactionManager(IdempotenceManager, TransactionStates):
     """The transaction state machine of a producer with a ``transactional_id``.
 
     It keeps the producer id, epoch and sequences (as :class:`IdempotenceManager` does) and
@@ -375,7 +550,8 @@ class TransactionManager(IdempotenceManager):
         create_future: Callable[[], asyncio.Future[None]],
         finalized_features: Callable[[], FinalizedFeatures] | None = None,
     ) -> None:
-        super().__init__(transactional_id)
+        IdempotenceManager.__init__(self, transactional_id)
+        TransactionStates.__init__(self, transactional_id)
         self.transactional_id: str = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         # Coordinator requests retry after a doubling backoff, without jitter.
@@ -384,7 +560,6 @@ class TransactionManager(IdempotenceManager):
         )
         self._request_timeout = request_timeout
         self._create_future = create_future
-        self._txn_state = TransactionState.UNINITIALIZED
         # The broker refused an InitProducerId naming our id and epoch (Tansu answers
         # UNKNOWN_SERVER_ERROR): bumps then ask with -1/-1, as the first InitProducerId does.
         self._bump_refused = False
@@ -392,7 +567,6 @@ class TransactionManager(IdempotenceManager):
         self._abort_by_bump: asyncio.Future[None] | None = None
         # The transaction ended but its epoch bump failed abortably: the next abort bumps.
         self._bump_after_abort = False
-        self._last_error: KafkaError | None = None
         self._pending: list[TransactionalRequest] = []
         self._in_flight: TransactionalRequest | None = None
         self._coordinators: dict[tuple[CoordinatorType, str], int] = {}
@@ -417,32 +591,6 @@ class TransactionManager(IdempotenceManager):
         self._epoch_bump_required = False
 
     # ---- state --------------------------------------------------------------------------------
-
-    @property
-    def state(self) -> TransactionState:
-        """The current :class:`TransactionState`."""
-        return self._txn_state
-
-    @property
-    def last_error(self) -> KafkaError | None:
-        """The error behind ``ABORTABLE_ERROR`` or ``FATAL_ERROR`` (None otherwise)."""
-        return self._last_error
-
-    @property
-    def in_transaction(self) -> bool:
-        """True between ``begin_transaction()`` and the end of its commit or abort."""
-        return self._txn_state in (
-            _State.IN_TRANSACTION,
-            _State.PREPARED_TRANSACTION,
-            _State.COMMITTING_TRANSACTION,
-            _State.ABORTING_TRANSACTION,
-            _State.ABORTABLE_ERROR,
-        )
-
-    @property
-    def is_completing(self) -> bool:
-        """True while a commit or abort is underway."""
-        return self._txn_state in (_State.COMMITTING_TRANSACTION, _State.ABORTING_TRANSACTION)
 
     @property
     def transaction_v2(self) -> bool:
@@ -537,36 +685,6 @@ class TransactionManager(IdempotenceManager):
             return error_copy(self._last_error, "the record was not sent", fresh=True)
         return None
 
-    def _transition(self, target: TransactionState) -> None:
-        if target not in _TRANSITIONS[self._txn_state]:
-            raise IllegalStateError(
-                f"transactional id {self.transactional_id!r}: invalid transition from "
-                f"{self._txn_state.value} to {target.value}"
-            )
-        log.debug(
-            "transactional id %r: %s -> %s",
-            self.transactional_id,
-            self._txn_state.value,
-            target.value,
-        )
-        self._txn_state = target
-
-    def _raise_if_failed(self, operation: str) -> None:
-        error = self._last_error
-        if self._txn_state is _State.FATAL_ERROR:
-            assert error is not None
-            raise error_copy(
-                error, f"cannot {operation}: the producer hit a fatal error; close it", fresh=True
-            )
-        if self._txn_state is _State.ABORTABLE_ERROR:
-            assert error is not None
-            raise error_copy(
-                error,
-                f"cannot {operation}: the transaction failed and must be aborted "
-                "(abort_transaction())",
-                fresh=True,
-            )
-
     # ---- user operations ------------------------------------------------------------------------
 
     def initialize(self) -> asyncio.Future[None]:
@@ -577,8 +695,8 @@ class TransactionManager(IdempotenceManager):
         """
         if self._txn_state is _State.INITIALIZING and self._completion_result is not None:
             return self._completion_result
-        self._raise_if_failed("initialize transactions")
-        self._transition(_State.INITIALIZING)
+        self.raise_if_failed("initialize transactions")
+        self.transition(_State.INITIALIZING)
         result = self._create_future()
         self.needs_producer_id = True
         self._completion_result = result
@@ -587,48 +705,9 @@ class TransactionManager(IdempotenceManager):
 
     def begin_transaction(self) -> None:
         """Open a transaction (no request: partitions are added as records are sent)."""
-        self._raise_if_failed("begin a transaction")
-        if self._txn_state is _State.READY:
-            self._transition(_State.IN_TRANSACTION)
-            self._transaction_started = False
-            return
-        if self._txn_state is _State.IN_TRANSACTION:
-            raise IllegalStateError("a transaction is open already: commit or abort it first")
-        if self._txn_state is _State.PREPARED_TRANSACTION:
-            raise IllegalStateError(
-                "a prepared transaction is open: commit or abort it first, or close the "
-                "producer and complete it elsewhere (complete_prepared_transaction)"
-            )
-        if self.is_completing:
-            raise IllegalStateError(
-                f"the previous transaction is still {self._txn_state.value.split('_')[0]}: call "
-                "commit_transaction() or abort_transaction() again to wait for it"
-            )
-        raise IllegalStateError(
-            f"cannot begin a transaction while {self._txn_state.value}: transactions are not "
-            "initialized (start the producer first)"
-        )
-
-    def check_send_allowed(self) -> None:
-        """Raise unless records may be sent now (inside an open transaction)."""
-        if self._txn_state is _State.IN_TRANSACTION:
-            return
-        self._raise_if_failed("send")
-        if self._txn_state is _State.PREPARED_TRANSACTION:
-            raise IllegalStateError(
-                "cannot send: the transaction is prepared (prepare_transaction()); nothing "
-                "more may be added to it, only committed or aborted"
-            )
-        if self.is_completing:
-            doing = "committing" if self._txn_state is _State.COMMITTING_TRANSACTION else "aborting"
-            raise IllegalStateError(
-                f"cannot send while the transaction is {doing}: begin a new transaction after "
-                "it completes"
-            )
-        raise IllegalStateError(
-            "a transactional producer sends only inside a transaction: call "
-            "begin_transaction() first (or use `async with producer.transaction():`)"
-        )
+        self.check_begin_allowed()
+        self.transition(_State.IN_TRANSACTION)
+        self._transaction_started = False
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """A record for ``tp`` was buffered: add the partition to the transaction if needed.
@@ -654,23 +733,9 @@ class TransactionManager(IdempotenceManager):
         if self._txn_state is _State.COMMITTING_TRANSACTION:
             assert self._completion_result is not None
             return self._completion_result
-        self._raise_if_failed("commit the transaction")
-        if self._txn_state not in (_State.IN_TRANSACTION, _State.PREPARED_TRANSACTION):
-            raise IllegalStateError(
-                f"cannot commit: no transaction is open ({self._txn_state.value}); call "
-                "begin_transaction() first"
-            )
-        self._transition(_State.COMMITTING_TRANSACTION)
+        self.check_commit_allowed()
+        self.transition(_State.COMMITTING_TRANSACTION)
         return self._begin_completion(committed=True)
-
-    def check_prepare_allowed(self) -> None:
-        """Raise unless a transaction is open and may be prepared."""
-        self._raise_if_failed("prepare the transaction")
-        if self._txn_state is not _State.IN_TRANSACTION:
-            raise IllegalStateError(
-                f"cannot prepare: no transaction is open ({self._txn_state.value}); call "
-                "begin_transaction() first"
-            )
 
     def prepare_transaction(self, *, has_incomplete_batches: bool = False) -> PreparedTransaction:
         """Mark the open transaction prepared (Java's ``prepareTransaction``, KIP-939): every
@@ -699,7 +764,7 @@ class TransactionManager(IdempotenceManager):
                 "cannot prepare: a request of the transaction is still underway (await "
                 "send_offsets_to_transaction() before preparing)"
             )
-        self._transition(_State.PREPARED_TRANSACTION)
+        self.transition(_State.PREPARED_TRANSACTION)
         prepared = PreparedTransaction(
             self.transactional_id,
             self.producer_id,
@@ -724,19 +789,10 @@ class TransactionManager(IdempotenceManager):
                 return self._completion_result
             # The previous abort failed (for example, it timed out): send EndTxn again.
             return self._begin_completion(committed=False)
-        if self._txn_state is _State.FATAL_ERROR:
-            self._raise_if_failed("abort the transaction")
-        if self._txn_state not in (
-            _State.IN_TRANSACTION,
-            _State.PREPARED_TRANSACTION,
-            _State.ABORTABLE_ERROR,
-        ):
-            raise IllegalStateError(
-                f"cannot abort: no transaction is open ({self._txn_state.value})"
-            )
+        self.check_abort_allowed()
         if reason is not None and self._last_error is None:
             self._last_error = reason
-        self._transition(_State.ABORTING_TRANSACTION)
+        self.transition(_State.ABORTING_TRANSACTION)
         # Partitions never added need no adding now: their batches are dropped. Those the
         # coordinator may have added without our knowing are added (again) first, so that
         # the EndTxn that follows aborts what it has open (as Java's
@@ -780,7 +836,7 @@ class TransactionManager(IdempotenceManager):
         self._unconfirmed_partitions.clear()
         self._transaction_started = False
         self.needs_producer_id = True
-        self._transition(_State.INITIALIZING)
+        self.transition(_State.INITIALIZING)
         self._enqueue(self._request(_Kind.INIT_PRODUCER_ID, result, epoch_bump=True), front=True)
         return result
 
@@ -803,12 +859,7 @@ class TransactionManager(IdempotenceManager):
         """Commit consumer offsets as part of the transaction (AddOffsetsToTxn, then
         TxnOffsetCommit to the group coordinator; with transactions v2 TxnOffsetCommit v5
         only, which adds the offsets to the transaction itself)."""
-        self._raise_if_failed("send offsets to the transaction")
-        if self._txn_state is not _State.IN_TRANSACTION:
-            raise IllegalStateError(
-                f"cannot send offsets: no transaction is open ({self._txn_state.value}); call "
-                "begin_transaction() first"
-            )
+        self.check_send_offsets_allowed()
         result = self._create_future()
         if self._transaction_v2:
             self._transaction_started = True
@@ -959,15 +1010,13 @@ class TransactionManager(IdempotenceManager):
             # Outside a transaction an error is about the producer itself.
             self.transition_to_fatal(exc)
             return
-        if self._last_error is None or state is not _State.ABORTABLE_ERROR:
-            self._last_error = exc
         if state is not _State.ABORTABLE_ERROR:
             log.warning(
                 "transactional id %r: the transaction must be aborted: %s",
                 self.transactional_id,
                 exc,
             )
-        self._transition(_State.ABORTABLE_ERROR)
+        self.enter_abortable(exc)
         self._new_partitions.clear()
         keep = []
         for item in self._pending:
@@ -988,8 +1037,7 @@ class TransactionManager(IdempotenceManager):
             self.transactional_id,
             exc,
         )
-        self._txn_state = _State.FATAL_ERROR
-        self._last_error = exc
+        self.enter_fatal(exc)
         self._new_partitions.clear()
         self.fail_all(error_copy(exc, fresh=True))
 
@@ -1357,7 +1405,7 @@ class TransactionManager(IdempotenceManager):
             )
             # Java's initTransactions then maybeUpdateTransactionV2Enabled(true).
             self._update_transaction_v2_on_initialization()
-            self._transition(_State.READY)
+            self.transition(_State.READY)
             self._last_error = None
             self._partitions_in_transaction.clear()
             self._transaction_started = False
@@ -1375,7 +1423,7 @@ class TransactionManager(IdempotenceManager):
             )
             self._last_error = error
             self._bump_after_abort = True
-            self._transition(_State.ABORTABLE_ERROR)
+            self.transition(_State.ABORTABLE_ERROR)
             _fail(item.result, error_copy(error, fresh=True))
             return
         if code == ErrorCode.UNKNOWN_SERVER_ERROR and item.epoch_bump and not self._bump_refused:
@@ -1584,12 +1632,12 @@ class TransactionManager(IdempotenceManager):
             # first with transactions v2: start over under a new epoch before the next
             # transaction; the commit or abort completes with it.
             self.needs_producer_id = True
-            self._transition(_State.INITIALIZING)
+            self.transition(_State.INITIALIZING)
             self._enqueue(
                 self._request(_Kind.INIT_PRODUCER_ID, item.result, epoch_bump=True), front=True
             )
             return
-        self._transition(_State.READY)
+        self.transition(_State.READY)
         self._last_error = None
         _succeed(item.result)
 
