@@ -794,7 +794,7 @@ class Producer:
             raise AssertionError("unreachable: a started producer has an appender")
         self._check_loop()
         appender.check_sendable()
-        topic = appender.preparer.validate_topic(topic)
+        topic = appender.validate_topic(topic)
         partition = check_partition(partition)
         # A list (a tuple too is copied): the bulk paths index it natively when compiled.
         sequence = items if type(items) is list else list(items)

@@ -489,7 +489,9 @@ class SyncProducer:
     ) -> PreparedRecord:
         """A record intercepted, checked and serialized as the async producer's ``send``
         does before it waits for anything: what it refuses is raised in the calling thread."""
-        prepared = self._preparer.prepare(topic, value, key, partition, timestamp_ms, headers)
+        prepared: PreparedRecord = self._preparer.prepare(
+            topic, value, key, partition, timestamp_ms, headers
+        )
         self._check_size(prepared)
         return prepared
 
@@ -563,7 +565,7 @@ class SyncProducer:
         as bytes or a ``(key, value)`` pair where that says it all, so that the producer's
         bulk paths take it, else as a :class:`~aioproducer.ProducerRecord`."""
         try:
-            prepared = self._preparer.prepare_item(topic, partition, item, now_ms)
+            prepared: PreparedRecord = self._preparer.prepare_item(topic, partition, item, now_ms)
             self._check_size(prepared)
         except KafkaError as exc:
             name_send_many_item(exc, index)

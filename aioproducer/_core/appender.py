@@ -381,6 +381,11 @@ class RecordPreparer:
     timestamp and the partition, the topic name, the serializers, the headers. The record's
     size is checked where it is appended (:meth:`RecordAppender.append_prepared`).
 
+    :meth:`prepare` hands the prepared record to :meth:`take` and returns what that returns:
+    here the record itself, as a :data:`PreparedRecord`; :class:`RecordAppender` takes it
+    by appending it. (Handing it on, rather than returning it to be unpacked, keeps the
+    send path as short as when it was written out in one function.)
+
     Args:
         key_serializer: turns keys into bytes, or None for bytes-like keys only.
         value_serializer: turns values into bytes, or None for bytes-like values only.
@@ -417,9 +422,11 @@ class RecordPreparer:
         timestamp_ms: Any,
         headers: Any,
         now_ms: int = -1,
-    ) -> PreparedRecord:
-        """A record from ``send()``'s arguments; a missing timestamp is ``now_ms`` (the
-        clock's when -1).
+        results: BatchResults | None = None,
+    ) -> Any:
+        """Prepare a record from ``send()``'s arguments (a missing timestamp is ``now_ms``,
+        the clock's when -1) and return what :meth:`take` returns for it (``results``
+        handed on).
 
         Raises:
             KafkaError: what makes the record unsendable before its partition is known
@@ -447,21 +454,44 @@ class RecordPreparer:
         key_bytes = serialize(self.key_serializer, key, "key", name)
         value_bytes = serialize(self.value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
-        return (name, partition, timestamp, key_bytes, value_bytes, checked_headers)
-
-    def prepare_item(
-        self, topic: str, partition: int | None, item: Any, now_ms: int
-    ) -> PreparedRecord:
-        """A record from a ``send_many`` item (:func:`send_many_item`), stamped ``now_ms``
-        unless it has a timestamp of its own."""
-        fields = send_many_item(topic, partition, item)
-        return self.prepare(
-            fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], now_ms
+        return self.take(
+            name, partition, timestamp, key_bytes, value_bytes, checked_headers, results
         )
 
+    def prepare_item(
+        self,
+        topic: str,
+        partition: int | None,
+        item: Any,
+        now_ms: int,
+        results: BatchResults | None = None,
+    ) -> Any:
+        """:meth:`prepare` for a ``send_many`` item (:func:`send_many_item`), stamped
+        ``now_ms`` unless it has a timestamp of its own."""
+        fields = send_many_item(topic, partition, item)
+        return self.prepare(
+            fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], now_ms, results
+        )
 
-class RecordAppender:
-    """Appends records to the accumulator without waiting, for one producer.
+    def take(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        results: BatchResults | None,
+    ) -> Any:
+        """What becomes of a prepared record: here it is returned, as a
+        :data:`PreparedRecord`."""
+        prepared: PreparedRecord = (topic, partition, timestamp, key, value, headers)
+        return prepared
+
+
+class RecordAppender(RecordPreparer):
+    """Appends records to the accumulator without waiting, for one producer: a
+    :class:`RecordPreparer` that takes each record it prepares by appending it.
 
     Args:
         metadata: the producer's :class:`~aioproducer._core.metadata.Metadata`: the topics'
@@ -529,12 +559,10 @@ class RecordAppender:
         self._keys_ignored = (
             self._default_partitioner is not None and self._default_partitioner.ignores_keys
         )
-        self.preparer = RecordPreparer(
+        super().__init__(
             key_serializer=key_serializer, value_serializer=value_serializer, intercept=intercept
         )
         self._serializers = key_serializer is not None or value_serializer is not None
-        self._value_serializer = value_serializer
-        self._intercept = intercept
         self._check_sendable = check_sendable
         self._check_running = check_running
         self._max_request_size = max_request_size
@@ -642,13 +670,28 @@ class RecordAppender:
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
         """
-        self.check_sendable()
-        name, chosen, timestamp, key_bytes, value_bytes, checked_headers = self.preparer.prepare(
+        if not self.open:
+            self._check_sendable()
+        taken: RecordFuture | PendingRecord = self.prepare(
             topic, value, key, partition, timestamp_ms, headers
         )
-        return self.append_prepared(
-            name, chosen, timestamp, key_bytes, value_bytes, checked_headers
-        )
+        return taken
+
+    def take(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: CheckedHeaders | None,
+        results: BatchResults | None,
+    ) -> RecordFuture | PendingRecord | None:
+        """Append a prepared record: :meth:`append_prepared`, or for ``send_many`` (with
+        ``results``) :meth:`append_prepared_lazy`."""
+        if results is None:
+            return self.append_prepared(topic, partition, timestamp, key, value, headers)
+        return self.append_prepared_lazy(topic, partition, timestamp, key, value, headers, results)
 
     async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
         """Append ``pending`` once what it waits for is there (its topic's metadata, then
@@ -929,12 +972,9 @@ class RecordAppender:
         ``topic`` is checked already. Each appended record joins ``results``.
         """
         self.check_sendable()
-        preparer = self.preparer
         # The bulk paths below check no record's size: not taken where each record must be.
         plain_values_ok = (
-            self._intercept is None
-            and self._value_serializer is None
-            and not self._check_each_record
+            self.intercept is None and self.value_serializer is None and not self._check_each_record
         )
         plain_pairs_ok = plain_values_ok and not self._serializers
         total = len(items)
@@ -967,14 +1007,11 @@ class RecordAppender:
                     pending = PendingRecord(topic, partition, now_ms, None, item, None, -1, False)
                 return index + 1, run_end, pending
             index += 1
-            name, chosen, timestamp, key_bytes, value_bytes, headers = preparer.prepare_item(
-                topic, partition, item, now_ms
+            waiting: PendingRecord | None = self.prepare_item(
+                topic, partition, item, now_ms, results
             )
-            pending = self.append_prepared_lazy(
-                name, chosen, timestamp, key_bytes, value_bytes, headers, results
-            )
-            if pending is not None:
-                return index, run_end, pending
+            if waiting is not None:
+                return index, run_end, waiting
         return index, run_end, None
 
     def append_pairs(
