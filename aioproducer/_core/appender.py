@@ -146,7 +146,7 @@ class ConnectionHealth(Protocol):
     """What the appender asks of the :class:`~aioproducer.net.manager.ConnectionManager`
     while a record waits for its topic's metadata."""
 
-    def fatal_error(self, since: float = ...) -> KafkaError | None:
+    def fatal_error(self, since: float) -> KafkaError | None:
         """The error of refused credentials (or certificate) since ``since``, if any."""
         ...
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from aioproducer.errors import (
     AuthenticationError,
@@ -39,9 +39,14 @@ from aioproducer.protocol.messages import (
 
 if TYPE_CHECKING:
     from aioproducer.config import ProducerConfig
-    from aioproducer.net.connection import BrokerConnection
 
-__all__ = ["SASL_PROTOCOLS", "authenticate", "negotiate_api_versions", "security_protocol_name"]
+__all__ = [
+    "SASL_PROTOCOLS",
+    "HandshakeConnection",
+    "authenticate",
+    "negotiate_api_versions",
+    "security_protocol_name",
+]
 
 log = logging.getLogger("aioproducer.net")
 
@@ -55,6 +60,26 @@ _API_VERSIONS_FIRST_VERSION: Final = 3
 _R = TypeVar("_R", bound=Response)
 
 
+class HandshakeConnection(Protocol):
+    """What the handshake needs of a :class:`~aioproducer.net.connection.BrokerConnection`
+    (which runs it: the connection imports this module, not the other way round)."""
+
+    description: str
+    session_lifetime_ms: int
+
+    def negotiate(self, request_type: type[Request[Any]], highest: int | None = None) -> int:
+        """The version of ``request_type`` to send to this broker."""
+        ...
+
+    def send(self, request: Request[_R], version: int | None = None) -> asyncio.Future[_R | None]:
+        """Send ``request``; the future of its response."""
+        ...
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Close the connection, failing what is in flight with ``exc``."""
+        ...
+
+
 def security_protocol_name(value: object) -> str:
     """The upper-case name of a ``security_protocol`` (or ``sasl_mechanism``) given as a str
     or a str-valued enum."""
@@ -62,7 +87,7 @@ def security_protocol_name(value: object) -> str:
 
 
 async def negotiate_api_versions(
-    connection: BrokerConnection, config: ProducerConfig
+    connection: HandshakeConnection, config: ProducerConfig
 ) -> ApiVersionsResponse:
     """Ask the broker which versions of each API it speaks (ApiVersions).
 
@@ -109,7 +134,7 @@ async def negotiate_api_versions(
         return response
 
 
-async def authenticate(connection: BrokerConnection, config: ProducerConfig) -> None:
+async def authenticate(connection: HandshakeConnection, config: ProducerConfig) -> None:
     """Authenticate with SASL on a handshaken connection; a no-op without SASL.
 
     Sets ``connection.session_lifetime_ms`` to the lifetime the broker granted (0: none).
@@ -212,7 +237,7 @@ async def authenticate(connection: BrokerConnection, config: ProducerConfig) -> 
 
 
 async def _handshake_request(
-    connection: BrokerConnection, config: ProducerConfig, request: Request[_R], version: int
+    connection: HandshakeConnection, config: ProducerConfig, request: Request[_R], version: int
 ) -> _R | None:
     future = connection.send(request, version)
     try:
