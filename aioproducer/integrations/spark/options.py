@@ -19,26 +19,7 @@ from aioproducer.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql.datasource import (
-        DataSourceArrowWriter,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
     from pyspark.sql.types import StructType
-else:
-    try:
-        from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-    except ImportError:  # PySpark < 4.0: only write_dataframe can be used.
-        DataSourceArrowWriter = WriterCommitMessage = object
-    try:
-        from pyspark.sql.datasource import DataSourceStreamArrowWriter
-    except ImportError:  # PySpark 4.0: streaming writers get Rows; write() takes either.
-        try:
-            from pyspark.sql.datasource import (
-                DataSourceStreamWriter as DataSourceStreamArrowWriter,
-            )
-        except ImportError:
-            DataSourceStreamArrowWriter = object
 
 __all__ = [
     "AT_LEAST_ONCE",

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerState
 from aioproducer.errors import (
@@ -37,27 +37,6 @@ from aioproducer.integrations.spark.rows import (
     _RowRefused,
     _send_chunk,
 )
-
-if TYPE_CHECKING:
-    from pyspark.sql.datasource import (
-        DataSourceArrowWriter,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
-else:
-    try:
-        from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-    except ImportError:  # PySpark < 4.0: only write_dataframe can be used.
-        DataSourceArrowWriter = WriterCommitMessage = object
-    try:
-        from pyspark.sql.datasource import DataSourceStreamArrowWriter
-    except ImportError:  # PySpark 4.0: streaming writers get Rows; write() takes either.
-        try:
-            from pyspark.sql.datasource import (
-                DataSourceStreamWriter as DataSourceStreamArrowWriter,
-            )
-        except ImportError:
-            DataSourceStreamArrowWriter = object
 
 __all__ = []
 

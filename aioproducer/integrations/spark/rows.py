@@ -9,7 +9,7 @@ import datetime
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerRecord
 from aioproducer._core.appender import check_headers, record_size
@@ -26,27 +26,6 @@ from aioproducer.errors import (
 from aioproducer.integrations.spark.options import _Layout
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.records import check_partition, check_timestamp
-
-if TYPE_CHECKING:
-    from pyspark.sql.datasource import (
-        DataSourceArrowWriter,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
-else:
-    try:
-        from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-    except ImportError:  # PySpark < 4.0: only write_dataframe can be used.
-        DataSourceArrowWriter = WriterCommitMessage = object
-    try:
-        from pyspark.sql.datasource import DataSourceStreamArrowWriter
-    except ImportError:  # PySpark 4.0: streaming writers get Rows; write() takes either.
-        try:
-            from pyspark.sql.datasource import (
-                DataSourceStreamWriter as DataSourceStreamArrowWriter,
-            )
-        except ImportError:
-            DataSourceStreamArrowWriter = object
 
 __all__ = []
 

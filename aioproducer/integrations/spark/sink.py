@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from aioproducer import Producer
 from aioproducer.compiled import warn_if_interpreted
@@ -69,8 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("aioproducer.integrations.spark")
-
-_T = TypeVar("_T")
 
 
 # ---- one partition, with a producer of its own ----------------------------------------------
