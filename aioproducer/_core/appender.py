@@ -379,7 +379,7 @@ class RecordPreparer:
 
     As the Java client: the interceptors' ``on_send`` first, then the checks of the
     timestamp and the partition, the topic name, the serializers, the headers. The record's
-    size is checked where it is appended (:meth:`RecordAppender.append_prepared`).
+    size is checked where it is appended (:meth:`RecordAppender.take`).
 
     :meth:`prepare` hands the prepared record to :meth:`take` and returns what that returns:
     here the record itself, as a :data:`PreparedRecord`; :class:`RecordAppender` takes it
@@ -673,25 +673,9 @@ class RecordAppender(RecordPreparer):
         if not self.open:
             self._check_sendable()
         taken: RecordFuture | PendingRecord = self.prepare(
-            topic, value, key, partition, timestamp_ms, headers
+            topic, value, key, partition, timestamp_ms, headers, -1, None
         )
         return taken
-
-    def take(
-        self,
-        topic: str,
-        partition: int | None,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: CheckedHeaders | None,
-        results: BatchResults | None,
-    ) -> RecordFuture | PendingRecord | None:
-        """Append a prepared record: :meth:`append_prepared`, or for ``send_many`` (with
-        ``results``) :meth:`append_prepared_lazy`."""
-        if results is None:
-            return self.append_prepared(topic, partition, timestamp, key, value, headers)
-        return self.append_prepared_lazy(topic, partition, timestamp, key, value, headers, results)
 
     async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
         """Append ``pending`` once what it waits for is there (its topic's metadata, then
@@ -844,7 +828,7 @@ class RecordAppender(RecordPreparer):
             self.note_sticky_append(topic, partition, value, future._batch)
         return future
 
-    def append_prepared(
+    def take(
         self,
         topic: str,
         partition: int | None,
@@ -852,9 +836,15 @@ class RecordAppender(RecordPreparer):
         key: bytes | None,
         value: bytes | None,
         headers: CheckedHeaders | None,
-    ) -> RecordFuture | PendingRecord:
+        results: BatchResults | None,
+    ) -> RecordFuture | PendingRecord | None:
         """Append a prepared record without waiting: its future, or a
-        :class:`PendingRecord` when metadata or memory must be waited for."""
+        :class:`PendingRecord` when metadata or memory must be waited for. With
+        ``results`` (``send_many``), :meth:`append_prepared_lazy`."""
+        if results is not None:
+            return self.append_prepared_lazy(
+                topic, partition, timestamp, key, value, headers, results
+            )
         if self._check_each_record:
             self.check_record_size(record_size(key, value, headers))
         chosen = self._target_partition(topic, key, partition)
@@ -882,7 +872,7 @@ class RecordAppender(RecordPreparer):
         headers: CheckedHeaders | None,
         results: BatchResults,
     ) -> PendingRecord | None:
-        """:meth:`append_prepared` for ``send_many``: the record joins ``results``, without
+        """:meth:`take` for ``send_many``: the record joins ``results``, without
         a future of its own when it fits an open batch. None once appended; a
         :class:`PendingRecord` when metadata or memory must be waited for."""
         if self._check_each_record:
@@ -1198,7 +1188,7 @@ class RecordAppender(RecordPreparer):
             if reached == index:
                 # No open batch with room: start one with the next value.
                 value = values[index]
-                appended = self.append_prepared(topic, chosen, timestamp, None, value, None)
+                appended = self.take(topic, chosen, timestamp, None, value, None, None)
                 if isinstance(appended, PendingRecord):
                     # The partition asked for, and whether the partitioner chose (then it is
                     # told of the record once appended).
@@ -1206,6 +1196,7 @@ class RecordAppender(RecordPreparer):
                     appended.sticky = partition is None
                     return index, appended
                 future = appended
+                assert future is not None  # without results, a future or a pending record
                 results.add_future(future)
                 if partition is None:
                     # As send() does for a key-less record: the sticky partitioner counts
