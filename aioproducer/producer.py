@@ -788,6 +788,13 @@ class Producer:
                 attribute is the :class:`BatchResults` of the items before it, which were
                 buffered and are being sent; the items after it were not taken.
         """
+        return await self._send_many(topic, items, partition, int(time.time() * 1000))
+
+    async def _send_many(
+        self, topic: str, items: Iterable[Any], partition: int | None, now_ms: int
+    ) -> BatchResults:
+        # send_many() with the time that stamps the items without a timestamp of their own
+        # (SyncProducer passes the time of the call, in its thread).
         appender = self._appender
         if appender is None:
             self._check_sendable()  # not started: raises
@@ -804,7 +811,6 @@ class Producer:
             span = self._telemetry.start_send_many(topic, len(sequence), partition)
             sequence = span.inject_items(topic, sequence)
         results = BatchResults()
-        now_ms = int(time.time() * 1000)
         index = run_end = 0
         total = len(sequence)
         try:

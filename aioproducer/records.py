@@ -282,3 +282,10 @@ class TransactionState(enum.Enum):
     ABORTING_TRANSACTION = "aborting_transaction"
     ABORTABLE_ERROR = "abortable_error"
     FATAL_ERROR = "fatal_error"
+
+
+# Pickled by the public path they are imported from (``aioproducer.PreparedTransaction``),
+# which stays put when the modules behind it move.
+for _public in (PreparedTransaction, ConsumerGroupMetadata, TransactionState):
+    _public.__module__ = "aioproducer"
+del _public

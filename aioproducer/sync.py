@@ -109,6 +109,11 @@ def _uvloop_available() -> bool:
     return True
 
 
+def _now_ms() -> int:
+    """The time of a call, in ms since the epoch: what stamps its records."""
+    return int(time.time() * 1000)
+
+
 class SyncProducer:
     """A thread-safe, blocking Kafka producer for code that is not async.
 
@@ -278,10 +283,10 @@ class SyncProducer:
             self._outstanding.add(target)
             record.add_done_callback(functools.partial(self._settle, target))
         elif kind == _SEND_MANY:
-            _, topic, records, partition, context, _ = item
+            _, topic, records, partition, now_ms, context, _ = item
             entered = _enter(context)
             try:
-                results = await producer.send_many(topic, records, partition=partition)
+                results = await producer._send_many(topic, records, partition, now_ms)
             finally:
                 _leave(entered)
             self._await_in_loop(_await(results), target)
@@ -550,12 +555,12 @@ class SyncProducer:
         partition = check_partition(partition)
         future: concurrent.futures.Future[RecordMetadataSequence] = _RecordFuture()
         records = items if isinstance(items, list | tuple) else list(items)
-        now_ms = int(time.time() * 1000)
+        now_ms = _now_ms()
         records = [
             self._prepared_item(topic, partition, now_ms, index, item)
             for index, item in enumerate(records)
         ]
-        self._enqueue((_SEND_MANY, topic, records, partition, self._context(), future))
+        self._enqueue((_SEND_MANY, topic, records, partition, now_ms, self._context(), future))
         return future
 
     def _prepared_item(
@@ -563,7 +568,8 @@ class SyncProducer:
     ) -> Any:
         """A ``send_many`` item intercepted, checked and serialized here (see ``__init__``):
         as bytes or a ``(key, value)`` pair where that says it all, so that the producer's
-        bulk paths take it, else as a :class:`~aioproducer.ProducerRecord`."""
+        bulk paths take it, else as a :class:`~aioproducer.ProducerRecord`. The loop thread
+        stamps bytes and pairs with the same ``now_ms``."""
         try:
             prepared: PreparedRecord = self._preparer.prepare_item(topic, partition, item, now_ms)
             self._check_size(prepared)

@@ -531,6 +531,8 @@ class InMemoryProducer(Producer):
         now_ms = int(time.time() * 1000)
         for index, item in enumerate(sequence):
             try:
+                # Refused before its interceptors and serializers run, as by send().
+                self._check_sendable()
                 future = self._append(preparer.prepare_item(topic, partition, item, now_ms))
             except KafkaError as exc:
                 name_send_many_item(exc, index)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from aioproducer import ProducerRecord, RecordMetadata
+from aioproducer import sync as sync_module
 from aioproducer.embedded import EmbeddedBroker
 from aioproducer.errors import (
     ConfigurationError,
@@ -113,6 +114,32 @@ def test_every_field_round_trips(tansu: EmbeddedBroker, new_topic: TopicFactory)
     assert sent.timestamp_ms == 1_700_000_000_123
     assert by_value[b"v1"].key == b"k1"
     assert (by_value[b"v2"].partition, by_value[b"v2"].timestamp_ms) == (0, 7)
+
+
+def test_send_many_stamps_every_item_at_the_call_and_keeps_a_given_timestamp(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The call's time is 1.7e12 ms; the loop thread's clock is later. An
+    # item that gives exactly the call's time keeps it, and items without a timestamp
+    # (plain, paired, a record with headers) all get the call's time, not the loop's.
+    topic = new_topic(tansu, partitions=1)
+    call_ms = 1_700_000_000_000
+    with SyncProducer({"bootstrap.servers": tansu.bootstrap_servers}) as producer:
+        monkeypatch.setattr(sync_module, "_now_ms", lambda: call_ms)
+        future = producer.send_many_nowait(
+            topic,
+            [
+                ProducerRecord(topic, b"given", timestamp_ms=call_ms),
+                b"plain",
+                (b"k", b"paired"),
+                ProducerRecord(topic, b"headed", headers=[("h", b"1")]),
+            ],
+        )
+        future.result(30)
+    records = read_back(tansu.bootstrap_servers, topic, expected=4)
+    assert {r.value: r.timestamp_ms for r in records} == dict.fromkeys(
+        [b"given", b"plain", b"paired", b"headed"], call_ms
+    )
 
 
 def test_errors_are_the_async_producers_raised_in_the_caller(
