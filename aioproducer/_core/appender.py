@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
+from time import time as _wall_clock  # a global, not a module attribute, per record
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast, final
 
 from aioproducer._core.accumulator import (
     MAX_COMPRESSED_BATCH_FACTOR,
@@ -400,11 +401,14 @@ class RecordPreparer:
         value_serializer: Any,
         intercept: Callable[[ProducerRecord], ProducerRecord] | None,
     ) -> None:
-        self.key_serializer = key_serializer
-        self.value_serializer = value_serializer
-        self.intercept = intercept
-        self._valid_topics: set[str] = set()
+        # Final: read straight from the object, not through the getters a subclassed
+        # compiled class otherwise reads its attributes with.
+        self.key_serializer: Final = key_serializer
+        self.value_serializer: Final = value_serializer
+        self.intercept: Final = intercept
+        self._valid_topics: Final[set[str]] = set()
 
+    @final
     def validate_topic(self, topic: Any) -> str:
         """``topic`` if it is a legal topic name (each name is checked once)."""
         if type(topic) is str and topic in self._valid_topics:
@@ -413,6 +417,7 @@ class RecordPreparer:
         self._valid_topics.add(checked)
         return checked
 
+    @final
     def prepare(
         self,
         topic: Any,
@@ -443,7 +448,7 @@ class RecordPreparer:
             partition, timestamp_ms, headers = record.partition, record.timestamp_ms, record.headers
         # The arguments are checked before anything runs on them (serializers included).
         if timestamp_ms is None:
-            timestamp = int(time.time() * 1000) if now_ms < 0 else now_ms
+            timestamp = int(_wall_clock() * 1000) if now_ms < 0 else now_ms
         elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             timestamp = timestamp_ms
         else:
@@ -458,6 +463,7 @@ class RecordPreparer:
             name, partition, timestamp, key_bytes, value_bytes, checked_headers, results
         )
 
+    @final
     def prepare_item(
         self,
         topic: str,
