@@ -173,8 +173,11 @@ class _CoordinatorClient:
         if slots is None:
             limit = max(1, self._config.max_in_flight_requests_per_connection)
             slots = self._slots[id(connection)] = asyncio.Semaphore(limit)
+        # The time left first: the acquire coroutine, made and then dropped when it raises,
+        # would never be awaited.
+        remaining = self._remaining(what)
         try:
-            await asyncio.wait_for(slots.acquire(), self._remaining(what))
+            await asyncio.wait_for(slots.acquire(), remaining)
         except asyncio.TimeoutError:
             raise RequestTimedOutError(
                 f"{what} did not complete within the time given (timeout, or max_block_ms)"
