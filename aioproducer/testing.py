@@ -542,7 +542,7 @@ class InMemoryProducer(Producer):
         return results
 
     def _append(self, prepared: PreparedRecord) -> RecordFuture:
-        self._check_sendable()
+        # The callers checked the state before preparing the record, as send() does.
         name, partition, timestamp, key_bytes, value_bytes, checked_headers = prepared
         check_record_size(
             record_size(key_bytes, value_bytes, checked_headers),

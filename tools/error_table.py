@@ -49,11 +49,6 @@ class KafkaErrorRow(NamedTuple):
     hand_written: bool = False
 
     @property
-    def is_retriable(self) -> bool:
-        """Retriable by its own flag or by its family's."""
-        return self.retriable or self.family == METADATA
-
-    @property
     def docstring_note(self) -> str:
         """What the docstring says after the code."""
         if self.note is not None:

@@ -568,7 +568,6 @@ class RecordAppender(RecordPreparer):
         super().__init__(
             key_serializer=key_serializer, value_serializer=value_serializer, intercept=intercept
         )
-        self._serializers = key_serializer is not None or value_serializer is not None
         self._check_sendable = check_sendable
         self._check_running = check_running
         self._max_request_size = max_request_size
@@ -676,8 +675,7 @@ class RecordAppender(RecordPreparer):
         Raises:
             KafkaError: whatever makes the record unsendable (see ``Producer.send``).
         """
-        if not self.open:
-            self._check_sendable()
+        self.check_sendable()
         taken: RecordFuture | PendingRecord = self.prepare(
             topic, value, key, partition, timestamp_ms, headers, -1, None
         )
@@ -972,7 +970,7 @@ class RecordAppender(RecordPreparer):
         plain_values_ok = (
             self.intercept is None and self.value_serializer is None and not self._check_each_record
         )
-        plain_pairs_ok = plain_values_ok and not self._serializers
+        plain_pairs_ok = plain_values_ok and self.key_serializer is None
         total = len(items)
         index = start
         # Where the keyed bulk path last stopped: that item goes the general way.
