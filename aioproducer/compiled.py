@@ -27,6 +27,7 @@ __all__ = [
 
 HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer._core.accumulator",
+    "aioproducer._core.answers",
     "aioproducer._core.appender",
     "aioproducer._core.buffer_pool",
     "aioproducer._core.futures",
@@ -43,9 +44,9 @@ HOT_PATH_MODULES: tuple[str, ...] = (
 )
 """The modules ``setup.py`` compiles: every step a record passes through on its way into a
 batch (the appender, the accumulator, the record futures, the buffer pool, the partitioners
-and the record batch encoder), and the per-request work after it (the sender task, the
-metrics it updates, the broker connections with their sessions, writers and manager, the
-request framing and the Produce codec).
+and the record batch encoder), and the per-request work after it (the sender task and the
+queue its answers arrive on, the metrics it updates, the broker connections with their
+sessions, writers and manager, the request framing and the Produce codec).
 The classes users build or configure (``Producer``, ``SyncProducer``, ...) stay
 interpreted on purpose: mypyc keeps no docstrings, which ``help()``,
 ``inspect.signature`` and ``unittest.mock.create_autospec`` need.

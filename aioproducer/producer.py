@@ -18,6 +18,7 @@ from threading import get_ident
 from typing import Any
 
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.answers import AnswerQueue
 from aioproducer._core.appender import PendingRecord, RecordAppender
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.delivery import (
@@ -195,6 +196,9 @@ class Producer:
         )
         self._closed_event = asyncio.Event()
         metadata = self._metadata
+        # The answers to the sender's requests: queued by the connections, handled by the
+        # sender's next step.
+        answers = AnswerQueue(wake=self._wake_sender)
         self._connections = ConnectionManager(
             cfg,
             on_state_change=self._wake_sender,
@@ -203,6 +207,7 @@ class Producer:
             # Refused credentials: sends waiting for metadata look at fatal_error() now.
             on_auth_failure=lambda node_id, exc: metadata.wake_waiters(updated=False),
             metrics=self._metrics,
+            answers=answers,
         )
         self._sender = Sender(
             config=cfg,
@@ -211,6 +216,7 @@ class Producer:
             connections=self._connections,
             idempotence=self._idempotence,
             metrics=self._metrics,
+            answers=answers,
             partitioner=self._partitioner,
             on_acknowledgement=self._on_batch_done if self._interceptors else None,
             on_abandoned=self._on_sender_abandoned,
@@ -306,8 +312,8 @@ class Producer:
         self._report_dropped(dropped, "it was garbage-collected without being closed")
 
     def _wake_sender(self) -> None:
-        # A connection changed state (connected, failed, freed a request slot). The
-        # connections are built before the sender, which takes them.
+        # A connection changed state (connected, failed, freed a request slot), or queued
+        # answers. The connections are built before the sender, which takes them.
         if self._sender is not None:
             self._sender.wakeup()
 

@@ -651,7 +651,7 @@ class InMemoryProducer(Producer):
         # With acks=0 no broker says where the record went: the producer reports offset -1.
         reported = -1 if self._config.acks == 0 else offset
         pending.batch.complete(reported, -1)
-        self._metrics.records_sent(stored.topic, 1)
+        self._metrics.records_sent(stored.topic, 1, time.monotonic())
         self._acknowledge(
             RecordMetadata(
                 stored.topic,

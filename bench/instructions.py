@@ -14,7 +14,11 @@ needed), and two runs of different lengths are subtracted, which leaves out star
 warm-up::
 
     python -m bench.instructions [--sizes 100,1024] [--records 10000,40000]
-        [--buffer-memory 1048576] [--code DIR]
+        [--buffer-memory 1048576] [--code DIR] [--one-per-request]
+
+``--one-per-request`` awaits each record before sending the next, with ``linger_ms=0``: every
+record is a Produce request of its own, so the count is the cost of one request and its
+answer (the sender's step, the connection, the codec) plus one record's.
 
 ``--code DIR`` measures the ``aioproducer`` package found in ``DIR`` instead of this
 checkout's (a ``git worktree`` of another commit, built with
@@ -45,22 +49,38 @@ ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "instructions"
 
 
-async def _child(bootstrap: str, count: int, size: int, buffer_memory: int) -> None:
+async def _child(
+    bootstrap: str, count: int, size: int, buffer_memory: int, one_per_request: bool
+) -> None:
     from aioproducer import Producer
 
     value = os.urandom(size)
     async with Producer(
-        bootstrap_servers=bootstrap, linger_ms=5, acks=1, buffer_memory=buffer_memory
+        bootstrap_servers=bootstrap,
+        linger_ms=0 if one_per_request else 5,
+        acks=1,
+        buffer_memory=buffer_memory,
     ) as producer:
         for future in [await producer.send(TOPIC, value) for _ in range(100)]:
             await future
         send = producer.send
+        if one_per_request:
+            for _ in range(count):
+                await (await send(TOPIC, value))
+            return
         futures = [await send(TOPIC, value) for _ in range(count)]
         for future in futures:
             await future
 
 
-def _counted(code: Path | None, bootstrap: str, count: int, size: int, buffer_memory: int) -> int:
+def _counted(
+    code: Path | None,
+    bootstrap: str,
+    count: int,
+    size: int,
+    buffer_memory: int,
+    one_per_request: bool,
+) -> int:
     """Instructions executed inside the event loop by one child sending ``count`` records."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
@@ -72,6 +92,8 @@ def _counted(code: Path | None, bootstrap: str, count: int, size: int, buffer_me
         ]
         if code is not None:
             command += ["--code", str(code)]
+        if one_per_request:
+            command.append("--one-per-request")
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the child failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -88,6 +110,11 @@ def main() -> int:
     parser.add_argument("--records", default="10000,40000", help="the two run lengths")
     parser.add_argument("--buffer-memory", type=int, default=1 << 20)
     parser.add_argument("--code", type=Path, help="measure the aioproducer package in DIR")
+    parser.add_argument(
+        "--one-per-request",
+        action="store_true",
+        help="await each record before the next (linger_ms=0): one request per record",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BOOTSTRAP", "COUNT"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.code is not None:
@@ -96,7 +123,15 @@ def main() -> int:
         import uvloop
 
         bootstrap, count = options.child
-        uvloop.run(_child(bootstrap, int(count), int(options.sizes), options.buffer_memory))
+        uvloop.run(
+            _child(
+                bootstrap,
+                int(count),
+                int(options.sizes),
+                options.buffer_memory,
+                options.one_per_request,
+            )
+        )
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: nothing to count with", file=sys.stderr)
@@ -114,16 +149,24 @@ def main() -> int:
         cluster.create_topic(TOPIC, 3, 1)
         for size in (int(s) for s in options.sizes.split(",")):
             counts = [
-                _counted(code, cluster.bootstrap_servers, n, size, options.buffer_memory)
+                _counted(
+                    code,
+                    cluster.bootstrap_servers,
+                    n,
+                    size,
+                    options.buffer_memory,
+                    options.one_per_request,
+                )
                 for n in (short, long)
             ]
             per_record = (counts[1] - counts[0]) / (long - short)
             rows.append({
                 "size": size, "records": [short, long], "instructions": counts,
                 "per_record": per_record, "buffer_memory": options.buffer_memory,
-                "code": where,
+                "one_per_request": options.one_per_request, "code": where,
             })
-            print(f"{size:>6} B: {per_record:,.0f} instructions per record ({where})", flush=True)
+            unit = "request (one record each)" if options.one_per_request else "record"
+            print(f"{size:>6} B: {per_record:,.0f} instructions per {unit} ({where})", flush=True)
     save("instructions", rows)
     return 0
 

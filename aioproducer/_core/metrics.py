@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
+
+if TYPE_CHECKING:
+    from aioproducer._core.accumulator import ProducerBatch
 
 __all__ = ["CONNECTION_METRICS", "NodeMetrics", "ProducerMetrics", "TopicMetrics"]
 
@@ -183,9 +187,8 @@ class NodeMetrics:
         self._incoming = _Windowed(window, now)
         self._latency = _Windowed(window, now)
 
-    def request_sent(self, size: int) -> None:
-        """A request of ``size`` bytes (its frame) was written to the broker."""
-        now = self._clock()
+    def request_sent(self, size: int, now: float) -> None:
+        """A request of ``size`` bytes (its frame) was written to the broker at ``now``."""
         self.request_total += 1
         self.outgoing_byte_total += size
         self._requests.record(1, now)
@@ -271,9 +274,8 @@ class ProducerMetrics:
             metrics = self._nodes[node_id] = NodeMetrics(self._window, self._clock)
         return metrics
 
-    def records_sent(self, topic: str, count: int) -> None:
-        """``count`` records of ``topic`` were acknowledged."""
-        now = self._clock()
+    def records_sent(self, topic: str, count: int, now: float) -> None:
+        """``count`` records of ``topic`` were acknowledged at ``now``."""
         self.record_send_total += count
         self._record_send.record_many(count, 1, count, now)
         self._topic(topic, now).sent(count, now)
@@ -292,23 +294,35 @@ class ProducerMetrics:
         self._record_retries.record_many(count, 1, count, now)
         self._topic(topic, now).retried(count, now)
 
-    def batch_drained(
-        self, size: int, uncompressed: int, records: int, queue_time: float, now: float
-    ) -> None:
-        """A batch left the accumulator for a request."""
-        self._batch_size.record(size, now)
-        self._compression_rate.record(size / uncompressed if uncompressed else 1.0, now)
-        self._queue_time.record(queue_time * 1000.0, now)
-        # The records' own bytes: the batch's header is not a record's.
-        record_bytes = max(0, uncompressed - RECORD_BATCH_OVERHEAD)
-        self._record_size.record_many(
-            record_bytes, records, record_bytes / max(records, 1), now
-        )
-
-    def batch_sent(self, topic: str, size: int, uncompressed: int, now: float) -> None:
-        """A batch of ``topic`` of ``size`` bytes (``uncompressed`` before compression) went
-        into a Produce request: its first attempt or a retry, as Java counts a topic's bytes."""
-        self._topic(topic, now).batch_sent(size, uncompressed, now)
+    def produce_sent(self, batches: list[ProducerBatch], now: float) -> None:
+        """A Produce request with ``batches`` (closed) went out: the request's counts and
+        each topic's bytes (every attempt, as Java counts a topic's bytes); a batch's first
+        attempt also adds its size, compression rate, records and time in the queue."""
+        records = 0
+        size = 0
+        for batch in batches:
+            builder = batch.builder
+            view = builder.closed_view
+            sent = len(view) if view is not None else 0
+            uncompressed = builder.uncompressed_size
+            count = batch.record_count
+            records += count
+            size += sent
+            self._topic(batch.topic, now).batch_sent(sent, uncompressed, now)
+            if batch.attempts == 0:
+                self._batch_size.record(sent, now)
+                self._compression_rate.record(sent / uncompressed if uncompressed else 1.0, now)
+                self._queue_time.record((now - batch.created) * 1000.0, now)
+                # The records' own bytes: the batch's header is not a record's.
+                record_bytes = max(0, uncompressed - RECORD_BATCH_OVERHEAD)
+                self._record_size.record_many(
+                    record_bytes, count, record_bytes / max(count, 1), now
+                )
+        self.request_total += 1
+        self.byte_total += size
+        self._records_per_request.record(records, now)
+        self._requests.record(1, now)
+        self._bytes.record(size, now)
 
     def batch_offloaded(self) -> None:
         """A batch was handed to a worker thread to be compressed."""
@@ -323,24 +337,17 @@ class ProducerMetrics:
         self.batch_split_total += 1
         self._batch_splits.record(1, self._clock())
 
-    def request_sent(self, records: int, size: int, now: float) -> None:
-        """A produce request went out."""
-        self.request_total += 1
-        self.byte_total += size
-        self._records_per_request.record(records, now)
-        self._requests.record(1, now)
-        self._bytes.record(size, now)
-
-    def request_completed(self, node_id: int, latency: float, now: float) -> None:
-        """A produce response from ``node_id`` arrived ``latency`` seconds after its
-        request."""
+    def produce_answered(
+        self, node_id: int, latency: float, throttle_time_ms: int, now: float
+    ) -> None:
+        """The answer to a Produce request to ``node_id`` arrived ``latency`` seconds after
+        the request, asking the client to wait ``throttle_time_ms`` (a quota; 0: none). A
+        request that failed (no answer) counts with 0."""
         latency_ms = latency * 1000.0
         self._request_latency.record(latency_ms, now)
         self.node(node_id).request_completed(latency_ms, now)
-
-    def request_throttled(self, throttle_time_ms: int, now: float) -> None:
-        """A produce response asked the client to wait ``throttle_time_ms`` (a quota)."""
-        self._throttle_time.record(throttle_time_ms, now)
+        if throttle_time_ms > 0:
+            self._throttle_time.record(throttle_time_ms, now)
 
     def topic_snapshots(self) -> dict[str, dict[str, float]]:
         """Each topic's metrics by their Java names, by topic."""

@@ -7,10 +7,13 @@ declares are checked at run time.
 One step is ``run_once(now)``, plain synchronous code that decides what to send and returns
 how long to sleep; the task around it only awaits a wake-up (new data, a response, a
 connection change) or that timeout. A step starts by handling the answers that arrived since
-the last one, with the step's ``now`` (as Java's ``poll`` returns them): acknowledge, retry with
-exponential backoff and jitter, split a batch the broker found too large, or fail. An answer
-arriving only wakes the task; nothing is handled in a future callback, so the clock is read
-once per step and a test drives the sender by answering futures and calling ``run_once``.
+the last one, with the step's ``now`` (as Java's ``poll`` completes its requests' handlers):
+acknowledge, retry with exponential backoff and jitter, split a batch the broker found too
+large, or fail. Every request goes out with its handler; the connection that reads the answer
+(or fails the request when it closes) queues the two on the sender's
+:class:`~aioproducer._core.answers.AnswerQueue` and wakes the task. Nothing is handled
+outside a step, so the clock is read once per step and a test drives the sender by queueing
+answers and calling ``run_once``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.answers import AnswerHandler, AnswerQueue
 from aioproducer._core.backoff import ExponentialBackoff
 from aioproducer._core.futures import error_copy, with_maybe_written
 from aioproducer._core.idempotence import (
@@ -51,7 +55,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aioproducer.protocol.api import Request, Response
+from aioproducer.protocol.api import Request
 from aioproducer.protocol.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
     INVALID_PRODUCER_EPOCH,
@@ -77,10 +81,6 @@ from aioproducer.protocol.record_reader import decode_record_batches
 
 __all__ = ["Sender", "metadata_from_response"]
 
-_R = TypeVar("_R", bound=Response)
-# What to do with an answer, given its future and the step's time.
-_Handler = Callable[["asyncio.Future[Any]", float], None]
-
 
 class _Connection(Protocol):
     """What the sender uses of a :class:`~aioproducer.net.connection.BrokerConnection`.
@@ -96,9 +96,9 @@ class _Connection(Protocol):
 
     def throttle_delay(self, now: float) -> float: ...
 
-    def send(
-        self, request: Request[_R], version: int | None = None
-    ) -> asyncio.Future[_R | None]: ...
+    def send_for(
+        self, request: Request[Any], handler: AnswerHandler, version: int | None = None
+    ) -> None: ...
 
 
 class _Connections(Protocol):
@@ -243,10 +243,8 @@ _COORDINATOR_NOT_READY: Final = frozenset(
 )
 
 
-def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
-    """Mark a dropped answer's outcome as seen (no "never retrieved" log for its error)."""
-    if not future.cancelled():
-        future.exception()
+def _no_answer(response: Any, error: BaseException | None, now: float) -> None:
+    """The handler of a request that gets no answer (Produce with ``acks=0``)."""
 
 
 class Sender:
@@ -286,6 +284,7 @@ class Sender:
         connections: _Connections,
         idempotence: IdempotenceManager | None,
         metrics: ProducerMetrics,
+        answers: AnswerQueue,
         partitioner: Partitioner | None = None,
         on_acknowledgement: Callable[[ProducerBatch, BaseException | None], None] | None = None,
         on_abandoned: Callable[[int], None] | None = None,
@@ -323,8 +322,10 @@ class Sender:
         )
         self._in_flight: dict[int, list[list[ProducerBatch]]] = {}
         self._in_flight_batches = 0
-        # Requests sent and not yet handled, in the order sent: (future, handler).
-        self._awaiting: list[tuple[asyncio.Future[Any], _Handler]] = []
+        # The answers the connections queued for the next step, and how many requests sent
+        # (with a response expected) have not had theirs handled yet.
+        self._answers = answers
+        self._unanswered = 0
         self._running = True
         self._force_close = False
         self._force_close_error: BaseException | None = None
@@ -475,12 +476,9 @@ class Sender:
             self._abort_all(error)
             raise
         finally:
-            # Nothing handles answers any more: let go of their futures and batches. A
-            # request still out may yet fail (its connection closes later): nobody awaits it,
-            # so its error must not be logged as "exception was never retrieved".
-            for future, _ in self._awaiting:
-                future.add_done_callback(_retrieve_outcome)
-            self._awaiting = []
+            # Nothing handles answers any more: let go of those queued and of any a
+            # connection queues later (a request still out fails when it closes).
+            self._answers.close()
             # A loop closing under a destroyed task refuses new callbacks: nobody waits then.
             with contextlib.suppress(RuntimeError):
                 self._check_ready(ProducerClosedError("the producer closed before it was ready"))
@@ -550,7 +548,7 @@ class Sender:
     def run_once(self, now: float) -> float:
         """Handle the answers that arrived, send what is ready; return seconds until the
         next step is needed."""
-        if self._awaiting:
+        if len(self._answers):
             self.handle_responses(now)
         delay = self._maybe_update_metadata(now)
         idempotence = self._idempotence
@@ -578,7 +576,8 @@ class Sender:
             # spin the event loop while every broker reconnects.
             delay = min(delay, self._maybe_update_metadata(now))
         delay = min(delay, result.next_ready_check_delay)
-        sendable: list[int] = []
+        # One lookup per broker per step: the connections found ready here take the requests.
+        sendable: dict[int, _Connection] = {}
         availability = self._availability
         for node in result.ready_nodes:
             connection = self._connections.ready(node)
@@ -597,7 +596,7 @@ class Sender:
                 availability.update(node, now, False)
                 continue
             if connection.can_send():
-                sendable.append(node)
+                sendable[node] = connection
             else:
                 # KIP-219: a throttled broker gets nothing until its throttle ends (at most
                 # in flight: the connection calls back when an answer frees a slot).
@@ -620,20 +619,13 @@ class Sender:
             )
             sent_any = bool(drained)
             for node, batches in drained.items():
-                connection = self._connections.ready(node)
-                if connection is not None:
-                    try:
-                        self._send_produce(node, connection, batches, now)
-                    except Exception as exc:
-                        # Before the request went out (_send_produce handles the rest).
-                        self._fail_request(
-                            node, batches, exc, "send a Produce request", now, sent=False
-                        )
-                else:  # pragma: no cover - ready() was checked just above
-                    for batch in batches:
-                        self._retry_or_fail(
-                            batch, KafkaConnectionError("connection lost"), now, sent=False
-                        )
+                try:
+                    self._send_produce(node, sendable[node], batches, now)
+                except Exception as exc:
+                    # Before the request went out (_send_produce handles the rest).
+                    self._fail_request(
+                        node, batches, exc, "send a Produce request", now, sent=False
+                    )
         for batch in accumulator.expired_batches(now):
             self._fail_batch(
                 batch,
@@ -650,7 +642,7 @@ class Sender:
         delay = min(delay, accumulator.next_expiry() - now)
         if self._in_flight_batches:
             delay = min(delay, self._expire_in_flight(now) - now)
-        if self._awaiting:
+        if self._unanswered:
             # Every request out, not only Produce (Java's NetworkClient checks them all at
             # each poll): a coordinator or metadata answer that never comes must fail its
             # request at request_timeout_ms, or a commit would wait for it for good.
@@ -660,40 +652,34 @@ class Sender:
             self._connections.close_idle(now)
             self._next_idle_check = now + self._idle_check_interval
         delay = min(delay, self._next_idle_check - now)
-        if sent_any:
+        if sent_any or len(self._answers):
             # More may be ready behind what just went out (a backlog, up to the in-flight
             # limit): look again at once rather than after a timeout, as Java's pollTimeout 0.
+            # Likewise for answers queued during the step (a write that failed closes its
+            # connection, which fails the requests in flight on it).
             return 0.0
         return max(0.0, delay) if delay != float("inf") else _MAX_POLL
 
     # ---- answers -------------------------------------------------------------------------------
 
-    def _await_answer(self, future: asyncio.Future[Any], handler: _Handler) -> None:
-        """Handle ``future``'s outcome in the first step after it is done."""
-        self._awaiting.append((future, handler))
-        future.add_done_callback(self._answer_arrived)
-
-    def _answer_arrived(self, future: asyncio.Future[Any]) -> None:
-        self.wakeup()
+    def _sent(
+        self, connection: _Connection, request: Request[Any], handler: AnswerHandler
+    ) -> None:
+        """Send ``request`` (expecting a response) on ``connection``; ``handler`` gets its
+        answer in the first step after it arrives."""
+        connection.send_for(request, handler)
+        self._unanswered += 1
 
     def handle_responses(self, now: float) -> None:
-        """Handle every answered request, in the order the requests were sent (a
-        connection answers in that order), as of ``now``. :meth:`run_once` starts with
-        this; each handler's own faults are caught, so one cannot stop the others."""
-        awaiting = self._awaiting
-        answered: list[tuple[asyncio.Future[Any], _Handler]] = []
-        waiting: list[tuple[asyncio.Future[Any], _Handler]] = []
-        for entry in awaiting:
-            if entry[0].done():
-                answered.append(entry)
-            else:
-                waiting.append(entry)
-        if not answered:
-            return
-        self._awaiting = waiting
-        for future, handler in answered:
+        """Handle every answer the connections queued, in the order they arrived (each
+        connection's in the order its requests were sent), as of ``now``. :meth:`run_once`
+        starts with this; each handler's own faults are caught, so one cannot stop the
+        others."""
+        answers = self._answers.take()
+        self._unanswered -= len(answers)
+        for handler, response, error in answers:
             try:
-                handler(future, now)
+                handler(response, error, now)
             except Exception:
                 log.exception("handling an answer failed")
 
@@ -830,22 +816,21 @@ class Sender:
         request = MetadataRequest(topics=metadata.topics, allow_auto_topic_creation=True)
         metadata.update_started(now)
         try:
-            future = connection.send(request)
+            self._sent(connection, request, self._on_metadata_response)
         except KafkaError as exc:
             self._last_metadata_error = exc
             metadata.update_failed(now, exc)
             return self._backoff_base
-        self._await_answer(future, self._on_metadata_response)
         return _MAX_POLL
 
-    def _on_metadata_response(self, future: asyncio.Future[Any], now: float) -> None:
-        if future.cancelled() or future.exception() is not None:
-            cause = None if future.cancelled() else future.exception()
-            failure = cause or KafkaConnectionError("metadata cancelled")
+    def _on_metadata_response(
+        self, response: MetadataResponse | None, error: BaseException | None, now: float
+    ) -> None:
+        if response is None:
+            failure = error or KafkaConnectionError("metadata request without an answer")
             self._last_metadata_error = failure
             self._metadata.update_failed(now, failure)
             return
-        response: MetadataResponse = future.result()
         brokers, topics = metadata_from_response(response)
         if not brokers:
             self._last_metadata_error = KafkaConnectionError("metadata without brokers")
@@ -886,7 +871,7 @@ class Sender:
             producer_epoch=-1,
         )
         try:
-            future = connection.send(request)
+            self._sent(connection, request, self._on_init_producer_id)
         except KafkaError as exc:
             if not exc.retriable:
                 # The broker knows no InitProducerId (or no version of it we speak).
@@ -902,20 +887,16 @@ class Sender:
             self._init_backoff_until = now + self._backoff_base
             return self._backoff_base
         idempotence.init_in_flight = True
-        self._await_answer(future, self._on_init_producer_id)
         return _MAX_POLL
 
-    def _on_init_producer_id(self, future: asyncio.Future[Any], now: float) -> None:
+    def _on_init_producer_id(
+        self, response: InitProducerIdResponse | None, error: BaseException | None, now: float
+    ) -> None:
         idempotence = self._idempotence
         assert idempotence is not None
         idempotence.init_in_flight = False
-        exc: BaseException | None
-        if future.cancelled():
-            exc = KafkaConnectionError("InitProducerId was cancelled")
-        else:
-            exc = future.exception()
-        if exc is None:
-            response: InitProducerIdResponse = future.result()
+        exc = error
+        if response is not None:
             if response.error_code == 0:
                 idempotence.set_producer_id(response.producer_id, response.producer_epoch)
                 log.info("producer id %d, epoch %d", response.producer_id, response.producer_epoch)
@@ -1010,38 +991,21 @@ class Sender:
             connection = ready
             request = transactions.build_request(item)
             finding = False
+        if finding:
+            handler: AnswerHandler = lambda response, error, at: (  # noqa: E731
+                transactions.handle_find_coordinator(item, response, error, at)
+            )
+        else:
+            handler = lambda response, error, at: (  # noqa: E731
+                transactions.handle_response(item, response, error, at)
+            )
         try:
-            future = connection.send(request)
+            self._sent(connection, request, handler)
         except KafkaError as exc:
             transactions.request_not_sent(item, exc, now)
             return self._backoff_base
         transactions.request_sent(item, finding_coordinator=finding)
-        self._await_answer(
-            future,
-            lambda done, at: self._on_transactional_response(transactions, item, finding, done, at),
-        )
         return _MAX_POLL
-
-    def _on_transactional_response(
-        self,
-        transactions: TransactionManager,
-        item: TransactionalRequest,
-        finding: bool,
-        future: asyncio.Future[Any],
-        now: float,
-    ) -> None:
-        response: Any = None
-        exc: BaseException | None
-        if future.cancelled():
-            exc = KafkaConnectionError(f"{item.describe()} was cancelled")
-        else:
-            exc = future.exception()
-            if exc is None:
-                response = future.result()
-        if finding:
-            transactions.handle_find_coordinator(item, response, exc, now)
-        else:
-            transactions.handle_response(item, response, exc, now)
 
     # ---- compression off the loop -----------------------------------------------------------
 
@@ -1178,9 +1142,6 @@ class Sender:
         self, node: int, connection: _Connection, batches: list[ProducerBatch], now: float
     ) -> None:
         by_topic: dict[str, list[ProducePartitionData]] = {}
-        records = 0
-        size = 0
-        metrics = self._metrics
         acks_zero = self._acks == 0
         accumulator = self._accumulator
         compressed = accumulator.compressed
@@ -1194,20 +1155,9 @@ class Sender:
             if partitions is None:
                 partitions = by_topic[batch.topic] = []
             partitions.append(ProducePartitionData(batch.partition, data))
-            records += batch.record_count
-            size += len(view)
-            metrics.batch_sent(batch.topic, len(view), batch.builder.uncompressed_size, now)
-            if batch.attempts == 0:
-                metrics.batch_drained(
-                    len(view),
-                    batch.builder.uncompressed_size,
-                    batch.record_count,
-                    now - batch.created,
-                    now,
-                )
-                if compressed:
-                    # The estimate that sizes the topic's next batches (as Java's).
-                    accumulator.observe_compression(batch.topic, batch.builder.compression_ratio)
+            if compressed and batch.attempts == 0:
+                # The estimate that sizes the topic's next batches (as Java's).
+                accumulator.observe_compression(batch.topic, batch.builder.compression_ratio)
             if self._guarantee_order:
                 self._accumulator.mute(batch.tp)
         idempotence = self._idempotence
@@ -1219,9 +1169,18 @@ class Sender:
             # Transactions v1 stops at Produce v11 (v12 means KIP-890 implicit adding).
             version_cap=idempotence.produce_version_cap if idempotence else None,
         )
-        metrics.request_sent(records, size, now)
+        self._metrics.produce_sent(batches, now)
         try:
-            future = connection.send(request)
+            if acks_zero:
+                connection.send_for(request, _no_answer)
+            else:
+                self._sent(
+                    connection,
+                    request,
+                    lambda response, error, at: self._on_produce_response(
+                        node, batches, now, response, error, at
+                    ),
+                )
         except KafkaError as exc:
             # Refused at once (the transport closed under us): nothing went out, nothing is
             # in flight, so the partitions muted above must be drainable again for the
@@ -1236,7 +1195,7 @@ class Sender:
             self._fail_request(node, batches, exc, "send a Produce request", now, sent=True)
             return
         try:
-            self._request_out(node, batches, future, now, acks_zero)
+            self._request_out(node, batches, now, acks_zero)
         except Exception as exc:
             # The request is on the wire: the broker may write it.
             self._fail_request(node, batches, exc, "send a Produce request", now, sent=True)
@@ -1245,11 +1204,11 @@ class Sender:
         self,
         node: int,
         batches: list[ProducerBatch],
-        future: asyncio.Future[Any],
         now: float,
         acks_zero: bool,
     ) -> None:
-        """``batches`` went out in one Produce request: in flight until ``future`` ends."""
+        """``batches`` went out in one Produce request: in flight until its answer is
+        handled (acknowledged at once with ``acks=0``)."""
         idempotence = self._idempotence
         if acks_zero:
             for batch in batches:
@@ -1262,20 +1221,18 @@ class Sender:
                 idempotence.attempt_sent(batch, node)
         self._in_flight.setdefault(node, []).append(batches)
         self._in_flight_batches += len(batches)
-        self._await_answer(
-            future, lambda fut, at: self._on_produce_response(node, batches, now, fut, at)
-        )
 
     def _on_produce_response(
         self,
         node: int,
         batches: list[ProducerBatch],
         sent_at: float,
-        future: asyncio.Future[Any],
+        response: ProduceResponse | None,
+        error: BaseException | None,
         now: float,
     ) -> None:
         try:
-            self._handle_produce_response(node, batches, sent_at, future, now)
+            self._handle_produce_response(node, batches, sent_at, response, error, now)
         except Exception as exc:
             self._fail_request(node, batches, exc, "handle a Produce response", now, sent=True)
 
@@ -1284,7 +1241,8 @@ class Sender:
         node: int,
         batches: list[ProducerBatch],
         sent_at: float,
-        future: asyncio.Future[Any],
+        response: ProduceResponse | None,
+        error: BaseException | None,
         now: float,
     ) -> None:
         if not self._take_in_flight(node, batches):
@@ -1292,13 +1250,13 @@ class Sender:
         if self._guarantee_order:
             for batch in batches:
                 self._accumulator.unmute(batch.tp)
-        self._metrics.request_completed(node, now - sent_at, now)
-        exc: BaseException | None
-        if future.cancelled():
-            exc = KafkaConnectionError(f"the request to broker {node} was cancelled")
-        else:
-            exc = future.exception()
-        if exc is not None:
+        # KIP-219: a throttled broker's connection holds every request to it until the
+        # throttle ends (see BrokerConnection.throttle_delay); here it is only counted.
+        self._metrics.produce_answered(
+            node, now - sent_at, response.throttle_time_ms if response is not None else 0, now
+        )
+        if response is None:
+            exc = error or KafkaConnectionError(f"the request to broker {node} had no answer")
             if not isinstance(exc, KafkaError):
                 # A bug below us, not a broker answer: fail these records with it, loudly.
                 log.error("the request to broker %s failed unexpectedly: %r", node, exc)
@@ -1313,11 +1271,6 @@ class Sender:
                     continue
                 self._retry_or_fail(batch, exc, now, node=node)
             return
-        response: ProduceResponse = future.result()
-        if response.throttle_time_ms > 0:
-            # KIP-219: the connection holds every request to the broker until the throttle
-            # ends (see BrokerConnection.throttle_delay); here it is only counted.
-            self._metrics.request_throttled(response.throttle_time_ms, now)
         results: dict[tuple[str, int], Any] = {}
         leaders: dict[tuple[str, int], tuple[int, int]] = {}
         for topic in response.topics:
@@ -1463,7 +1416,7 @@ class Sender:
         if self._idempotence is not None:
             self._idempotence.on_success(batch, base_offset)
         if batch.complete(base_offset, log_append_time):
-            self._metrics.records_sent(batch.topic, batch.record_count)
+            self._metrics.records_sent(batch.topic, batch.record_count, now)
             self._notify(batch, None)
         self._accumulator.deallocate(batch)
 

@@ -8,9 +8,12 @@ declares are checked at run time.
 :class:`BrokerConnection` moves bytes: it writes the requests its
 :class:`~aioproducer.protocol.session.Session` frames (through a writer of
 :mod:`aioproducer.net.writers`: on a plaintext connection, a native writer thread, else
-``transport.writelines``), feeds the bytes it reads to the session, and resolves each
-request's future with the outcome the session matched to it, strictly in the order the
-requests were sent, because a Kafka broker answers the requests of one connection in order.
+``transport.writelines``), feeds the bytes it reads to the session, and hands each
+outcome the session matched to a request to whoever sent it, strictly in the order the
+requests were sent, because a Kafka broker answers the requests of one connection in order:
+the sender's requests (:meth:`BrokerConnection.send_for`) go with a handler onto the
+sender's :class:`~aioproducer._core.answers.AnswerQueue`, drained by its next step; a
+one-off request (:meth:`BrokerConnection.send`, the handshake's) resolves a future.
 The handshake (ApiVersions, SASL) runs as coroutines of :mod:`aioproducer.net.handshake`.
 
 It is an :class:`asyncio.Protocol` (not a stream) because the protocol API costs about half
@@ -58,6 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
 
+from aioproducer._core.answers import AnswerHandler, AnswerQueue
 from aioproducer._core.metrics import NodeMetrics
 from aioproducer.errors import (
     ConfigurationError,
@@ -99,6 +103,9 @@ _R = TypeVar("_R", bound=Response)
 
 OnClose = Callable[["BrokerConnection", Union[BaseException, None]], None]  # noqa: UP007
 OnCapacity = Callable[["BrokerConnection"], None]
+# What the session keeps per request: the future of a one-off request, or the handler of
+# one whose answer goes to the answer queue.
+_Waiter = Union["asyncio.Future[Any]", AnswerHandler]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +191,9 @@ def _current_task() -> asyncio.Task[Any] | None:
 class BrokerConnection(asyncio.Protocol):
     """A pipelined connection to one broker, with the ApiVersions handshake.
 
-    Build it, ``await connect()``, then :meth:`send` requests while :meth:`can_send` is true.
-    Responses resolve the futures :meth:`send` returns, strictly in send order. The connection
+    Build it, ``await connect()``, then send requests while :meth:`can_send` is true: with
+    :meth:`send_for`, each answer goes with its handler onto ``answers``; with :meth:`send`,
+    it resolves the future returned. Either way, strictly in send order. The connection
     never reconnects: once closed it stays closed
     (:class:`~aioproducer.net.manager.ConnectionManager` makes new ones).
 
@@ -202,6 +210,8 @@ class BrokerConnection(asyncio.Protocol):
         clock: the monotonic clock (seconds) used to time requests out.
         metrics: the broker's counters (requests, responses and bytes each way); None
             counts nothing.
+        answers: where the answers to :meth:`send_for` requests go (the sender's queue);
+            None when only :meth:`send` is used.
 
     Attributes:
         node_id: the broker's node id.
@@ -223,9 +233,11 @@ class BrokerConnection(asyncio.Protocol):
         on_capacity: OnCapacity | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: NodeMetrics | None = None,
+        answers: AnswerQueue | None = None,
     ) -> None:
         self.node_id = node_id
         self._metrics = metrics
+        self._answers = answers
         self.host = host
         self.port = port
         self.finalized_features: dict[str, int] = {}
@@ -246,8 +258,8 @@ class BrokerConnection(asyncio.Protocol):
             f"node {node_id} ({host}:{port})" if node_id >= 0 else f"bootstrap server {host}:{port}"
         )
         # What the connection knows between reads and writes: versions, correlation ids,
-        # the in-flight requests (each with its future), the unread bytes of a frame.
-        self._session: Session[asyncio.Future[Any]] = Session(
+        # the in-flight requests (each with its future or handler), the unread bytes of a frame.
+        self._session: Session[_Waiter] = Session(
             self.description,
             client_id=config.client_id,
             max_in_flight=config.max_in_flight_requests_per_connection,
@@ -595,8 +607,42 @@ class BrokerConnection(asyncio.Protocol):
 
     # ---- sending ---------------------------------------------------------------------------
 
+    def send_for(
+        self, request: Request[Any], handler: AnswerHandler, version: int | None = None
+    ) -> None:
+        """Write ``request``; its answer goes onto the answer queue with ``handler``.
+
+        Synchronous: the bytes are handed to the transport before this returns. The answer
+        is queued, in send order, as the decoded response, or as a retriable
+        :class:`~aioproducer.errors.KafkaConnectionError` if the connection dies first
+        (:class:`~aioproducer.errors.RequestTimedOutError` or
+        :class:`~aioproducer.errors.CorruptResponseError` for the request that caused it).
+        A request that expects no response (Produce with ``acks=0``) queues nothing.
+        Exactly one of these happens to a request that expects a response, unless this
+        raises: then nothing is queued for it.
+
+        Check :meth:`can_send` first. Buffers passed in the request must not be mutated until
+        its answer is queued: the transport may keep references to them.
+
+        Args:
+            request: the version-neutral request.
+            handler: called by the queue's owner with the response, the error and its time.
+            version: the version to encode; by default :meth:`negotiate` picks it.
+
+        Raises:
+            KafkaConnectionError: the connection is not open (not connected yet, or closed),
+                or the write failed (the connection is closed then).
+            IllegalStateError: ``max_in_flight_requests_per_connection`` requests are already
+                in flight, or the connection has no answer queue.
+            UnsupportedVersionError: no version in common (from :meth:`negotiate`).
+        """
+        if self._answers is None:
+            raise IllegalStateError(f"{self.description} has no answer queue; use send()")
+        self._write(request, version, handler)
+
     def send(self, request: Request[_R], version: int | None = None) -> asyncio.Future[_R | None]:
-        """Write ``request`` and return the future of its response.
+        """Write ``request`` and return the future of its response: for one-off requests
+        (the sender uses :meth:`send_for`).
 
         Synchronous: the bytes are handed to the transport before this returns. The future
         resolves, in send order, to the decoded response, or to None at once for a request
@@ -616,17 +662,29 @@ class BrokerConnection(asyncio.Protocol):
                 in flight.
             UnsupportedVersionError: no version in common (from :meth:`negotiate`).
         """
-        state = self._state
-        if state is not ConnectionState.READY and state is not ConnectionState.HANDSHAKING:
-            raise self._connection_error(f"cannot send on a {state.value} connection")
         # The loop from the connection's own future: asyncio.get_running_loop() makes a
-        # getpid() system call each time (its fork check), once per request here.
+        # getpid() system call each time (its fork check).
         lost = self._lost
         loop = lost.get_loop() if lost is not None else asyncio.get_running_loop()
         future: asyncio.Future[_R | None] = loop.create_future()
+        try:
+            expects_response = self._write(request, version, future)
+        except BaseException:
+            future.cancel()  # nobody has it
+            raise
+        if not expects_response:
+            future.set_result(None)
+        return future
+
+    def _write(self, request: Request[Any], version: int | None, waiter: _Waiter) -> bool:
+        """Frame ``request`` with ``waiter`` in the session and write it; return whether a
+        response is expected (else ``waiter`` is not kept)."""
+        state = self._state
+        if state is not ConnectionState.READY and state is not ConnectionState.HANDSHAKING:
+            raise self._connection_error(f"cannot send on a {state.value} connection")
         now = self._clock()
         parts, expects_response = self._session.send(
-            request, version, now, future, state is ConnectionState.READY
+            request, version, now, waiter, state is ConnectionState.READY
         )
         writer = self._writer
         assert writer is not None
@@ -634,18 +692,16 @@ class BrokerConnection(asyncio.Protocol):
             writer.write(parts)
         except (OSError, RuntimeError) as exc:
             # uvloop raises RuntimeError (asyncio an OSError or nothing) when the transport is
-            # already closing; either way the connection is gone. Nobody has the future.
-            future.cancel()
+            # already closing; either way the connection is gone. The caller hears of it from
+            # the error raised here, so the request gets no answer besides.
             error = self._connection_error(f"write failed: {exc!r}")
-            self._shutdown(None, exc)
+            self._shutdown(None, exc, unsent=waiter)
             raise error from exc
         self.last_used = now
         metrics = self._metrics
         if metrics is not None:
-            metrics.request_sent(read_frame_size(parts[0]) + SIZE_PREFIX_LENGTH)
-        if not expects_response:
-            future.set_result(None)
-        return future
+            metrics.request_sent(read_frame_size(parts[0]) + SIZE_PREFIX_LENGTH, now)
+        return expects_response
 
     async def request(self, request: Request[_R], version: int | None = None) -> _R:
         """Send ``request`` and wait for its response: :meth:`send` for one-off requests.
@@ -728,8 +784,14 @@ class BrokerConnection(asyncio.Protocol):
     def _connection_error(self, what: str) -> KafkaError:
         return KafkaConnectionError(f"connection to {self.description}: {what}")
 
-    def _shutdown(self, head_error: KafkaError | None, cause: BaseException | None) -> None:
-        """Close for good: fail in-flight requests (the oldest with ``head_error`` if given)."""
+    def _shutdown(
+        self,
+        head_error: KafkaError | None,
+        cause: BaseException | None,
+        unsent: _Waiter | None = None,
+    ) -> None:
+        """Close for good: fail in-flight requests (the oldest with ``head_error`` if given),
+        except ``unsent``'s (its write failed, and its sender was told so)."""
         if self._state is ConnectionState.CLOSED:
             return
         self._state = ConnectionState.CLOSED
@@ -744,9 +806,7 @@ class BrokerConnection(asyncio.Protocol):
         failed = self._session.close(head_error, cause)
         self._failed_at_close = len(failed)
         self._forget_partial_frame()
-        for future, error in failed:
-            if not future.done():  # else the caller cancelled it
-                future.set_exception(error)
+        self._fail(failed, unsent)
         transport = self._transport
         writer = self._writer
         if transport is not None and writer is not None:
@@ -831,9 +891,8 @@ class BrokerConnection(asyncio.Protocol):
         metrics = self._metrics
         if metrics is not None:
             metrics.data_received(len(data), len(outcomes))
-        for future, response in outcomes:
-            if not future.done():  # else the caller cancelled it
-                future.set_result(response)
+        if outcomes:
+            self._answer(outcomes)
         if failure is not None:
             self._shutdown(failure.head_error, failure.cause)
             return
@@ -851,6 +910,36 @@ class BrokerConnection(asyncio.Protocol):
             and self._state is ConnectionState.READY
         ):
             self._notify_capacity()
+
+    def _answer(self, outcomes: list[tuple[_Waiter, Response]]) -> None:
+        """Give each answered request its response, in send order: a future is resolved, a
+        handler's answer queued."""
+        answers = self._answers
+        queued = False
+        for waiter, response in outcomes:
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():  # else the caller cancelled it
+                    waiter.set_result(response)
+            elif answers is not None:
+                answers.push(waiter, response, None)
+                queued = True
+        if queued and answers is not None:
+            answers.wake()
+
+    def _fail(self, failed: list[tuple[_Waiter, KafkaError]], unsent: _Waiter | None) -> None:
+        """Give each request the connection failed its error, in send order, except
+        ``unsent`` (its sender heard of the failure from the write)."""
+        answers = self._answers
+        queued = False
+        for waiter, error in failed:
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():  # else the caller cancelled it
+                    waiter.set_exception(error)
+            elif waiter is not unsent and answers is not None:
+                answers.push(waiter, None, error)
+                queued = True
+        if queued and answers is not None:
+            answers.wake()
 
     def _on_partial_frame_timer(self) -> None:
         self._partial_frame_timer = None

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from aioproducer._core.answers import AnswerQueue
 from aioproducer._core.backoff import ExponentialBackoff
 from aioproducer._core.metrics import ProducerMetrics
 from aioproducer.errors import (
@@ -112,6 +113,8 @@ class ConnectionManager:
         rng: the random source for the backoff jitter.
         metrics: where each broker's connections count their requests, responses and
             bytes (:meth:`ProducerMetrics.node`); None counts nothing.
+        answers: the sender's queue, where every connection puts the answers to the
+            requests sent with :meth:`BrokerConnection.send_for`.
     """
 
     def __init__(
@@ -124,9 +127,11 @@ class ConnectionManager:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         metrics: ProducerMetrics | None = None,
+        answers: AnswerQueue | None = None,
     ) -> None:
         self._config = config
         self._metrics = metrics
+        self._answers = answers
         self._on_state_change = on_state_change
         self._on_disconnect = on_disconnect
         self._on_auth_failure = on_auth_failure
@@ -373,6 +378,7 @@ class ConnectionManager:
             on_capacity=lambda conn: self._notify(),
             clock=self._clock,
             metrics=self._metrics.node(node.node_id) if self._metrics is not None else None,
+            answers=self._answers,
         )
         node.connection = connection
         setup_timeout_ms = self._setup_timeout.backoff_ms(node.failed_attempts)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from aioproducer import Producer, TransactionState
+from aioproducer._core.answers import AnswerHandler
 from aioproducer.errors import (
     InvalidProducerEpochError,
     ProducerFencedError,
@@ -119,9 +120,14 @@ async def test_a_stale_instance_is_the_one_fenced(
     transactional_id = f"zombie-{uuid.uuid4().hex[:8]}"
     newer_started = asyncio.Event()
     held: list[InitProducerIdRequest] = []
-    original = BrokerConnection.send
+    original = BrokerConnection.send_for
 
-    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+    def send_for(
+        self: BrokerConnection,
+        request: Any,
+        handler: AnswerHandler,
+        version: int | None = None,
+    ) -> None:
         if (
             isinstance(request, InitProducerIdRequest)
             and request.transactional_id == transactional_id
@@ -130,20 +136,23 @@ async def test_a_stale_instance_is_the_one_fenced(
             and request.producer_id >= 0
         ):
             held.append(request)
-            outer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            answers = self._answers
+            assert answers is not None
 
             async def later() -> None:
                 await newer_started.wait()
+                # Sent now, its answer queued for the waiting sender as a read one is.
                 try:
-                    outer.set_result(await original(self, request, version))
-                except BaseException as exc:  # handed to the waiting sender
-                    outer.set_exception(exc)
+                    answers.push(handler, await self.request(request, version), None)
+                except BaseException as exc:
+                    answers.push(handler, None, exc)
+                answers.wake()
 
             asyncio.get_running_loop().create_task(later())
-            return outer
-        return original(self, request, version)
+            return
+        original(self, request, handler, version)
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
     bootstrap = broker.bootstrap_servers
     stale = Producer(
         bootstrap_servers=bootstrap, transactional_id=transactional_id, client_id="stale"

@@ -42,6 +42,7 @@ import pytest
 from confluent_kafka.admin import OffsetSpec
 
 from aioproducer import ConsumerGroupMetadata, Producer, TransactionState
+from aioproducer._core.answers import AnswerHandler
 from aioproducer.errors import (
     IllegalGenerationError,
     InvalidProducerEpochError,
@@ -143,17 +144,21 @@ class _Wire:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Wire]:
     recorder = _Wire()
-    original = BrokerConnection.send
+    original = BrokerConnection.send_for
 
-    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
-        future = original(self, request, version)  # when it raises, nothing went out
+    def send_for(
+        self: BrokerConnection,
+        request: Any,
+        handler: AnswerHandler,
+        version: int | None = None,
+    ) -> None:
+        original(self, request, handler, version)  # when it raises, nothing went out
         used = version
         if used is None:
             used = self.negotiate(type(request), request.highest_version())
         recorder.sent.append(_Sent(self._config.client_id, request, used))
-        return future
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
     yield recorder
 
 

@@ -17,6 +17,7 @@ import confluent_kafka
 import pytest
 
 from aioproducer import Producer, ProducerRecord, RecordMetadata, RecordMetadataSequence
+from aioproducer._core.answers import AnswerHandler
 from aioproducer.errors import (
     InvalidTopicError,
     PartitionerError,
@@ -556,14 +557,19 @@ async def test_compressed_batches_fill_batch_size_once_compressed_like_javas(
     more than ``batch_size`` of them, and what goes on the wire stays about ``batch_size``."""
     topic = target.make_topic(1)
     sent: list[bytes] = []
-    original = BrokerConnection.send
+    original = BrokerConnection.send_for
 
-    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+    def send_for(
+        self: BrokerConnection,
+        request: Any,
+        handler: AnswerHandler,
+        version: int | None = None,
+    ) -> None:
         if isinstance(request, ProduceRequest):
             sent.extend(bytes(p.records) for t in request.topics for p in t.partitions)
-        return original(self, request, version)
+        original(self, request, handler, version)
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
     # Four letters at random: about 2 bits of information a byte.
     letters = bytes(b"abcd"[i % 4] for i in range(256))
     rng = random.Random(7)
@@ -647,25 +653,33 @@ async def test_tansu_fencing_a_local_epoch_bump_falls_back_to_a_new_producer_id(
 
     topic = _name("fenced-bump")
     tansu.create_topic(topic, partitions=1)
-    original = BrokerConnection.send
+    original = BrokerConnection.send_for
     made_up: list[int] = []
 
-    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+    def send_for(
+        self: BrokerConnection,
+        request: Any,
+        handler: AnswerHandler,
+        version: int | None = None,
+    ) -> None:
         if isinstance(request, ProduceRequest) and armed and not made_up:
             made_up.append(1)
-            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             topics = [
                 ProduceTopicResponse(
                     t.name, [ProducePartitionResponse(p.index, 45, -1) for p in t.partitions]
                 )
                 for t in request.topics
             ]
-            answer.set_result(ProduceResponse(topics=topics))
-            return answer
-        return original(self, request, version)
+            # Queued as the connection queues an answer it read.
+            answers = self._answers
+            assert answers is not None
+            answers.push(handler, ProduceResponse(topics=topics), None)
+            answers.wake()
+            return
+        original(self, request, handler, version)
 
     armed = False
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
     caplog.set_level(logging.WARNING, logger="aioproducer")
     async with Producer(bootstrap_servers=tansu.bootstrap_servers, linger_ms=0) as producer:
         first = [await producer.send_and_wait(topic, b"%02d" % i, partition=0) for i in range(3)]

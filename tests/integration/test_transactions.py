@@ -3,7 +3,7 @@
 Neither broker here hides aborted records from read_committed consumers, nor fences the way
 Kafka does, so the tests check the conversation itself: the mock cluster's request tracking
 gives the order of requests as the brokers saw them, and a recorder around
-``BrokerConnection.send`` gives their contents (record batch headers, EndTxn's commit flag)
+``BrokerConnection.send_for`` gives their contents (record batch headers, EndTxn's commit flag)
 and the responses. Errors are injected with the mock's error stacks; fencing by a second
 producer runs on Tansu.
 """
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from aioproducer import ConsumerGroupMetadata, Producer, TransactionState
+from aioproducer._core.answers import AnswerHandler
 from aioproducer.errors import (
     IllegalStateError,
     ProducerFencedError,
@@ -118,9 +119,14 @@ class WireRecorder:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> WireRecorder:
     recorder = WireRecorder()
-    original = BrokerConnection.send
+    original = BrokerConnection.send_for
 
-    def send(self: BrokerConnection, request: Any, version: int | None = None) -> Any:
+    def send_for(
+        self: BrokerConnection,
+        request: Any,
+        handler: AnswerHandler,
+        version: int | None = None,
+    ) -> None:
         exchange = Exchange(self.node_id, request)
         if isinstance(request, ProduceRequest):
             exchange.records = [
@@ -128,18 +134,18 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> WireRecorder:
                 for topic in request.topics
                 for partition in topic.partitions
             ]
-        future = original(self, request, version)
+
+        def recorded(response: Any, error: BaseException | None, now: float) -> None:
+            # Handled by the sender's step: what it knew from then on.
+            if response is not None:
+                exchange.response = response
+                exchange.answered_after = len(recorder.exchanges)
+            handler(response, error, now)
+
+        original(self, request, recorded, version)
         recorder.exchanges.append(exchange)
 
-        def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is None:
-                exchange.response = f.result()
-                exchange.answered_after = len(recorder.exchanges)
-
-        future.add_done_callback(done)
-        return future
-
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
     return recorder
 
 

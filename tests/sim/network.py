@@ -4,9 +4,10 @@ These stand in for :class:`~aioproducer.net.connection.BrokerConnection` and
 :class:`~aioproducer.net.manager.ConnectionManager` (what the Sender uses of them, as in
 ``tests/unit/test_sender.py``) and behave as the real ones do where it matters:
 
-- a connection pipelines at most ``max_in_flight`` requests and resolves their futures
-  strictly in the order they were sent (an answer ready early waits behind an older one);
-- :meth:`FakeConnection.close` fails every in-flight future once (the oldest with the
+- a connection pipelines at most ``max_in_flight`` requests and queues their answers on the
+  sender's answer queue strictly in the order they were sent (an answer ready early waits
+  behind an older one);
+- :meth:`FakeConnection.close` fails every in-flight request once (the oldest with the
   given error, the others with :class:`~aioproducer.errors.KafkaConnectionError`, as
   ``Session.close`` does); an answer the broker produces afterwards goes nowhere;
 - a request is timed out only when the sender calls ``check_request_timeouts`` (the real
@@ -22,13 +23,13 @@ every request sent (:meth:`Network.on_send`) and later sets answers with
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aioproducer._core.answers import AnswerHandler, AnswerQueue
 from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -61,11 +62,12 @@ class Network(Protocol):
 
 @dataclass(eq=False)
 class InFlight:
-    """One request on a connection, with its future and (once the broker answered) its answer."""
+    """One request on a connection, with its handler and (once the broker answered) its
+    answer."""
 
     number: int
     request: Request[Any]
-    future: asyncio.Future[Any]
+    handler: AnswerHandler
     sent_at: float
     # Produce: each partition's batch, decoded when sent (the buffer is reused later).
     batches: dict[TopicPartition, DecodedRecordBatch] = field(default_factory=dict)
@@ -85,10 +87,10 @@ class FakeConnection:
         node_id: int,
         max_in_flight: int,
         request_timeout: float,
-        loop: asyncio.AbstractEventLoop,
+        answers: AnswerQueue,
     ) -> None:
         self.network = network
-        self.loop = loop
+        self.answers = answers
         self.node_id = node_id
         self.host = f"broker{node_id}"
         self.port = 9092
@@ -115,7 +117,9 @@ class FakeConnection:
     def throttle_delay(self, now: float) -> float:
         return max(0.0, self.throttled_until - now)
 
-    def send(self, request: Request[Any], version: int | None = None) -> asyncio.Future[Any]:
+    def send_for(
+        self, request: Request[Any], handler: AnswerHandler, version: int | None = None
+    ) -> None:
         if self.closed:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
         # The real connection sends what it is given (its caller checks can_send() first):
@@ -132,17 +136,16 @@ class FakeConnection:
                 f"{self.throttled_until - self.network.now:.3f}s before the end of the "
                 f"throttle it asked for (KIP-219: the client holds every request)"
             )
-        future: asyncio.Future[Any] = self.loop.create_future()
-        entry = InFlight(self.network.next_request_number(), request, future, self.network.now)
+        entry = InFlight(self.network.next_request_number(), request, handler, self.network.now)
         if isinstance(request, ProduceRequest):
             for topic in request.topics:
                 for partition in topic.partitions:
                     (decoded,) = decode_record_batches(bytes(partition.records))
                     entry.batches[(topic.name, partition.index)] = decoded
                     entry.sizes[(topic.name, partition.index)] = len(partition.records)
-        self.in_flight.append(entry)
+        if request.expects_response():
+            self.in_flight.append(entry)
         self.network.on_send(self, entry)
-        return future
 
     def answer(self, entry: InFlight, answer: Any, at: float) -> None:
         """The broker's answer to ``entry`` reaches the client at ``at``."""
@@ -153,7 +156,8 @@ class FakeConnection:
         self.network.on_ready_at(self, at)
 
     def deliver(self, now: float) -> list[InFlight]:
-        """Resolve, in send order, the answers that arrived by ``now``; return them."""
+        """Queue for the sender, in send order, the answers that arrived by ``now``; return
+        them."""
         delivered = []
         while self.in_flight and self.in_flight[0].ready_at <= now:
             entry = self.in_flight.popleft()
@@ -163,8 +167,7 @@ class FakeConnection:
                 # Every answer the simulation throttles is of a version at which the broker
                 # expects the client to wait (Produce v6+).
                 self.throttled_until = max(self.throttled_until, now + throttle_ms / 1000.0)
-            if not entry.future.done():
-                entry.future.set_result(entry.answer)
+            self.answers.push(entry.handler, entry.answer, None)
             delivered.append(entry)
         return delivered
 
@@ -184,11 +187,7 @@ class FakeConnection:
                     f"connection to broker {self.node_id} closed ({reason}) while "
                     f"{type(entry.request).__name__} #{entry.number} was in flight"
                 )
-            if not entry.future.done():
-                entry.future.set_exception(error)
-                # Seen here: nobody may handle it (a sender that let go of the request), and
-                # a loop closing with it would log "exception was never retrieved".
-                entry.future.exception()
+            self.answers.push(entry.handler, None, error)
         self.in_flight.clear()
 
     def check_request_timeouts(self, now: float) -> bool:
@@ -217,13 +216,13 @@ class FakeConnections:
         nodes: list[int],
         max_in_flight: int,
         request_timeout: float,
-        loop: asyncio.AbstractEventLoop,
+        answers: AnswerQueue,
     ) -> None:
         self.network = network
         self.nodes = nodes
         self.max_in_flight = max_in_flight
         self.request_timeout = request_timeout
-        self.loop = loop
+        self.answers = answers
         self.connections: dict[int, FakeConnection] = {}
         self.connecting: dict[int, float] = {}  # node -> when the attempt ends
         self.backoff_until: dict[int, float] = {}
@@ -232,7 +231,7 @@ class FakeConnections:
 
     def _new(self, node: int) -> FakeConnection:
         return FakeConnection(
-            self.network, node, self.max_in_flight, self.request_timeout, self.loop
+            self.network, node, self.max_in_flight, self.request_timeout, self.answers
         )
 
     def ready(self, node_id: int) -> FakeConnection | None:

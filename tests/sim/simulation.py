@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
+from aioproducer._core.answers import AnswerQueue
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.futures import RecordFuture
 from aioproducer._core.idempotence import IdempotenceManager
@@ -372,12 +373,14 @@ class Simulation:
             idempotence=self.idempotence,
             offload_threshold=None,
         )
+        # Nothing runs the event loop: the stepping below drains the answers, no wake-up.
+        self.answers = AnswerQueue()
         self.connections = FakeConnections(
             self,
             list(BROKERS),
             config.max_in_flight_requests_per_connection,
             config.request_timeout_ms / 1000.0,
-            self.loop,
+            self.answers,
         )
         self._acknowledged = False
         self.sender = Sender(
@@ -387,6 +390,7 @@ class Simulation:
             connections=self.connections,
             idempotence=self.idempotence,
             metrics=self.metrics,
+            answers=self.answers,
             on_acknowledgement=self._on_acknowledgement,
             clock=self.clock,
             # The backoff's jitter from the run's seed, so that a run replays exactly.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 import uvloop
 
+from aioproducer._core.answers import AnswerHandler, AnswerQueue
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     CorruptResponseError,
@@ -297,6 +298,24 @@ async def connected(
     return connection, on_close, on_capacity
 
 
+async def connected_with_answers(
+    broker: FakeBroker, node_id: int = 1, **options: Any
+) -> tuple[BrokerConnection, AnswerQueue, list[int]]:
+    """A connection whose send_for answers go to an answer queue; the list counts its
+    wake-ups."""
+    wakes: list[int] = []
+    answers = AnswerQueue(wake=lambda: wakes.append(len(answers)))
+    connection = BrokerConnection(
+        node_id, HOST, broker.port, make_config(broker.port, **options), answers=answers
+    )
+    await connection.connect()
+    return connection, answers, wakes
+
+
+def handler_named(name: str, seen: list[tuple[str, Any, BaseException | None]]) -> AnswerHandler:
+    return lambda response, error, now: seen.append((name, response, error))
+
+
 async def failure(future: asyncio.Future[Any]) -> BaseException:
     with pytest.raises(Exception) as caught:
         await asyncio.wait_for(future, PATIENCE)
@@ -458,6 +477,109 @@ def test_pipelined_requests_resolve_in_order(run: Runner[None], delivery: str) -
             assert done_order == [0, 1, 2]
             assert connection.in_flight_count() == 0
             assert connection.is_ready
+            connection.close()
+
+    run(scenario())
+
+
+def test_answers_to_send_for_are_queued_in_send_order_with_one_wake_per_read(
+    run: Runner[None],
+) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, answers, wakes = await connected_with_answers(broker)
+            seen: list[tuple[str, Any, BaseException | None]] = []
+            payloads = [b"first", b"second" * 100, b"third"]
+            for payload in payloads:
+                connection.send_for(EchoRequest(payload), handler_named(payload.decode(), seen))
+            assert connection.in_flight_count() == 3
+            requests = [await broker.next_request() for _ in payloads]
+            # Nothing is handed over until the answers are read, and then all in one read.
+            assert len(answers) == 0 and wakes == []
+            requests[0].writer.write(
+                b"".join(frame(r.correlation_id, b"re:" + r.body) for r in requests)
+            )
+            await asyncio.wait_for(_until(lambda: len(answers) == 3), PATIENCE)
+            assert wakes == [3]
+            assert seen == []  # the queue's owner calls the handlers, not the connection
+            for handler, response, error in answers.take():
+                handler(response, error, 0.0)
+            assert [(name, response.payload, error) for name, response, error in seen] == [
+                (p.decode(), b"re:" + p, None) for p in payloads
+            ]
+            assert len(answers) == 0
+            connection.close()
+
+    run(scenario())
+
+
+def test_a_dropped_connection_queues_each_request_error_once(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, answers, wakes = await connected_with_answers(broker, node_id=7)
+            seen: list[tuple[str, Any, BaseException | None]] = []
+            for index in range(3):
+                connection.send_for(EchoRequest(bytes([index])), handler_named(str(index), seen))
+            for _ in range(3):
+                await broker.next_request()
+            broker.writers[0].close()
+            await asyncio.wait_for(_until(lambda: connection.closed), PATIENCE)
+            queued = answers.take()
+            assert [response for _, response, _ in queued] == [None] * 3
+            for handler, response, error in queued:
+                handler(response, error, 0.0)
+            assert [name for name, _, _ in seen] == ["0", "1", "2"]
+            for _, _, error in seen:
+                assert type(error) is KafkaConnectionError and error.retriable
+                assert f"node 7 ({HOST}:{broker.port})" in str(error)
+            assert len(wakes) == 1
+            with pytest.raises(KafkaConnectionError):
+                connection.send_for(EchoRequest(b"late"), handler_named("late", seen))
+            assert len(answers) == 0
+
+    run(scenario())
+
+
+def test_a_failed_write_raises_and_queues_nothing_for_its_request(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, answers, _ = await connected_with_answers(broker)
+            seen: list[tuple[str, Any, BaseException | None]] = []
+            connection.send_for(EchoRequest(b"out"), handler_named("out", seen))
+            await broker.next_request()
+            assert connection._transport is not None
+            connection._transport.abort()
+            try:
+                connection.send_for(EchoRequest(b"late"), handler_named("late", seen))
+            except KafkaConnectionError as exc:
+                # The sender hears of the failure from the raise, and only from it.
+                assert exc.retriable
+                expected = ["out"]
+            else:
+                # asyncio dropped the write without a word: the connection fails both
+                # requests once it sees the transport is gone.
+                expected = ["out", "late"]
+            await asyncio.wait_for(_until(lambda: connection.closed), PATIENCE)
+            for handler, response, error in answers.take():
+                handler(response, error, 0.0)
+            assert [name for name, _, _ in seen] == expected
+            assert all(type(error) is KafkaConnectionError for _, _, error in seen)
+
+    run(scenario())
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+def test_send_for_needs_an_answer_queue(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            connection, _, _ = await connected(broker)
+            with pytest.raises(IllegalStateError, match="no answer queue"):
+                connection.send_for(EchoRequest(b"x"), lambda response, error, now: None)
+            assert connection.in_flight_count() == 0
             connection.close()
 
     run(scenario())

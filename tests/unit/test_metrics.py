@@ -91,7 +91,7 @@ class TwoTopics(Harness):
     async def answer(
         self, sent: Sent, results: dict[str, list[ProducePartitionResponse]], throttle: int = 0
     ) -> None:
-        sent.future.set_result(
+        sent.reply.set_result(
             ProduceResponse(
                 topics=[ProduceTopicResponse(t, parts) for t, parts in results.items()],
                 throttle_time_ms=throttle,
@@ -188,7 +188,7 @@ async def test_a_split_batch_is_counted_once_and_its_records_as_sent() -> None:
     for _ in range(10):
         h.step()
         request = h.last_produce(1)
-        if request.future.done():
+        if request.reply.done():
             break
         (part,) = request.batches.values()
         await h.answer(request, {ORDERS: [ok(0, base)]})
