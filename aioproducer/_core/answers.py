@@ -66,6 +66,12 @@ class AnswerQueue:
             self._answers = []
         return answers
 
+    def put_back(self, answers: list[Answer]) -> None:
+        """Queue ``answers``, taken but not handled, again ahead of the others (the step
+        that took them ended early)."""
+        if not self._closed:
+            self._answers[:0] = answers
+
     def close(self) -> None:
         """Nobody handles answers any more: drop those queued and any pushed later (their
         requests' records were failed already)."""

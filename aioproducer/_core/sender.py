@@ -676,12 +676,20 @@ class Sender:
         starts with this; each handler's own faults are caught, so one cannot stop the
         others."""
         answers = self._answers.take()
-        self._unanswered -= len(answers)
-        for handler, response, error in answers:
-            try:
-                handler(response, error, now)
-            except Exception:
-                log.exception("handling an answer failed")
+        handled = 0
+        try:
+            for handler, response, error in answers:
+                handled += 1
+                try:
+                    handler(response, error, now)
+                except Exception:
+                    log.exception("handling an answer failed")
+        finally:
+            self._unanswered -= handled
+            if handled < len(answers):
+                # A BaseException left the loop (from a user callback): the answers after
+                # it go back, so the step that handles the crash still acknowledges them.
+                self._answers.put_back(answers[handled:])
 
     def _fail_refused(
         self, node: int, error: KafkaError, failed_at: float, cluster: Cluster, now: float

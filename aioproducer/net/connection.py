@@ -700,7 +700,12 @@ class BrokerConnection(asyncio.Protocol):
         self.last_used = now
         metrics = self._metrics
         if metrics is not None:
-            metrics.request_sent(read_frame_size(parts[0]) + SIZE_PREFIX_LENGTH, now)
+            # Nothing may raise once the request is out: a caller told of an error takes it
+            # that nothing went out, yet the request would be answered.
+            try:
+                metrics.request_sent(read_frame_size(parts[0]) + SIZE_PREFIX_LENGTH, now)
+            except Exception:
+                log.exception("counting a request to %s failed", self.description)
         return expects_response
 
     async def request(self, request: Request[_R], version: int | None = None) -> _R:
@@ -932,10 +937,12 @@ class BrokerConnection(asyncio.Protocol):
         answers = self._answers
         queued = False
         for waiter, error in failed:
+            if waiter is unsent:
+                continue
             if isinstance(waiter, asyncio.Future):
                 if not waiter.done():  # else the caller cancelled it
                     waiter.set_exception(error)
-            elif waiter is not unsent and answers is not None:
+            elif answers is not None:
                 answers.push(waiter, None, error)
                 queued = True
         if queued and answers is not None:

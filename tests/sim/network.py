@@ -10,6 +10,10 @@ These stand in for :class:`~aioproducer.net.connection.BrokerConnection` and
 - :meth:`FakeConnection.close` fails every in-flight request once (the oldest with the
   given error, the others with :class:`~aioproducer.errors.KafkaConnectionError`, as
   ``Session.close`` does); an answer the broker produces afterwards goes nowhere;
+- a write may fail (:meth:`Network.write_fails`): ``send_for`` then closes the connection,
+  failing the requests already in flight on it, and raises
+  :class:`~aioproducer.errors.KafkaConnectionError`; nothing is queued for the request it
+  was given, as the real connection does;
 - a request is timed out only when the sender calls ``check_request_timeouts`` (the real
   manager has no timer of its own): the oldest request past ``request_timeout_ms`` fails
   with :class:`~aioproducer.errors.RequestTimedOutError` and the connection closes;
@@ -48,6 +52,8 @@ class Network(Protocol):
     now: float
 
     def on_send(self, connection: FakeConnection, entry: InFlight) -> None: ...
+
+    def write_fails(self, connection: FakeConnection, request: Request[Any]) -> bool: ...
 
     def next_request_number(self) -> int: ...
 
@@ -135,6 +141,12 @@ class FakeConnection:
                 f"{type(request).__name__} sent to broker {self.node_id} "
                 f"{self.throttled_until - self.network.now:.3f}s before the end of the "
                 f"throttle it asked for (KIP-219: the client holds every request)"
+            )
+        if self.network.write_fails(self, request):
+            self.close(None, "a write failed (fault)")
+            raise KafkaConnectionError(
+                f"connection to broker {self.node_id}: write failed (fault), "
+                f"{type(request).__name__} not sent"
             )
         entry = InFlight(self.network.next_request_number(), request, handler, self.network.now)
         if isinstance(request, ProduceRequest):

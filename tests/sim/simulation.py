@@ -43,7 +43,7 @@ from aioproducer._core.sender import Sender
 from aioproducer._core.transactions import TRANSACTION_VERSION_FEATURE, TransactionManager
 from aioproducer.config import ProducerConfig
 from aioproducer.net.connection import FinalizedFeatures
-from aioproducer.protocol.api import ApiKey
+from aioproducer.protocol.api import ApiKey, Request
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.messages import (
@@ -110,6 +110,7 @@ class FaultRates:
     lose_answer: float = 0.0  # per Produce request
     lose_request: float = 0.0  # per Produce request
     slow_answer: float = 0.0  # per request
+    fail_write: float = 0.0  # per request: the write fails and closes the connection
     # Losing the answer to a Metadata, FindCoordinator, InitProducerId, AddPartitionsToTxn
     # or EndTxn: off unless asked (see RunOptions.lose_control_answers).
     lose_control_answer: float = 0.0
@@ -213,6 +214,7 @@ def draw_config(rng: random.Random, options: RunOptions) -> SimConfig:
         rates.lose_answer = maybe(0.05)
         rates.lose_request = maybe(0.03)
         rates.slow_answer = maybe(0.05)
+        rates.fail_write = maybe(0.02)
         if options.lose_control_answers:
             rates.lose_control_answer = maybe(0.05)
     work_until = rng.choice((1.0, 2.0, 4.0))
@@ -510,6 +512,15 @@ class Simulation:
         arrive = max(self.now + self.rng.uniform(0.0002, 0.002), connection.last_arrival)
         connection.last_arrival = arrive
         self.at(arrive, lambda: self._arrive(connection, entry))
+
+    def write_fails(self, connection: FakeConnection, request: Request[Any]) -> bool:
+        faults = self.config.faults if self.faults_on else FaultRates()
+        if faults.fail_write > 0 and self.rng.random() < faults.fail_write:
+            self.trace(
+                f"fault: writing {type(request).__name__} to {connection.node_id} fails"
+            )
+            return True
+        return False
 
     def _describe(self, entry: InFlight) -> str:
         request = entry.request

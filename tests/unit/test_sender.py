@@ -1691,6 +1691,36 @@ async def test_an_answer_queued_after_the_sender_ended_is_dropped() -> None:
     assert len(h.answers) == 0
 
 
+class _Interrupt(BaseException):
+    """What a callback might raise that no step catches (as KeyboardInterrupt)."""
+
+
+async def test_an_acknowledged_record_stays_acknowledged_when_a_callback_crashes_the_task() -> None:
+    # Two answers are queued; the acknowledgement callback raises a BaseException at the
+    # first. The task crashes and fails what is pending, but the second answer, taken
+    # with the first, is still handled: its record was stored and says so.
+    h = Harness(linger_ms=0)
+    first = h.append(0, b"a")
+    second = h.append(2, b"b")
+    h.step()
+    to_one, to_two = h.last_produce(1), h.last_produce(2)
+    acknowledged: list[ProducerBatch] = []
+
+    def on_acknowledgement(batch: ProducerBatch, exc: BaseException | None) -> None:
+        acknowledged.append(batch)
+        if len(acknowledged) == 1:
+            raise _Interrupt
+
+    h.sender._on_acknowledgement = on_acknowledgement
+    to_one.reply.set_result(ProduceResponse(topics=[ProduceTopicResponse(TOPIC, [ok(0, 1)])]))
+    to_two.reply.set_result(ProduceResponse(topics=[ProduceTopicResponse(TOPIC, [ok(2, 2)])]))
+    task = h.sender.start()
+    with pytest.raises(_Interrupt):
+        await asyncio.wait_for(task, 10)
+    assert (first.result().offset, second.result().offset) == (1, 2)
+    assert len(acknowledged) == 2
+
+
 async def test_a_step_that_keeps_failing_ends_the_task_and_fails_every_pending_record() -> None:
     h = Harness(linger_ms=0, retry_backoff_ms=1, retry_backoff_max_ms=1)
     in_flight = h.append(0, b"a")
