@@ -745,13 +745,17 @@ class Sender:
                     if batch.final:
                         continue
                     if batch.delivery_deadline <= now:
-                        error = _expiry_error(
+                        # In flight: the broker may have it (its records' errors say so).
+                        batch.maybe_written = True
+                        error = _outcome_error(
                             batch,
-                            f"expiring {batch.record_count} record(s) for {batch.topic}-"
-                            f"{batch.partition}: delivery_timeout_ms passed while the batch "
-                            f"was in flight to broker {node}",
+                            _expiry_error(
+                                batch,
+                                f"expiring {batch.record_count} record(s) for {batch.topic}-"
+                                f"{batch.partition}: delivery_timeout_ms passed while the "
+                                f"batch was in flight to broker {node}",
+                            ),
                         )
-                        error.maybe_written = True
                         if self._transactions is not None:
                             # The transaction cannot commit without it (Java's
                             # failBatch -> handleFailedBatch makes it abortable).
