@@ -729,9 +729,10 @@ class BrokerConnection(asyncio.Protocol):
     def close(self, exc: BaseException | None = None) -> None:
         """Close the connection and fail every in-flight request, once.
 
-        Each in-flight future fails with a retriable
+        Each in-flight request fails with a retriable
         :class:`~aioproducer.errors.KafkaConnectionError` naming the broker, with ``exc``
-        (if given) as its cause. ``on_close`` is called once. Idempotent.
+        (if given) as its cause: queued with its handler (:meth:`send_for`), or set on its
+        future (:meth:`send`). ``on_close`` is called once. Idempotent.
         """
         if self._state is ConnectionState.CLOSED:
             return
