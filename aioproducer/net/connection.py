@@ -812,7 +812,7 @@ class BrokerConnection(asyncio.Protocol):
         failed = self._session.close(head_error, cause)
         self._failed_at_close = len(failed)
         self._forget_partial_frame()
-        self._fail(failed, unsent)
+        self._hand_over(failed, True, unsent)
         transport = self._transport
         writer = self._writer
         if transport is not None and writer is not None:
@@ -898,7 +898,7 @@ class BrokerConnection(asyncio.Protocol):
         if metrics is not None:
             metrics.data_received(len(data), len(outcomes))
         if outcomes:
-            self._answer(outcomes)
+            self._hand_over(outcomes, False)
         if failure is not None:
             self._shutdown(failure.head_error, failure.cause)
             return
@@ -917,34 +917,28 @@ class BrokerConnection(asyncio.Protocol):
         ):
             self._notify_capacity()
 
-    def _answer(self, outcomes: list[tuple[_Waiter, Response]]) -> None:
-        """Give each answered request its response, in send order: a future is resolved, a
-        handler's answer queued."""
+    def _hand_over(
+        self, outcomes: list[tuple[_Waiter, Any]], failed: bool, unsent: _Waiter | None = None
+    ) -> None:
+        """Give each request its outcome, in send order: its response, or (``failed``) the
+        error the connection failed it with. A future is resolved, a handler's answer
+        queued. ``unsent`` gets nothing: its write failed, and its sender was told so."""
         answers = self._answers
         queued = False
-        for waiter, response in outcomes:
-            if isinstance(waiter, asyncio.Future):
-                if not waiter.done():  # else the caller cancelled it
-                    waiter.set_result(response)
-            elif answers is not None:
-                answers.push(waiter, response, None)
-                queued = True
-        if queued and answers is not None:
-            answers.wake()
-
-    def _fail(self, failed: list[tuple[_Waiter, KafkaError]], unsent: _Waiter | None) -> None:
-        """Give each request the connection failed its error, in send order, except
-        ``unsent`` (its sender heard of the failure from the write)."""
-        answers = self._answers
-        queued = False
-        for waiter, error in failed:
+        for waiter, outcome in outcomes:
             if waiter is unsent:
                 continue
             if isinstance(waiter, asyncio.Future):
                 if not waiter.done():  # else the caller cancelled it
-                    waiter.set_exception(error)
+                    if failed:
+                        waiter.set_exception(outcome)
+                    else:
+                        waiter.set_result(outcome)
             elif answers is not None:
-                answers.push(waiter, None, error)
+                if failed:
+                    answers.push(waiter, None, outcome)
+                else:
+                    answers.push(waiter, outcome, None)
                 queued = True
         if queued and answers is not None:
             answers.wake()

@@ -31,6 +31,7 @@ from aioproducer.net.connection import BrokerConnection
 from aioproducer.protocol.messages import InitProducerIdRequest
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import read_back
+from tests.support.wire import Send, intercept_send_for
 
 pytestmark = pytest.mark.kafka
 
@@ -120,39 +121,33 @@ async def test_a_stale_instance_is_the_one_fenced(
     transactional_id = f"zombie-{uuid.uuid4().hex[:8]}"
     newer_started = asyncio.Event()
     held: list[InitProducerIdRequest] = []
-    original = BrokerConnection.send_for
 
-    def send_for(
-        self: BrokerConnection,
-        request: Any,
-        handler: AnswerHandler,
-        version: int | None = None,
-    ) -> None:
+    def hold(conn: BrokerConnection, request: Any, handler: AnswerHandler, send: Send) -> None:
         if (
             isinstance(request, InitProducerIdRequest)
             and request.transactional_id == transactional_id
-            and self._config.client_id == "stale"
+            and conn._config.client_id == "stale"
             and not held
             and request.producer_id >= 0
         ):
             held.append(request)
-            answers = self._answers
+            answers = conn._answers
             assert answers is not None
 
             async def later() -> None:
                 await newer_started.wait()
                 # Sent now, its answer queued for the waiting sender as a read one is.
                 try:
-                    answers.push(handler, await self.request(request, version), None)
+                    answers.push(handler, await conn.request(request), None)
                 except BaseException as exc:
                     answers.push(handler, None, exc)
                 answers.wake()
 
             asyncio.get_running_loop().create_task(later())
             return
-        original(self, request, handler, version)
+        send(handler)
 
-    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
+    intercept_send_for(monkeypatch, hold)
     bootstrap = broker.bootstrap_servers
     stale = Producer(
         bootstrap_servers=bootstrap, transactional_id=transactional_id, client_id="stale"

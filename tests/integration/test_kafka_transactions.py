@@ -59,6 +59,7 @@ from aioproducer.protocol.messages import (
 )
 from tests.support.kafka import KafkaBroker
 from tests.support.readback import ConsumedRecord, read_back
+from tests.support.wire import Send, intercept_send_for
 
 pytestmark = pytest.mark.kafka
 
@@ -144,21 +145,13 @@ class _Wire:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Wire]:
     recorder = _Wire()
-    original = BrokerConnection.send_for
 
-    def send_for(
-        self: BrokerConnection,
-        request: Any,
-        handler: AnswerHandler,
-        version: int | None = None,
-    ) -> None:
-        original(self, request, handler, version)  # when it raises, nothing went out
-        used = version
-        if used is None:
-            used = self.negotiate(type(request), request.highest_version())
-        recorder.sent.append(_Sent(self._config.client_id, request, used))
+    def record(conn: BrokerConnection, request: Any, handler: AnswerHandler, send: Send) -> None:
+        send(handler)  # when it raises, nothing went out
+        used = conn.negotiate(type(request), request.highest_version())
+        recorder.sent.append(_Sent(conn._config.client_id, request, used))
 
-    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
+    intercept_send_for(monkeypatch, record)
     yield recorder
 
 

@@ -31,6 +31,7 @@ from aioproducer.net.connection import BrokerConnection
 from aioproducer.protocol.messages import ProduceRequest
 from aioproducer.protocol.record_reader import decode_record_batches
 from tests.support.readback import read_back
+from tests.support.wire import Send, intercept_send_for
 
 
 @dataclass
@@ -557,19 +558,13 @@ async def test_compressed_batches_fill_batch_size_once_compressed_like_javas(
     more than ``batch_size`` of them, and what goes on the wire stays about ``batch_size``."""
     topic = target.make_topic(1)
     sent: list[bytes] = []
-    original = BrokerConnection.send_for
 
-    def send_for(
-        self: BrokerConnection,
-        request: Any,
-        handler: AnswerHandler,
-        version: int | None = None,
-    ) -> None:
+    def record(conn: BrokerConnection, request: Any, handler: AnswerHandler, send: Send) -> None:
         if isinstance(request, ProduceRequest):
             sent.extend(bytes(p.records) for t in request.topics for p in t.partitions)
-        original(self, request, handler, version)
+        send(handler)
 
-    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
+    intercept_send_for(monkeypatch, record)
     # Four letters at random: about 2 bits of information a byte.
     letters = bytes(b"abcd"[i % 4] for i in range(256))
     rng = random.Random(7)
@@ -653,15 +648,9 @@ async def test_tansu_fencing_a_local_epoch_bump_falls_back_to_a_new_producer_id(
 
     topic = _name("fenced-bump")
     tansu.create_topic(topic, partitions=1)
-    original = BrokerConnection.send_for
     made_up: list[int] = []
 
-    def send_for(
-        self: BrokerConnection,
-        request: Any,
-        handler: AnswerHandler,
-        version: int | None = None,
-    ) -> None:
+    def answer(conn: BrokerConnection, request: Any, handler: AnswerHandler, send: Send) -> None:
         if isinstance(request, ProduceRequest) and armed and not made_up:
             made_up.append(1)
             topics = [
@@ -671,15 +660,15 @@ async def test_tansu_fencing_a_local_epoch_bump_falls_back_to_a_new_producer_id(
                 for t in request.topics
             ]
             # Queued as the connection queues an answer it read.
-            answers = self._answers
+            answers = conn._answers
             assert answers is not None
             answers.push(handler, ProduceResponse(topics=topics), None)
             answers.wake()
             return
-        original(self, request, handler, version)
+        send(handler)
 
     armed = False
-    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
+    intercept_send_for(monkeypatch, answer)
     caplog.set_level(logging.WARNING, logger="aioproducer")
     async with Producer(bootstrap_servers=tansu.bootstrap_servers, linger_ms=0) as producer:
         first = [await producer.send_and_wait(topic, b"%02d" % i, partition=0) for i in range(3)]

@@ -42,6 +42,7 @@ from aioproducer.protocol.messages import (
 from aioproducer.protocol.record_reader import decode_record_batches
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import read_back
+from tests.support.wire import Send, intercept_send_for
 
 # Requests that say something about the transaction (not Metadata or ApiVersions).
 _TXN_KEYS = {
@@ -119,15 +120,9 @@ class WireRecorder:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> WireRecorder:
     recorder = WireRecorder()
-    original = BrokerConnection.send_for
 
-    def send_for(
-        self: BrokerConnection,
-        request: Any,
-        handler: AnswerHandler,
-        version: int | None = None,
-    ) -> None:
-        exchange = Exchange(self.node_id, request)
+    def record(conn: BrokerConnection, request: Any, handler: AnswerHandler, send: Send) -> None:
+        exchange = Exchange(conn.node_id, request)
         if isinstance(request, ProduceRequest):
             exchange.records = [
                 (topic.name, partition.index, bytes(partition.records))
@@ -142,10 +137,10 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> WireRecorder:
                 exchange.answered_after = len(recorder.exchanges)
             handler(response, error, now)
 
-        original(self, request, recorded, version)
+        send(recorded)
         recorder.exchanges.append(exchange)
 
-    monkeypatch.setattr(BrokerConnection, "send_for", send_for)
+    intercept_send_for(monkeypatch, record)
     return recorder
 
 
