@@ -22,6 +22,7 @@ from aioproducer.records import (
     TimestampType,
     TransactionState,
 )
+from aioproducer.serialization import Serializer
 from aioproducer.sync import SyncProducer
 from aioproducer.two_phase import (
     TransactionDescription,
@@ -49,6 +50,7 @@ __all__ = [
     "RecordFuture",
     "RecordMetadata",
     "RecordMetadataSequence",
+    "Serializer",
     "SyncProducer",
     "TimestampType",
     "TransactionDescription",

@@ -54,6 +54,7 @@ from aioproducer._java_config import (
     without_java_only,
 )
 from aioproducer.errors import ConfigurationError
+from aioproducer.serialization import Serializer, with_context
 
 if TYPE_CHECKING:
     from aioproducer._core.partitioner import Partitioner, PartitionFunction
@@ -254,6 +255,14 @@ def _optional_callable(name: str, value: Any) -> Any:
     if value is None or callable(value):
         return value
     raise _invalid(name, "must be a callable or None", value)
+
+
+def _serializer(name: str, value: Any) -> Any:
+    if value is None or callable(value) or with_context(value):
+        return value
+    raise _invalid(
+        name, "must be a callable of one argument, a Serializer (with serialize()) or None", value
+    )
 
 
 def _acks(name: str, value: Any) -> int:
@@ -740,22 +749,26 @@ class ProducerConfig:
         ),
     )
     # serialization and hooks
-    key_serializer: Callable[[Any], bytes | None] | None = field(
+    key_serializer: Callable[[Any], bytes | None] | Serializer[Any] | None = field(
         default=None,
         metadata=_meta(
             java="key.serializer",
-            doc="A callable turning a record key into bytes (or None); None sends bytes as is. "
-            "A None key is never passed to it: it stays None.",
-            check=_optional_callable,
+            doc="Turns a record key into bytes (or None): a callable of one argument, or a "
+            "Serializer that also sees the topic and headers (aioproducer.serialization; "
+            "confluent-kafka's serializers too). None sends bytes as is. A None key is never "
+            "passed to it: it stays None.",
+            check=_serializer,
         ),
     )
-    value_serializer: Callable[[Any], bytes | None] | None = field(
+    value_serializer: Callable[[Any], bytes | None] | Serializer[Any] | None = field(
         default=None,
         metadata=_meta(
             java="value.serializer",
-            doc="A callable turning a record value into bytes (or None); None sends bytes as is. "
-            "A None value is never passed to it: it stays None.",
-            check=_optional_callable,
+            doc="Turns a record value into bytes (or None): a callable of one argument, or a "
+            "Serializer that also sees the topic and headers (aioproducer.serialization; "
+            "confluent-kafka's serializers too). None sends bytes as is. A None value is never "
+            "passed to it: it stays None.",
+            check=_serializer,
         ),
     )
     interceptors: tuple[Any, ...] = field(

@@ -49,6 +49,12 @@ from aioproducer.records import (
     check_partition,
     check_timestamp,
 )
+from aioproducer.serialization import (
+    call_in_context,
+    refuse_coroutine,
+    serializer_name,
+    with_context,
+)
 
 if TYPE_CHECKING:
     from aioproducer._core.metadata import Cluster
@@ -294,26 +300,51 @@ def serialize(serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
     except SerializationError:
         raise
     except Exception as exc:
-        raise SerializationError(
-            f"{role}_serializer {_callable_name(serializer)} failed for a record to topic "
-            f"{topic!r}: {exc!r}"
-        ) from exc
+        raise _serializer_failed(serializer, role, topic, exc) from exc
+    return _serialized(data, serializer, role)
+
+
+def serialize_in_context(
+    serializer: Any, obj: Any, role: str, topic: str, headers: CheckedHeaders
+) -> bytes | None:
+    """:func:`serialize` for a serializer that sees the record
+    (:func:`aioproducer.serialization.with_context`), or any when some does: it gets the
+    topic and ``headers``, which it may append to."""
+    if obj is None:
+        return None
+    if serializer is None:
+        return to_bytes(obj, role)
+    if not with_context(serializer):
+        return serialize(serializer, obj, role, topic)
+    try:
+        data: Any = call_in_context(serializer, obj, role, topic, headers)
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise _serializer_failed(serializer, role, topic, exc) from exc
+    return _serialized(data, serializer, role)
+
+
+def _serializer_failed(
+    serializer: Any, role: str, topic: str, exc: Exception
+) -> SerializationError:
+    return SerializationError(
+        f"{role}_serializer {serializer_name(serializer)} failed for a record to topic "
+        f"{topic!r}: {exc!r}"
+    )
+
+
+def _serialized(data: Any, serializer: Any, role: str) -> bytes | None:
+    """What a serializer returned, as bytes or None; SerializationError for anything else."""
     if data is None or type(data) is bytes:
         return data
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
+    refuse_coroutine(data, serializer, role)
     raise SerializationError(
-        f"{role}_serializer {_callable_name(serializer)} returned an object of type "
+        f"{role}_serializer {serializer_name(serializer)} returned an object of type "
         f"{type(data).__name__}; it must return bytes-like or None"
     )
-
-
-def _callable_name(obj: Any) -> str:
-    name = getattr(obj, "__qualname__", None)
-    if not isinstance(name, str):
-        name = type(obj).__qualname__
-    module = getattr(obj, "__module__", None)
-    return f"{module}.{name}" if isinstance(module, str) else name
 
 
 def check_record_size(size: int, max_request_size: int, buffer_memory: int) -> None:
@@ -405,6 +436,9 @@ class RecordPreparer:
         # compiled class otherwise reads its attributes with.
         self.key_serializer: Final = key_serializer
         self.value_serializer: Final = value_serializer
+        # A serializer that sees the topic and headers (aioproducer.serialization): the
+        # records go through the slower preparation that gives it them.
+        self._in_context: Final = with_context(key_serializer) or with_context(value_serializer)
         self.intercept: Final = intercept
         self._valid_topics: Final[set[str]] = set()
 
@@ -456,11 +490,37 @@ class RecordPreparer:
         if partition is not None and (type(partition) is not int or partition < 0):
             partition = check_partition(partition)
         name = self.validate_topic(topic)
+        if self._in_context:
+            return self._prepare_in_context(
+                name, partition, timestamp, key, value, headers, results
+            )
         key_bytes = serialize(self.key_serializer, key, "key", name)
         value_bytes = serialize(self.value_serializer, value, "value", name)
         checked_headers = check_headers(headers) if headers is not None else None
         return self.take(
             name, partition, timestamp, key_bytes, value_bytes, checked_headers, results
+        )
+
+    @final
+    def _prepare_in_context(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        key: Any,
+        value: Any,
+        headers: Any,
+        results: BatchResults | None,
+    ) -> Any:
+        """The end of :meth:`prepare` when a serializer sees the record: both get the
+        topic and the record's headers (checked first), and what they add is checked."""
+        record_headers = check_headers(headers) if headers is not None else None
+        given = record_headers if record_headers is not None else []
+        key_bytes = serialize_in_context(self.key_serializer, key, "key", topic, given)
+        value_bytes = serialize_in_context(self.value_serializer, value, "value", topic, given)
+        checked_headers = check_headers(given) if given else None
+        return self.take(
+            topic, partition, timestamp, key_bytes, value_bytes, checked_headers, results
         )
 
     @final

@@ -10,6 +10,7 @@ from typing import Any
 
 from aioproducer import Producer, ProducerRecord
 from aioproducer.embedded import EmbeddedBroker
+from aioproducer.records import Header
 from aioproducer.sync import SyncProducer
 from tests.support.readback import read_back
 
@@ -120,3 +121,50 @@ def test_sync_producer_with_interceptors_leaves_none_keys_none(
         (None, b'{"n": 2}'),
         (b"user-2", None),
     ]
+
+
+class SchemaTagged:
+    """A Serializer that sees the record: the topic in the value, a header added."""
+
+    def serialize(self, topic: str, headers: list[Header], data: Any) -> bytes:
+        headers.append(("written-for", topic.encode()))
+        return to_json({"topic": topic, "data": data})
+
+
+async def test_a_serializer_that_sees_the_record_reaches_the_broker_with_its_headers(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu)
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers,
+        key_serializer=str.encode,
+        value_serializer=SchemaTagged(),
+    ) as producer:
+        await producer.send_and_wait(topic, 1, key="a", headers={"trace": b"t"})
+        results = await producer.send_many(topic, [("b", 2), ProducerRecord(topic, None)])
+        await results
+    records = read_back(tansu.bootstrap_servers, topic, expected=3)
+    assert [(r.key, r.value, r.headers) for r in records] == [
+        (
+            b"a",
+            to_json({"topic": topic, "data": 1}),
+            [("trace", b"t"), ("written-for", topic.encode())],
+        ),
+        (b"b", to_json({"topic": topic, "data": 2}), [("written-for", topic.encode())]),
+        (None, None, []),  # a tombstone never reaches the serializer
+    ]
+
+
+def test_sync_producer_takes_a_serializer_that_sees_the_record(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(tansu)
+    with SyncProducer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=SchemaTagged()
+    ) as producer:
+        producer.send(topic, "x").result(30)
+    (record,) = read_back(tansu.bootstrap_servers, topic, expected=1)
+    assert (record.value, record.headers) == (
+        to_json({"topic": topic, "data": "x"}),
+        [("written-for", topic.encode())],
+    )

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from aioproducer._core.appender import serialize
-from aioproducer.errors import SerializationError
+from aioproducer.config import ProducerConfig
+from aioproducer.errors import ConfigurationError, SerializationError
+from aioproducer.records import Header
+from aioproducer.testing import InMemoryProducer
 
 
 class Recording:
@@ -86,3 +89,118 @@ def test_doc_snippets_that_use_json_import_it(page: Path) -> None:
     for block in _python_blocks(page):
         if "json." in block:
             assert "import json" in block, f"{page.name}: a snippet uses json without importing it"
+
+
+# ---- serializers that see the record ------------------------------------------------------------
+
+
+class Tagging:
+    """A Serializer (aioproducer.serialization): sees the topic and headers, adds one."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.seen: list[tuple[str, list[Header], Any]] = []
+
+    def serialize(self, topic: str, headers: list[Header], data: Any) -> bytes:
+        self.seen.append((topic, list(headers), data))
+        headers.append((f"{self.role}-topic", topic.encode()))
+        return f"{topic}:{data}".encode()
+
+
+async def test_a_serializer_sees_the_topic_and_headers_and_what_it_adds_is_sent() -> None:
+    key_serializer, value_serializer = Tagging("key"), Tagging("value")
+    async with InMemoryProducer(
+        key_serializer=key_serializer, value_serializer=value_serializer
+    ) as producer:
+        await (await producer.send("orders", 7, key="k", headers=[("trace", b"t1")]))
+        await (await producer.send("clicks", 8))  # no key, no headers of its own
+    first, second = producer.records()
+    assert (first.key, first.value) == (b"orders:k", b"orders:7")
+    # The key serializer runs first, and the value serializer sees what it added.
+    assert key_serializer.seen == [("orders", [("trace", b"t1")], "k")]
+    assert value_serializer.seen[0] == ("orders", [("trace", b"t1"), ("key-topic", b"orders")], 7)
+    assert list(first.headers) == [
+        ("trace", b"t1"),
+        ("key-topic", b"orders"),
+        ("value-topic", b"orders"),
+    ]
+    assert (second.key, second.value) == (None, b"clicks:8")
+    assert list(second.headers) == [("value-topic", b"clicks")]
+
+
+async def test_a_plain_serializer_beside_one_that_sees_the_record_is_called_as_before() -> None:
+    async with InMemoryProducer(
+        key_serializer=str.encode, value_serializer=Tagging("value")
+    ) as producer:
+        await (await producer.send("orders", 1, key="k"))
+    (record,) = producer.records()
+    assert (record.key, record.value, list(record.headers)) == (
+        b"k",
+        b"orders:1",
+        [("value-topic", b"orders")],
+    )
+
+
+class AddsABadHeader:
+    def serialize(self, topic: str, headers: list[Any], data: Any) -> bytes:
+        headers.append(("n", 5))
+        return b"x"
+
+
+async def test_a_header_a_serializer_adds_is_checked_and_fails_only_its_record() -> None:
+    async with InMemoryProducer(value_serializer=AddsABadHeader()) as producer:
+        with pytest.raises(SerializationError, match="header 'n' must be bytes-like or None"):
+            await producer.send("orders", 1)
+        await (await producer.send("orders", None))  # a tombstone never reaches it
+    assert [record.value for record in producer.records()] == [None]
+
+
+class Async:
+    async def serialize(self, topic: str, headers: list[Header], data: Any) -> bytes:
+        return b"x"
+
+
+async def test_an_async_serializer_is_refused_with_a_clear_error() -> None:
+    async with InMemoryProducer(value_serializer=Async()) as producer:
+        with pytest.raises(SerializationError, match="returned a coroutine"):
+            await producer.send("orders", 1)
+    assert producer.records() == []
+
+
+async def test_confluent_kafka_serializers_get_their_serialization_context() -> None:
+    from confluent_kafka.serialization import (
+        MessageField,
+        SerializationContext,
+        StringSerializer,
+    )
+    from confluent_kafka.serialization import (
+        Serializer as ConfluentSerializer,
+    )
+
+    class Recording(ConfluentSerializer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.contexts: list[SerializationContext] = []
+
+        def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes:
+            assert ctx is not None
+            self.contexts.append(ctx)
+            assert ctx.headers is not None
+            ctx.headers.append(("schema", b"1"))
+            return str(obj).encode()
+
+    value_serializer = Recording()
+    async with InMemoryProducer(
+        key_serializer=StringSerializer("utf_8"), value_serializer=value_serializer
+    ) as producer:
+        await (await producer.send("orders", 42, key="k"))
+    (record,) = producer.records()
+    assert (record.key, record.value, list(record.headers)) == (b"k", b"42", [("schema", b"1")])
+    (context,) = value_serializer.contexts
+    assert (context.topic, context.field) == ("orders", MessageField.VALUE)
+
+
+def test_an_object_that_is_no_serializer_is_refused_when_configured() -> None:
+    with pytest.raises(
+        ConfigurationError, match="must be a callable of one argument, a Serializer"
+    ):
+        ProducerConfig.from_options(value_serializer=object())

@@ -1,0 +1,108 @@
+"""Serializers that see the record they serialize: its topic and its headers.
+
+A ``key_serializer`` or ``value_serializer`` is one of:
+
+- a callable of one argument, ``serializer(data) -> bytes | None`` (``str.encode``, say);
+- a :class:`Serializer`: an object with ``serialize(topic, headers, data)``, the Java
+  client's ``Serializer.serialize(String topic, Headers headers, T data)``. It learns the
+  record's topic (a Schema Registry serializer names its subject after it) and gets the
+  record's headers as a list it may append to: what it adds is sent with the record;
+- a serializer of confluent-kafka (``confluent_kafka.serialization.Serializer``:
+  ``StringSerializer``, ``AvroSerializer``, ``JSONSerializer``, ``ProtobufSerializer``),
+  called as confluent-kafka's ``SerializingProducer`` calls it, with a
+  ``SerializationContext(topic, MessageField.KEY or VALUE, headers)``.
+
+A key serializer runs before the value serializer, both with the same headers, after the
+interceptors and before the partitioner, as in the Java client. A ``None`` key or value never
+reaches either: it stays ``None`` (no key; a tombstone). A serializer that raises, or returns
+something other than bytes-like or ``None``, fails that record with a
+:class:`~aioproducer.errors.SerializationError`; so does a header it adds that is not a
+``(str, bytes or None)`` pair. Serializers run on the event loop (for ``SyncProducer``, in the
+calling thread), so one that does I/O on a cache miss blocks the loop while it does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol, TypeVar
+
+from aioproducer.errors import SerializationError
+from aioproducer.records import Header
+
+__all__ = ["Serializer"]
+
+_T_contra = TypeVar("_T_contra", contravariant=True)
+
+
+class Serializer(Protocol[_T_contra]):
+    """A serializer that sees the record: the Java client's ``Serializer``.
+
+    Example::
+
+        class Tagged:
+            def serialize(self, topic: str, headers: list[Header], data: str) -> bytes:
+                headers.append(("content-type", b"text/plain"))
+                return data.encode()
+    """
+
+    def serialize(self, topic: str, headers: list[Header], data: _T_contra) -> bytes | None:
+        """``data`` (never None) as bytes, or None.
+
+        Args:
+            topic: the record's topic.
+            headers: the record's headers so far, as ``(name, value)`` pairs; append to
+                add some (the key serializer's additions are there for the value's).
+            data: the key or value to serialize.
+        """
+        ...
+
+
+def with_context(serializer: Any) -> bool:
+    """True when ``serializer`` is called with the record's topic and headers (a
+    :class:`Serializer`, or one of confluent-kafka's); False for a one-argument callable."""
+    if callable(getattr(serializer, "serialize", None)):
+        return True
+    return _is_confluent(serializer)
+
+
+def _is_confluent(serializer: Any) -> bool:
+    return any(
+        cls.__name__ == "Serializer" and cls.__module__.startswith("confluent_kafka.")
+        for cls in type(serializer).__mro__
+    )
+
+
+def serializer_name(serializer: Any) -> str:
+    """How errors name ``serializer``: its qualified name, or its class's."""
+    name = getattr(serializer, "__qualname__", None)
+    if not isinstance(name, str):
+        name = type(serializer).__qualname__
+    module = getattr(serializer, "__module__", None)
+    return f"{module}.{name}" if isinstance(module, str) else name
+
+
+def call_in_context(
+    serializer: Any, data: Any, role: str, topic: str, headers: list[Header]
+) -> Any:
+    """What ``serializer`` (:func:`with_context` true) makes of ``data``, the record's
+    ``role`` ("key" or "value")."""
+    serialize = getattr(serializer, "serialize", None)
+    if callable(serialize):
+        return serialize(topic, headers, data)
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    field = MessageField.KEY if role == "key" else MessageField.VALUE
+    # Their list, appended to in place: what a confluent serializer adds is sent too.
+    shared: Any = headers
+    return serializer(data, SerializationContext(topic, field, shared))
+
+
+def refuse_coroutine(result: Any, serializer: Any, role: str) -> None:
+    """SerializationError when a serializer returned a coroutine (an async serializer)."""
+    if inspect.iscoroutine(result):
+        result.close()
+        raise SerializationError(
+            f"{role}_serializer {serializer_name(serializer)} returned a coroutine: serializers "
+            "run synchronously, so an async serializer (confluent-kafka's AsyncAvroSerializer, "
+            "say) cannot be used; use its synchronous counterpart"
+        )
