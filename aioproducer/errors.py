@@ -145,6 +145,7 @@ __all__ = [
     "RequestTimedOutError",
     "ResourceNotFoundError",
     "SaslAuthenticationFailedError",
+    "SchemaRegistryError",
     "SecurityDisabledError",
     "SenderCrashedError",
     "SerializationError",
@@ -278,6 +279,23 @@ class ConfigurationError(KafkaError, ValueError):
 
 class SerializationError(KafkaError, TypeError):
     """A key or value is not bytes-like and no serializer is configured, or a serializer failed."""
+
+
+class SchemaRegistryError(KafkaError):
+    """A Schema Registry refused a request or could not be reached.
+
+    The message names the registry request (the subject and version where there is one),
+    the HTTP status and the registry's own message; never the credentials. Retriable when
+    the registry could not be reached, timed out or answered 408, 429 or a 5xx status.
+
+    Attributes:
+        http_status: the HTTP status (None when there was no answer).
+        registry_error_code: the registry's ``error_code`` (40401 subject not found, 40403
+            schema not found, 409 incompatible, 42201 invalid schema, ...), or None.
+    """
+
+    http_status: int | None = None
+    registry_error_code: int | None = None
 
 
 class InvalidArgumentError(KafkaError, ValueError):

@@ -24,12 +24,13 @@ calling thread), so one that does I/O on a cache miss blocks the loop while it d
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from aioproducer.errors import SerializationError
 from aioproducer.records import Header
 
-__all__ = ["Serializer"]
+__all__ = ["Serializer", "SerializerNotReady"]
 
 _T_contra = TypeVar("_T_contra", contravariant=True)
 
@@ -55,6 +56,30 @@ class Serializer(Protocol[_T_contra]):
             data: the key or value to serialize.
         """
         ...
+
+
+class SerializerNotReady(Exception):
+    """Raised by a :class:`Serializer` that must fetch something before it can serialize
+    (a Schema Registry serializer meeting a schema it has no id for yet).
+
+    ``send()`` then awaits ``wait()`` in its slow path, as it waits for a topic's metadata,
+    within what is left of ``max_block_ms``, and calls the serializers again (the
+    interceptors do not run twice); ``SyncProducer`` waits in the calling thread.
+    The wait's own error fails the record, as a :class:`~aioproducer.errors.SerializationError`
+    unless it is a :class:`~aioproducer.errors.KafkaError`.
+
+    Args:
+        wait: makes the awaitable to wait for; called once per wait, on the producer's
+            event loop.
+        what: what is awaited, for the error when ``max_block_ms`` runs out first.
+    """
+
+    def __init__(self, wait: Callable[[], Awaitable[object]], what: str) -> None:
+        super().__init__(what)
+        self.wait = wait
+        self.what = what
+        #: Set by the producer: the record as the interceptors left it, to resume from.
+        self.record: Any = None
 
 
 def with_context(serializer: Any) -> bool:

@@ -208,6 +208,24 @@ def _started_kafka(kafka: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Schema Registry (Apicurio, Confluent-compatible API) for the session; skips
+    (fails on CI) where it cannot run."""
+    from tests.support.registry import ApicurioRegistry, RegistryUnavailableError
+
+    try:
+        registry = ApicurioRegistry(tmp_path_factory.mktemp("apicurio"))
+    except RegistryUnavailableError as exc:
+        if _on_ci():
+            pytest.fail(f"CI is set, so the Schema Registry tests must run: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaBroker]:
     """A real Apache Kafka node (broker and controller) shared by the whole session,
     formatted with Kafka's default transaction.version (2: KIP-890 transactions)."""
