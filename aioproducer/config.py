@@ -258,6 +258,10 @@ def _optional_callable(name: str, value: Any) -> Any:
 
 
 def _serializer(name: str, value: Any) -> Any:
+    is_key = getattr(value, "is_key", None)
+    if isinstance(is_key, bool) and is_key != (name == "key_serializer"):
+        made_for = "keys (is_key=True)" if is_key else "values (is_key=False)"
+        raise _invalid(name, f"is a serializer made for {made_for}", value)
     if value is None or callable(value) or with_context(value):
         return value
     raise _invalid(

@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from threading import get_ident
-from typing import Any
+from typing import Any, cast
 
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer._core.answers import AnswerQueue
@@ -67,6 +67,7 @@ from aioproducer.records import (
     TransactionState,
     check_partition,
 )
+from aioproducer.serialization import SerializerNotReady, wait_for_serializer
 from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
 
 __all__ = ["Producer", "ProducerState"]
@@ -724,10 +725,31 @@ class Producer:
             return await self._send_traced(
                 self._telemetry, appender, topic, value, key, partition, timestamp_ms, headers
             )
-        result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+        try:
+            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+        except SerializerNotReady as not_ready:
+            return await self._append_when_serializable(appender, not_ready)
         if result:
             return result
         return await self._append_pending(result)
+
+    async def _append_when_serializable(
+        self, appender: RecordAppender, not_ready: SerializerNotReady
+    ) -> RecordFuture:
+        # send()'s slow path for a serializer that must fetch first (a schema's id): wait,
+        # within max_block_ms, then serialize again from where it stopped.
+        deadline = time.monotonic() + self._max_block
+        while True:
+            await wait_for_serializer(not_ready, deadline - time.monotonic())
+            try:
+                result = appender.resume(not_ready)
+            except SerializerNotReady as again:
+                not_ready = again
+                continue
+            if result:
+                return cast(RecordFuture, result)
+            remaining = max(0.0, deadline - time.monotonic())
+            return await appender.append_pending(result, remaining)
 
     async def _append_pending(self, result: RecordFuture | PendingRecord) -> RecordFuture:
         # send()'s slow path: the record waits for memory or metadata.
@@ -752,7 +774,10 @@ class Producer:
         span = telemetry.start_send(topic, key, value, partition)
         try:
             headers = span.inject(headers)
-            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            try:
+                result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            except SerializerNotReady as not_ready:
+                result = await self._append_when_serializable(appender, not_ready)
             future = result if result else await self._append_pending(result)
         except BaseException as exc:
             span.failed(exc)

@@ -23,11 +23,12 @@ calling thread), so one that does I/O on a cache miss blocks the loop while it d
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from aioproducer.errors import SerializationError
+from aioproducer.errors import KafkaError, SerializationError
 from aioproducer.records import Header
 
 __all__ = ["Serializer", "SerializerNotReady"]
@@ -80,6 +81,32 @@ class SerializerNotReady(Exception):
         self.what = what
         #: Set by the producer: the record as the interceptors left it, to resume from.
         self.record: Any = None
+
+
+async def wait_for_serializer(not_ready: SerializerNotReady, timeout: float) -> None:
+    """Await what ``not_ready`` waits for, within ``timeout`` seconds.
+
+    Raises:
+        SerializationError: the time ran out first (retriable), or the wait failed with an
+            error that is not a KafkaError.
+        KafkaError: the wait's own error (a registry's refusal), as it is.
+    """
+    if timeout <= 0:
+        raise _out_of_time(not_ready)
+    try:
+        await asyncio.wait_for(not_ready.wait(), timeout)
+    except TimeoutError:
+        raise _out_of_time(not_ready) from None
+    except KafkaError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"the serializer could not get {not_ready.what}: {exc!r}") from exc
+
+
+def _out_of_time(not_ready: SerializerNotReady) -> SerializationError:
+    return SerializationError(
+        f"max_block_ms passed before the serializer had {not_ready.what}", retriable=True
+    )
 
 
 def with_context(serializer: Any) -> bool:

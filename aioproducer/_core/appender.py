@@ -50,6 +50,7 @@ from aioproducer.records import (
     check_timestamp,
 )
 from aioproducer.serialization import (
+    SerializerNotReady,
     call_in_context,
     refuse_coroutine,
     serializer_name,
@@ -318,7 +319,7 @@ def serialize_in_context(
         return serialize(serializer, obj, role, topic)
     try:
         data: Any = call_in_context(serializer, obj, role, topic, headers)
-    except SerializationError:
+    except (SerializationError, SerializerNotReady):
         raise
     except Exception as exc:
         raise _serializer_failed(serializer, role, topic, exc) from exc
@@ -516,12 +517,27 @@ class RecordPreparer:
         topic and the record's headers (checked first), and what they add is checked."""
         record_headers = check_headers(headers) if headers is not None else None
         given = record_headers if record_headers is not None else []
-        key_bytes = serialize_in_context(self.key_serializer, key, "key", topic, given)
-        value_bytes = serialize_in_context(self.value_serializer, value, "value", topic, given)
+        try:
+            key_bytes = serialize_in_context(self.key_serializer, key, "key", topic, given)
+            value_bytes = serialize_in_context(
+                self.value_serializer, value, "value", topic, given
+            )
+        except SerializerNotReady as not_ready:
+            # What resume() starts from once the wait is over: the record as the
+            # interceptors left it, the headers as given (not what a serializer added).
+            not_ready.record = (topic, partition, timestamp, key, value, headers, results)
+            raise
         checked_headers = check_headers(given) if given else None
         return self.take(
             topic, partition, timestamp, key_bytes, value_bytes, checked_headers, results
         )
+
+    @final
+    def resume(self, not_ready: SerializerNotReady) -> Any:
+        """:meth:`prepare` again from its serializers, for a record whose serializer was not
+        ready (``not_ready``, once its wait is over): the interceptors do not run twice."""
+        topic, partition, timestamp, key, value, headers, results = not_ready.record
+        return self._prepare_in_context(topic, partition, timestamp, key, value, headers, results)
 
     @final
     def prepare_item(

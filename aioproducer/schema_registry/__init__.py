@@ -6,6 +6,7 @@ Needs the ``schema-registry`` extra (``pip install 'aioproducer[schema-registry]
 
 from __future__ import annotations
 
+from aioproducer.schema_registry.avro import SUBJECT_NAME_STRATEGIES, AvroSerializer
 from aioproducer.schema_registry.client import (
     RegisteredSchema,
     Schema,
@@ -13,4 +14,11 @@ from aioproducer.schema_registry.client import (
     SchemaRegistryClient,
 )
 
-__all__ = ["RegisteredSchema", "Schema", "SchemaReference", "SchemaRegistryClient"]
+__all__ = [
+    "SUBJECT_NAME_STRATEGIES",
+    "AvroSerializer",
+    "RegisteredSchema",
+    "Schema",
+    "SchemaReference",
+    "SchemaRegistryClient",
+]

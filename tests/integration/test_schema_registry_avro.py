@@ -1,0 +1,117 @@
+"""Avro records in the Schema Registry wire format, written by the producer and read back by
+confluent-kafka's AvroDeserializer against the same registry (Apicurio), field for field."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from aioproducer import Producer
+from aioproducer.embedded import EmbeddedBroker
+from aioproducer.errors import ConfigurationError, SchemaRegistryError
+from aioproducer.schema_registry import AvroSerializer, Schema, SchemaRegistryClient
+from aioproducer.schema_registry.wire import read_header
+from tests.support.readback import read_back
+
+TopicFactory = Callable[..., str]
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+def _deserialize(url: str, topic: str, values: list[bytes | None]) -> list[Any]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    deserializer = AvroDeserializer(ConfluentClient({"url": url}))
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [deserializer(value, context) for value in values]
+
+
+async def test_avro_values_are_read_back_by_confluent_kafka_field_for_field(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    orders = [{"id": i, "item": f"item-{i}", "note": None if i % 2 else "gift"} for i in range(50)]
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers,
+        key_serializer=str.encode,
+        value_serializer=AvroSerializer(registry, ORDER),
+    ) as producer:
+        futures = [await producer.send(topic, order, key=str(order["id"])) for order in orders]
+        for future in futures:
+            await future
+    # One registration for the subject, then every record from the cache.
+    assert registry.requests == 1
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=50)
+    schema_ids = {read_header(record.value)[0] for record in records if record.value}
+    assert len(schema_ids) == 1
+    decoded = _deserialize(schema_registry.url, topic, [record.value for record in records])
+    assert decoded == orders
+    assert [record.key for record in records] == [str(i).encode() for i in range(50)]
+
+
+async def test_a_value_that_does_not_match_the_schema_fails_alone(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    from aioproducer.errors import SerializationError
+
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=AvroSerializer(registry, ORDER)
+    ) as producer:
+        await producer.send_and_wait(topic, {"id": 1, "item": "a"})
+        with pytest.raises(SerializationError, match="does not match the Avro schema"):
+            await producer.send(topic, {"id": "not a long", "item": "b"})
+        await producer.send_and_wait(topic, {"id": 2, "item": "c"})
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=2)
+    assert [
+        r["id"] for r in _deserialize(schema_registry.url, topic, [x.value for x in records])
+    ] == [1, 2]
+
+
+async def test_an_incompatible_schema_is_refused_with_the_registry_message(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    await registry.register(
+        f"{topic}-value",
+        Schema(json.dumps(ORDER)),
+    )
+    await registry.set_compatibility(f"{topic}-value", "BACKWARD")
+    changed = {**ORDER, "fields": [{"name": "id", "type": "string"}]}
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers,
+        value_serializer=AvroSerializer(SchemaRegistryClient(schema_registry.url), changed),
+    ) as producer:
+        with pytest.raises(SchemaRegistryError) as refused:
+            await producer.send(topic, {"id": "x"})
+    assert refused.value.http_status == 409
+    assert f"{topic}-value" in str(refused.value)
+    await registry.close()
+
+
+def test_a_key_serializer_set_for_values_is_refused() -> None:
+    serializer = AvroSerializer(
+        SchemaRegistryClient(f"http://127.0.0.1:1/{uuid.uuid4().hex}"), ORDER, is_key=True
+    )
+    with pytest.raises(ConfigurationError, match="made for keys"):
+        Producer(bootstrap_servers="localhost:9092", value_serializer=serializer)
