@@ -736,20 +736,25 @@ class Producer:
     async def _append_when_serializable(
         self, appender: RecordAppender, not_ready: SerializerNotReady
     ) -> RecordFuture:
-        # send()'s slow path for a serializer that must fetch first (a schema's id): wait,
-        # within max_block_ms, then serialize again from where it stopped.
+        # send()'s slow path for a serializer that must fetch first (a schema's id).
         deadline = time.monotonic() + self._max_block
+        result = await self._resume_when_serializable(appender, not_ready, deadline)
+        if result:
+            return cast(RecordFuture, result)
+        remaining = max(0.0, deadline - time.monotonic())
+        return await appender.append_pending(result, remaining)
+
+    async def _resume_when_serializable(
+        self, appender: RecordAppender, not_ready: SerializerNotReady, deadline: float
+    ) -> Any:
+        """Wait for what the serializer must fetch (by ``deadline``, monotonic seconds), then
+        take the record again from its serializers: what the appender's take returns."""
         while True:
             await wait_for_serializer(not_ready, deadline - time.monotonic())
             try:
-                result = appender.resume(not_ready)
+                return appender.resume(not_ready)
             except SerializerNotReady as again:
                 not_ready = again
-                continue
-            if result:
-                return cast(RecordFuture, result)
-            remaining = max(0.0, deadline - time.monotonic())
-            return await appender.append_pending(result, remaining)
 
     async def _append_pending(self, result: RecordFuture | PendingRecord) -> RecordFuture:
         # send()'s slow path: the record waits for memory or metadata.
@@ -846,9 +851,16 @@ class Producer:
         total = len(sequence)
         try:
             while index < total:
-                index, run_end, pending = appender.append_many(
-                    topic, partition, now_ms, sequence, index, run_end, results
-                )
+                try:
+                    index, run_end, pending = appender.append_many(
+                        topic, partition, now_ms, sequence, index, run_end, results
+                    )
+                except SerializerNotReady as not_ready:
+                    # The item after those in results waits for its serializer; then it
+                    # joins them (or waits for metadata or memory), and the next one goes.
+                    index = run_end = len(results) + 1
+                    deadline = time.monotonic() + self._max_block
+                    pending = await self._resume_when_serializable(appender, not_ready, deadline)
                 if pending is not None:
                     future = await appender.append_pending(pending, self._max_block)
                     results.add_future(future)

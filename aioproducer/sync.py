@@ -65,6 +65,7 @@ from aioproducer.records import (
     RecordMetadataSequence,
     check_partition,
 )
+from aioproducer.serialization import SerializerNotReady, wait_for_serializer
 from aioproducer.telemetry import attached as attached_telemetry
 
 __all__ = ["SyncProducer"]
@@ -494,11 +495,26 @@ class SyncProducer:
     ) -> PreparedRecord:
         """A record intercepted, checked and serialized as the async producer's ``send``
         does before it waits for anything: what it refuses is raised in the calling thread."""
-        prepared: PreparedRecord = self._preparer.prepare(
-            topic, value, key, partition, timestamp_ms, headers
-        )
+        try:
+            prepared: PreparedRecord = self._preparer.prepare(
+                topic, value, key, partition, timestamp_ms, headers
+            )
+        except SerializerNotReady as not_ready:
+            prepared = self._when_serializable(not_ready)
         self._check_size(prepared)
         return prepared
+
+    def _when_serializable(self, not_ready: SerializerNotReady) -> PreparedRecord:
+        """Wait in this thread, within max_block_ms, for what a serializer must fetch (on
+        the loop thread, where the registry client runs), then serialize again."""
+        deadline = time.monotonic() + self._config.max_block_ms / 1000.0
+        while True:
+            self._call(wait_for_serializer, not_ready, deadline - time.monotonic())
+            try:
+                prepared: PreparedRecord = self._preparer.resume(not_ready)
+                return prepared
+            except SerializerNotReady as again:
+                not_ready = again
 
     def _check_size(self, prepared: PreparedRecord) -> None:
         cfg = self._config
@@ -571,7 +587,12 @@ class SyncProducer:
         bulk paths take it, else as a :class:`~aioproducer.ProducerRecord`. The loop thread
         stamps bytes and pairs with the same ``now_ms``."""
         try:
-            prepared: PreparedRecord = self._preparer.prepare_item(topic, partition, item, now_ms)
+            try:
+                prepared: PreparedRecord = self._preparer.prepare_item(
+                    topic, partition, item, now_ms
+                )
+            except SerializerNotReady as not_ready:
+                prepared = self._when_serializable(not_ready)
             self._check_size(prepared)
         except KafkaError as exc:
             name_send_many_item(exc, index)

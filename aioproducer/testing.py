@@ -86,6 +86,7 @@ from aioproducer.records import (
     TransactionState,
     check_partition,
 )
+from aioproducer.serialization import SerializerNotReady, wait_for_serializer
 
 __all__ = ["InMemoryProducer", "StoredRecord"]
 
@@ -491,9 +492,22 @@ class InMemoryProducer(Producer):
         ``on_send=True``.
         """
         self._check_sendable()
-        return self._append(
-            self._preparer.prepare(topic, value, key, partition, timestamp_ms, headers)
-        )
+        try:
+            prepared = self._preparer.prepare(topic, value, key, partition, timestamp_ms, headers)
+        except SerializerNotReady as not_ready:
+            prepared = await self._when_serializable(not_ready)
+        return self._append(prepared)
+
+    async def _when_serializable(self, not_ready: SerializerNotReady) -> PreparedRecord:
+        # As Producer.send: the serializer's fetch is awaited within max_block_ms.
+        deadline = time.monotonic() + self._config.max_block_ms / 1000.0
+        while True:
+            await wait_for_serializer(not_ready, deadline - time.monotonic())
+            try:
+                prepared: PreparedRecord = self._preparer.resume(not_ready)
+                return prepared
+            except SerializerNotReady as again:
+                not_ready = again
 
     async def send_and_wait(
         self,
@@ -533,7 +547,11 @@ class InMemoryProducer(Producer):
             try:
                 # Refused before its interceptors and serializers run, as by send().
                 self._check_sendable()
-                future = self._append(preparer.prepare_item(topic, partition, item, now_ms))
+                try:
+                    prepared = preparer.prepare_item(topic, partition, item, now_ms)
+                except SerializerNotReady as not_ready:
+                    prepared = await self._when_serializable(not_ready)
+                future = self._append(prepared)
             except KafkaError as exc:
                 name_send_many_item(exc, index)
                 exc.accepted = results

@@ -115,3 +115,52 @@ def test_a_key_serializer_set_for_values_is_refused() -> None:
     )
     with pytest.raises(ConfigurationError, match="made for keys"):
         Producer(bootstrap_servers="localhost:9092", value_serializer=serializer)
+
+
+async def test_send_many_waits_for_the_schema_once_and_keeps_the_order(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    orders = [{"id": i, "item": f"i{i}", "note": None} for i in range(30)]
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=AvroSerializer(registry, ORDER)
+    ) as producer:
+        results = await producer.send_many(topic, orders)
+        metadata = await results
+    assert [m.offset for m in metadata] == list(range(30))
+    assert registry.requests == 1
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=30)
+    assert _deserialize(schema_registry.url, topic, [r.value for r in records]) == orders
+
+
+def test_sync_producer_waits_for_the_schema_in_the_calling_thread(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    from aioproducer import SyncProducer
+
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    orders = [{"id": i, "item": "x", "note": "y"} for i in range(5)]
+    with SyncProducer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=AvroSerializer(registry, ORDER)
+    ) as producer:
+        producer.send(topic, orders[0]).result(30)
+        producer.send_many(topic, orders[1:], timeout=30)
+    records = read_back(tansu.bootstrap_servers, topic, expected=5)
+    assert _deserialize(schema_registry.url, topic, [r.value for r in records]) == orders
+
+
+async def test_the_in_memory_producer_takes_the_same_serializer(schema_registry: Any) -> None:
+    from aioproducer.testing import InMemoryProducer
+
+    registry = SchemaRegistryClient(schema_registry.url)
+    topic = f"memory-{uuid.uuid4().hex[:8]}"
+    async with InMemoryProducer(value_serializer=AvroSerializer(registry, ORDER)) as producer:
+        await producer.send_and_wait(topic, {"id": 7, "item": "a", "note": None})
+        await producer.send_many(topic, [{"id": 8, "item": "b", "note": None}])
+    await registry.close()
+    values = [record.value for record in producer.records(topic)]
+    assert [read_header(v)[0] for v in values if v] == [read_header(values[0])[0]] * 2
+    assert [d["id"] for d in _deserialize(schema_registry.url, topic, values)] == [7, 8]
