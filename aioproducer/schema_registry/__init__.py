@@ -6,18 +6,22 @@ Needs the ``schema-registry`` extra (``pip install 'aioproducer[schema-registry]
 
 from __future__ import annotations
 
-from aioproducer.schema_registry.avro import SUBJECT_NAME_STRATEGIES, AvroSerializer
+from aioproducer.schema_registry.avro import AvroSerializer
 from aioproducer.schema_registry.client import (
     RegisteredSchema,
     Schema,
     SchemaReference,
     SchemaRegistryClient,
 )
+from aioproducer.schema_registry.json_schema import JsonSchemaSerializer
+from aioproducer.schema_registry.serde import SUBJECT_NAME_STRATEGIES, RegistrySerializer
 
 __all__ = [
     "SUBJECT_NAME_STRATEGIES",
     "AvroSerializer",
+    "JsonSchemaSerializer",
     "RegisteredSchema",
+    "RegistrySerializer",
     "Schema",
     "SchemaReference",
     "SchemaRegistryClient",
