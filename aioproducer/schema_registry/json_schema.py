@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from aioproducer.errors import ConfigurationError
+from aioproducer.schema_registry.client import SchemaRegistryClient
 from aioproducer.schema_registry.serde import RegistrySerializer
 
 __all__ = ["JsonSchemaSerializer"]
@@ -25,6 +27,20 @@ class JsonSchemaSerializer(RegistrySerializer):
     def __init__(self, *args: Any, validate: bool = True, **kwargs: Any) -> None:
         self._validate = validate
         super().__init__(*args, **kwargs)
+
+    @classmethod
+    def for_model(
+        cls, registry: SchemaRegistryClient, model: type[Any], **kwargs: Any
+    ) -> JsonSchemaSerializer:
+        """A serializer of ``model``'s instances (a Pydantic model class): the schema is the
+        model's JSON Schema (``model_json_schema()``, titled with the model's name), each
+        instance dumped in JSON mode (``model_dump(mode="json")``) and validated against
+        it. Dicts that fit the schema are taken too. ``kwargs`` as for the constructor."""
+        schema = model.model_json_schema()
+        dump: Callable[[Any], Any] = lambda value: (  # noqa: E731
+            value.model_dump(mode="json") if isinstance(value, model) else value
+        )
+        return cls(registry, schema, to_dict=dump, **kwargs)
 
     def parse(self, text: str) -> tuple[Any, str | None]:
         try:

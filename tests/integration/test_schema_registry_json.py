@@ -74,3 +74,33 @@ def test_an_invalid_json_schema_is_refused_when_the_serializer_is_built() -> Non
     named = JsonSchemaSerializer(registry, ORDER, subject_name_strategy="TopicRecordNameStrategy")
     assert named.subject("orders") == "orders-Order"
     assert json.loads(named._schema.schema_str if named._schema else "{}")["title"] == "Order"
+
+
+async def test_a_pydantic_model_is_the_schema_of_what_an_endpoint_publishes(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    from pydantic import BaseModel
+
+    class Signup(BaseModel):
+        email: str
+        plan: str = "free"
+        seats: int = 1
+
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers,
+        value_serializer=JsonSchemaSerializer.for_model(registry, Signup),
+    ) as producer:
+        await producer.send_and_wait(topic, Signup(email="a@example.com"))
+        await producer.send_and_wait(topic, Signup(email="b@example.com", plan="pro", seats=3))
+        with pytest.raises(SerializationError, match="'email' is a required property"):
+            await producer.send(topic, {"plan": "pro"})
+    registered = await registry.latest_version(f"{topic}-value")
+    assert json.loads(registered.schema.schema_str)["title"] == "Signup"
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=2)
+    assert _deserialize(schema_registry.url, topic, [r.value for r in records]) == [
+        {"email": "a@example.com", "plan": "free", "seats": 1},
+        {"email": "b@example.com", "plan": "pro", "seats": 3},
+    ]
