@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aioproducer.schema_registry.avro import AvroSerializer
 from aioproducer.schema_registry.client import (
+    InMemorySchemaRegistry,
     RegisteredSchema,
     Schema,
     SchemaReference,
@@ -19,6 +20,7 @@ from aioproducer.schema_registry.serde import SUBJECT_NAME_STRATEGIES, RegistryS
 __all__ = [
     "SUBJECT_NAME_STRATEGIES",
     "AvroSerializer",
+    "InMemorySchemaRegistry",
     "JsonSchemaSerializer",
     "RegisteredSchema",
     "RegistrySerializer",

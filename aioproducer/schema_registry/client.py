@@ -23,7 +23,13 @@ from aioproducer.errors import ConfigurationError, SchemaRegistryError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["RegisteredSchema", "Schema", "SchemaReference", "SchemaRegistryClient"]
+__all__ = [
+    "InMemorySchemaRegistry",
+    "RegisteredSchema",
+    "Schema",
+    "SchemaReference",
+    "SchemaRegistryClient",
+]
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _ACCEPT = (
@@ -507,3 +513,91 @@ def _registered(answer: Mapping[str, Any], subject: str) -> RegisteredSchema:
         int(answer["version"]),
         _schema_of(answer),
     )
+
+
+class InMemorySchemaRegistry(SchemaRegistryClient):
+    """A Schema Registry in this process, for tests: what :class:`SchemaRegistryClient`
+    asks a registry is answered from memory, with the same caching and the same errors.
+
+    Ids count from 1, shared by every subject (one schema text has one id); each subject
+    numbers its versions from 1. Compatibility is never checked: ``is_compatible`` answers
+    True and every registration is taken (test schema evolution against a real registry).
+    A test helper, not a registry: nothing outlives the object.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("http://in-memory.invalid")
+        self._next_id = 1
+        self._by_text: dict[tuple[str, str], int] = {}
+        self._texts: dict[int, dict[str, Any]] = {}
+        self._subjects: dict[str, list[int]] = {}
+        self._config: dict[str, str] = {}
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
+        self.requests += 1
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+        if parts == ["subjects"] and method == "GET":
+            return sorted(self._subjects)
+        if parts[0] == "schemas" and method == "GET":
+            found = self._texts.get(int(parts[2]))
+            if found is None:
+                raise self._missing(what, 40403, f"schema {parts[2]} not found")
+            return found
+        if parts[0] == "config" and method == "PUT":
+            self._config[parts[1]] = str(body["compatibility"])
+            return {"compatibility": self._config[parts[1]]}
+        if parts[0] == "compatibility":
+            return {"is_compatible": True}
+        subject = parts[1]
+        versions = self._subjects.get(subject, [])
+        if len(parts) == 2 and method == "POST":  # lookup
+            schema_id = self._by_text.get((body["schema"], body.get("schemaType", "AVRO")))
+            if schema_id is None or schema_id not in versions:
+                raise self._missing(what, 40403, "schema not found")
+            return {
+                "id": schema_id,
+                "version": versions.index(schema_id) + 1,
+                "subject": subject,
+                **self._texts[schema_id],
+            }
+        if len(parts) == 3 and method == "POST":  # register
+            key = (body["schema"], body.get("schemaType", "AVRO"))
+            schema_id = self._by_text.get(key)
+            if schema_id is None:
+                schema_id = self._by_text[key] = self._next_id
+                self._next_id += 1
+                self._texts[schema_id] = dict(body)
+            if schema_id not in versions:
+                self._subjects.setdefault(subject, []).append(schema_id)
+            return {"id": schema_id}
+        if len(parts) == 4 and method == "GET":
+            if not versions:
+                raise self._missing(what, 40401, f"subject {subject!r} not found")
+            index = len(versions) if parts[3] == "latest" else int(parts[3])
+            if not 1 <= index <= len(versions):
+                raise self._missing(what, 40402, f"version {parts[3]} not found")
+            schema_id = versions[index - 1]
+            return {
+                "id": schema_id,
+                "version": index,
+                "subject": subject,
+                **self._texts[schema_id],
+            }
+        raise SchemaRegistryError(f"{what}: the in-memory registry does not serve {method} {path}")
+
+    @staticmethod
+    def _missing(what: str, code: int, message: str) -> SchemaRegistryError:
+        error = SchemaRegistryError(
+            f"{what}: the in-memory registry answered 404 (error {code}): {message}"
+        )
+        error.http_status = 404
+        error.registry_error_code = code
+        return error

@@ -204,3 +204,54 @@ def test_an_object_that_is_no_serializer_is_refused_when_configured() -> None:
         ConfigurationError, match="must be a callable of one argument, a Serializer"
     ):
         ProducerConfig.from_options(value_serializer=object())
+
+
+# ---- Schema Registry serializers on the in-memory producer and registry -------------------------
+
+
+async def test_avro_records_on_the_in_memory_producer_with_the_in_memory_registry() -> None:
+    import io
+
+    import fastavro
+
+    from aioproducer.schema_registry import AvroSerializer, InMemorySchemaRegistry
+    from aioproducer.schema_registry.wire import read_header
+
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
+    }
+    registry = InMemorySchemaRegistry()
+    async with InMemoryProducer(value_serializer=AvroSerializer(registry, schema)) as producer:
+        await producer.send_and_wait("orders", {"id": 1, "item": "a"})
+        await producer.send_many("orders", [{"id": 2, "item": "b"}])
+        await producer.send_and_wait("returns", {"id": 3, "item": "c"})
+    assert await registry.subjects() == ["orders-value", "returns-value"]
+    decoded = []
+    for record in producer.records():
+        assert record.value is not None
+        schema_id, payload = read_header(record.value)
+        assert schema_id == 1  # one schema, one id, under both subjects
+        decoded.append(
+            fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(schema))
+        )
+    assert decoded == [{"id": 1, "item": "a"}, {"id": 2, "item": "b"}, {"id": 3, "item": "c"}]
+    latest = await registry.latest_version("orders-value")
+    assert (latest.schema_id, latest.version) == (1, 1)
+
+
+async def test_the_in_memory_registry_refuses_what_is_not_there_as_a_registry_does() -> None:
+    from aioproducer.errors import SchemaRegistryError
+    from aioproducer.schema_registry import AvroSerializer, InMemorySchemaRegistry, Schema
+
+    registry = InMemorySchemaRegistry()
+    assert await registry.lookup("orders-value", Schema('"string"')) is None
+    with pytest.raises(SchemaRegistryError) as missing:
+        await registry.latest_version("orders-value")
+    assert missing.value.registry_error_code == 40401
+    serializer = AvroSerializer(registry, '"string"', auto_register_schemas=False)
+    async with InMemoryProducer(value_serializer=serializer) as producer:
+        with pytest.raises(SerializationError, match="not registered under subject 'orders-value'"):
+            await producer.send("orders", "x")
+    assert producer.records() == []
