@@ -306,16 +306,19 @@ def serialize(serializer: Any, obj: Any, role: str, topic: str) -> bytes | None:
 
 
 def serialize_in_context(
-    serializer: Any, obj: Any, role: str, topic: str, headers: CheckedHeaders
+    serializer: Any,
+    in_context: bool,
+    obj: Any,
+    role: str,
+    topic: str,
+    headers: CheckedHeaders,
 ) -> bytes | None:
-    """:func:`serialize` for a serializer that sees the record
-    (:func:`aioproducer.serialization.with_context`), or any when some does: it gets the
-    topic and ``headers``, which it may append to."""
+    """:func:`serialize` where some serializer sees the record: this one does when
+    ``in_context`` (:func:`aioproducer.serialization.with_context`, decided once per
+    producer), and then gets the topic and ``headers``, which it may append to."""
     if obj is None:
         return None
-    if serializer is None:
-        return to_bytes(obj, role)
-    if not with_context(serializer):
+    if not in_context:
         return serialize(serializer, obj, role, topic)
     try:
         data: Any = call_in_context(serializer, obj, role, topic, headers)
@@ -439,7 +442,9 @@ class RecordPreparer:
         self.value_serializer: Final = value_serializer
         # A serializer that sees the topic and headers (aioproducer.serialization): the
         # records go through the slower preparation that gives it them.
-        self._in_context: Final = with_context(key_serializer) or with_context(value_serializer)
+        self._key_in_context: Final = with_context(key_serializer)
+        self._value_in_context: Final = with_context(value_serializer)
+        self._in_context: Final = self._key_in_context or self._value_in_context
         self.intercept: Final = intercept
         self._valid_topics: Final[set[str]] = set()
 
@@ -518,9 +523,11 @@ class RecordPreparer:
         record_headers = check_headers(headers) if headers is not None else None
         given = record_headers if record_headers is not None else []
         try:
-            key_bytes = serialize_in_context(self.key_serializer, key, "key", topic, given)
+            key_bytes = serialize_in_context(
+                self.key_serializer, self._key_in_context, key, "key", topic, given
+            )
             value_bytes = serialize_in_context(
-                self.value_serializer, value, "value", topic, given
+                self.value_serializer, self._value_in_context, value, "value", topic, given
             )
         except SerializerNotReady as not_ready:
             # What resume() starts from once the wait is over: the record as the

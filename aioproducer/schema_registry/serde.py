@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -44,7 +45,7 @@ def _strategy(name: str) -> str:
     return chosen
 
 
-class RegistrySerializer:
+class RegistrySerializer(ABC):
     """Keys or values in the Schema Registry wire format, in the format a subclass writes:
     a :class:`~aioproducer.Serializer` for ``key_serializer`` or ``value_serializer``.
 
@@ -126,14 +127,14 @@ class RegistrySerializer:
 
     # ---- what a format says ----------------------------------------------------------------
 
+    @abstractmethod
     def parse(self, text: str) -> tuple[Any, str | None]:
         """The schema ready for :meth:`encode`, and its full name (None when unnamed);
         ConfigurationError when it is not a valid schema."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(self, parsed: Any, record: Any, out: io.BytesIO) -> None:
         """Write ``record`` by ``parsed`` to ``out``; raise when it does not match."""
-        raise NotImplementedError
 
     # ---- the serializer --------------------------------------------------------------------
 
