@@ -147,7 +147,9 @@ def _check_round_trip(
         partition = None if free else record.partition
         return record.timestamp_ms, record.key, record.value, record.headers, partition
 
-    assert len(records) == len(rows)
+    seen = {record.timestamp_ms - _BASE_MS for record in records}
+    missing = [i for i in range(len(rows)) if i not in seen]
+    assert len(records) == len(rows), f"rows missing (first 30 of {len(missing)}): {missing[:30]}"
     assert all(r.timestamp_type == 1 for r in records)  # CreateTime, as given
     assert sorted(map(got, records), key=repr) == sorted(map(expected, rows), key=repr)
 

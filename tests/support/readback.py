@@ -169,6 +169,8 @@ def read_back(
                         raise ReadBackError(f"corrupt record batch in {topic}: {error}")
                     continue  # transient: the consumer retries on its own
                 records.append(_record(message))
+        if len(records) < expected:
+            _report_shortfall(consumer, topic, partitions, records, expected, timeout)
     finally:
         consumer.close()
     records.sort(key=lambda record: (record.partition, record.offset))
@@ -209,6 +211,43 @@ def _stable_offsets(bootstrap: str, topic: str, partitions: list[int]) -> list[A
         ]
     except confluent_kafka.KafkaException:
         return None
+
+
+def _report_shortfall(
+    consumer: Any,
+    topic: str,
+    partitions: list[int],
+    records: list[ConsumedRecord],
+    expected: int,
+    timeout: float,
+) -> None:
+    """Tell, on stderr (pytest shows it with a failure), whether the records are missing
+    from the broker or the read was slow: per partition, what was read, where the
+    consumer stands and the broker's high watermark."""
+    import sys
+
+    counts = {partition: 0 for partition in partitions}
+    for record in records:
+        counts[record.partition] = counts.get(record.partition, 0) + 1
+    try:
+        ends = {tp.partition: tp.offset for tp in _high_watermarks(consumer, topic, partitions)}
+        positions = {
+            tp.partition: tp.offset
+            for tp in consumer.position(
+                [confluent_kafka.TopicPartition(topic, partition) for partition in partitions]
+            )
+        }
+    except confluent_kafka.KafkaException as exc:
+        print(f"read_back({topic!r}): no watermarks after a short read: {exc}", file=sys.stderr)
+        return
+    detail = ", ".join(
+        f"partition {p}: read {counts[p]}, position {positions.get(p)}, high watermark {ends[p]}"
+        for p in partitions
+    )
+    print(
+        f"read_back({topic!r}): {len(records)} of {expected} records in {timeout:g} s; {detail}",
+        file=sys.stderr,
+    )
 
 
 def _caught_up(consumer: Any, ends: list[Any]) -> bool:

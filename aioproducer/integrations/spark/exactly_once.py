@@ -210,7 +210,7 @@ def _earlier_attempts(prefix: str, partition: int, attempt: int) -> list[str]:
 
 def _transactional(sink: SinkOptions, transactional_id: str) -> Producer:
     """A producer with the sink's options and ``transactional_id`` (not started)."""
-    return Producer({**sink.config, "transactional.id": transactional_id}, **sink.options)
+    return sink.producer(**{"transactional.id": transactional_id})
 
 
 #: Completions (and fencing starts) under way at once: each opens connections of its own

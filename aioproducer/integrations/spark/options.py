@@ -17,6 +17,12 @@ from aioproducer.errors import (
     InvalidTopicError,
     KafkaError,
 )
+from aioproducer.integrations.spark.registry import (
+    RegistryEncoding,
+    encoding_options,
+    is_registry_option,
+    masked,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -148,14 +154,19 @@ class SinkOptions:
     transactional_id_prefix: str | None = None
     marker_topic: str | None = None
     checkpoint_location: str | None = None
+    registry_options: dict[str, str] = field(default_factory=dict)
+    encoding: RegistryEncoding | None = None
 
     def __repr__(self) -> str:
         # A %r in a log line, a traceback's locals or a debugger must not show a password,
         # a secret, a token or a key.
-        return (
+        shown = (
             f"SinkOptions(topic={self.topic!r}, config={_masked(self.config)!r}, "
-            f"options={_masked(self.options)!r}, cache_timeout={self.cache_timeout!r})"
+            f"options={_masked(self.options)!r}, cache_timeout={self.cache_timeout!r}"
         )
+        if self.registry_options:
+            shown += f", registry_options={masked(self.registry_options)!r}"
+        return shown + ")"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -171,6 +182,9 @@ class SinkOptions:
         cache_timeout = _DEFAULT_CACHE_TIMEOUT_S
         # Exactly once (aioproducer.integrations.spark.exactly_once).
         exactly_once: dict[str, str] = {}
+        # Schema Registry records (aioproducer.integrations.spark.registry), resolved with
+        # the DataFrame's schema in with_columns().
+        registry: dict[str, str] = {}
         for raw_name, value in options.items():
             name = raw_name.lower()
             if name == _CACHE_TIMEOUT_OPTION:
@@ -189,6 +203,8 @@ class SinkOptions:
                 topic = value
             elif name in _EXACTLY_ONCE_OPTIONS:
                 exactly_once[name] = value
+            elif is_registry_option(name):
+                registry[name] = value
             elif name not in _IGNORED_OPTIONS:
                 unknown.append(raw_name)
         if unknown:
@@ -200,7 +216,12 @@ class SinkOptions:
             raise ConfigurationError(
                 "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
             )
-        sink = cls(topic, _with_sink_defaults(config, {}), cache_timeout=cache_timeout)
+        sink = cls(
+            topic,
+            _with_sink_defaults(config, {}),
+            cache_timeout=cache_timeout,
+            registry_options=registry,
+        )
         if exactly_once:
             sink = exactly_once_options(sink, exactly_once)
         sink.check()
@@ -210,9 +231,28 @@ class SinkOptions:
         """Validate the producer options now, on the driver, before any task starts."""
         ProducerConfig.from_options(self.config, **self.options)
 
-    def producer(self) -> Producer:
-        """A new producer with these options (not started)."""
-        return Producer(self.config, **self.options)
+    def producer(self, **config: Any) -> Producer:
+        """A new producer with these options, and ``config`` over them (not started)."""
+        serializers = self.encoding.serializers() if self.encoding is not None else {}
+        return Producer({**self.config, **config}, **self.options, **serializers)
+
+    def with_columns(self, schema: StructType) -> tuple[SinkOptions, _Layout]:
+        """These options for a DataFrame of ``schema``, and how to read its columns: the
+        Schema Registry encoding of its key and value derived from their types.
+
+        Raises:
+            ConfigurationError: columns the sink cannot write, or registry options that do
+                not fit them.
+        """
+        fields = {f.name: f.dataType for f in schema.fields}
+        value = fields.get("value")
+        encoding = (
+            encoding_options(self.registry_options, fields.get("key"), value)
+            if value is not None
+            else None
+        )
+        sink = replace(self, encoding=encoding) if encoding is not None else self
+        return sink, _layout(schema, self.topic, encoding)
 
 
 def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:
@@ -270,8 +310,8 @@ def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkO
 class _Layout:
     """Which Kafka sink columns a DataFrame has, and how to read them."""
 
-    key: str | None  # "binary" | "string" | None
-    value: str  # "binary" | "string"
+    key: str | None  # "binary" | "string" | "avro" | "json" | None
+    value: str  # "binary" | "string" | "avro" | "json"
     topic: bool
     partition: bool
     headers: str | None  # the header value's type: "binary" | "string" | None
@@ -288,8 +328,11 @@ class _Layout:
         return tuple(names)
 
 
-def _layout(schema: StructType, topic: str | None) -> _Layout:
-    """Check a DataFrame's schema against the Kafka sink columns."""
+def _layout(
+    schema: StructType, topic: str | None, encoding: RegistryEncoding | None = None
+) -> _Layout:
+    """Check a DataFrame's schema against the Kafka sink columns; a key or value that
+    ``encoding`` writes in the Schema Registry wire format may be of any type."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -313,6 +356,9 @@ def _layout(schema: StructType, topic: str | None) -> _Layout:
         data_type = fields.get(name)
         if data_type is None:
             return None
+        column = getattr(encoding, name, None) if encoding is not None else None
+        if column is not None:
+            return str(column.format)
         if isinstance(data_type, BinaryType):
             return "binary"
         if isinstance(data_type, StringType):

@@ -132,8 +132,9 @@ class _CacheKey(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
     def __repr__(self) -> str:
-        config, options = self
-        return f"_CacheKey(config={_masked(dict(config))!r}, options={_masked(dict(options))!r})"
+        config, options, encoding = self
+        shown = f"_CacheKey(config={_masked(dict(config))!r}, options={_masked(dict(options))!r}"
+        return shown + (f", encoding={encoding!r})" if encoding is not None else ")")
 
     __str__ = __repr__
 
@@ -145,7 +146,7 @@ def _cache_key(sink: SinkOptions) -> _CacheKey | None:
     callable, an ``ssl.SSLContext``), which each task unpickles anew and which cannot be
     compared."""
     try:
-        key = _CacheKey((_frozen(sink.config), _frozen(sink.options)))
+        key = _CacheKey((_frozen(sink.config), _frozen(sink.options), sink.encoding))
     except TypeError:
         return None
     for given in (sink.config, sink.options):

@@ -312,12 +312,23 @@ def _columns_of_rows(
 ) -> dict[str, list[Any]]:
     columns = {name: [row[name] for row in rows] for name in names}
     for name in ("value", "key"):
-        # Binary columns arrive as bytearray on the Row path; bytes take the fast path.
-        if name in columns:
+        if name not in columns:
+            continue
+        if getattr(layout, name) in ("avro", "json"):
+            # A struct for the registry's serializers: nested Rows as dicts.
+            columns[name] = [_as_dict(v) for v in columns[name]]
+        else:
+            # Binary columns arrive as bytearray on the Row path; bytes take the fast path.
             columns[name] = [bytes(v) if type(v) is bytearray else v for v in columns[name]]
     if "timestamp" in columns:
         columns["timestamp"] = _timestamps(columns["timestamp"], layout.timestamp)
     return columns
+
+
+def _as_dict(value: Any) -> Any:
+    """A Row (a struct column's value) as a dict, nested Rows too; anything else as it is."""
+    as_dict = getattr(value, "asDict", None)
+    return as_dict(recursive=True) if as_dict is not None else value
 
 
 # What PySpark raises when it cannot turn a row into Python objects (datetime's range

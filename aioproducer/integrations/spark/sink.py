@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aioproducer import Producer
 from aioproducer.compiled import warn_if_interpreted
+from aioproducer.errors import ConfigurationError
 from aioproducer.integrations.spark.options import (
     _CACHE_TIMEOUT_OPTION,
     _DEFAULT_CACHE_TIMEOUT_S,
@@ -28,6 +29,7 @@ from aioproducer.integrations.spark.producers import (
     _run,
     _TaskRecords,
 )
+from aioproducer.integrations.spark.registry import is_registry_option
 from aioproducer.integrations.spark.rows import (
     _chunks,
     _items,
@@ -211,6 +213,8 @@ def write_dataframe(
     df: DataFrame,
     topic: str | None = None,
     config: Mapping[str, Any] | None = None,
+    *,
+    schema_registry: Mapping[str, str] | None = None,
     **options: Any,
 ) -> int:
     """Write a DataFrame to Kafka with ``foreachPartition``: for Spark without the Python
@@ -225,6 +229,9 @@ def write_dataframe(
         df: the DataFrame.
         topic: the topic for every row; None reads each row's ``topic`` column.
         config: producer options by Java or snake_case name.
+        schema_registry: the data source's Schema Registry options (``value.format``,
+            ``schema.registry.url``, ...): the key or value column written as Avro or JSON
+            Schema records in the registry's wire format.
         **options: producer options by snake_case name (``bootstrap_servers=...``).
 
     Returns:
@@ -236,14 +243,19 @@ def write_dataframe(
     import functools
 
     timeout = df.sparkSession.conf.get(_CACHE_TIMEOUT_OPTION, None)
+    registry = {name.lower(): str(value) for name, value in (schema_registry or {}).items()}
+    unknown = sorted(name for name in registry if not is_registry_option(name))
+    if unknown:
+        raise ConfigurationError(f"unknown schema_registry option(s): {', '.join(unknown)}")
     sink = SinkOptions(
         topic,
         _with_sink_defaults(dict(config or {}), options),
         dict(options),
         _DEFAULT_CACHE_TIMEOUT_S if timeout is None else _cache_timeout(timeout, "Spark conf"),
+        registry_options=registry,
     )
     sink.check()
-    layout = _layout(df.schema, topic)
+    sink, layout = sink.with_columns(df.schema)
     counter = df.sparkSession.sparkContext.accumulator(0)
     df.foreachPartition(functools.partial(_write_rows, sink, layout, counter))
     written: int = counter.value

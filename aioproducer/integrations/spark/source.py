@@ -14,7 +14,7 @@ from aioproducer.integrations.spark.exactly_once import (
     TransactionalBatchWriter,
     TransactionalStreamWriter,
 )
-from aioproducer.integrations.spark.options import SOURCE_NAME, SinkOptions, _Layout, _layout
+from aioproducer.integrations.spark.options import SOURCE_NAME, SinkOptions, _Layout
 from aioproducer.integrations.spark.sink import KafkaBatchWriter, KafkaStreamWriter
 
 if TYPE_CHECKING:
@@ -48,8 +48,7 @@ class KafkaDataSource(DataSource):
             raise ConfigurationError(
                 "Kafka is append-only: use .mode('append'); 'overwrite' cannot remove records"
             )
-        sink = SinkOptions.parse(dict(self.options))
-        return sink, _layout(schema, sink.topic)
+        return SinkOptions.parse(dict(self.options)).with_columns(schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         """The batch writer; validates options and columns on the driver."""
