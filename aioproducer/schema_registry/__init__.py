@@ -15,6 +15,7 @@ from aioproducer.schema_registry.client import (
     SchemaRegistryClient,
 )
 from aioproducer.schema_registry.json_schema import JsonSchemaSerializer
+from aioproducer.schema_registry.protobuf import ProtobufSerializer
 from aioproducer.schema_registry.serde import SUBJECT_NAME_STRATEGIES, RegistrySerializer
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "AvroSerializer",
     "InMemorySchemaRegistry",
     "JsonSchemaSerializer",
+    "ProtobufSerializer",
     "RegisteredSchema",
     "RegistrySerializer",
     "Schema",

@@ -4,7 +4,8 @@ Karapace also serve), with the ids and schemas it learns cached.
 Built on ``httpx`` (the ``schema-registry`` extra): one connection pool per event loop, basic
 or bearer authentication, TLS with a CA file, a client certificate or an ``SSLContext``.
 Everything a serializer asks for more than once is answered from memory: a schema's id
-under a subject, a schema by id, a subject's latest version (for ``latest_ttl`` seconds).
+(and, once looked up, its version) under a subject, a schema by id, a subject's latest
+version (for ``latest_ttl`` seconds).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import ssl
 import time
 import urllib.parse
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -180,11 +182,16 @@ class SchemaRegistryClient:
             timeout=timeout,
             latest_ttl=latest_ttl,
         )
-        self._http: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        # One connection pool per event loop (httpx's are bound to the loop they start on);
+        # a loop that is gone takes its pool with it.
+        self._http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
         self._ids: dict[tuple[str, Schema, bool], int] = {}
         self._schemas: dict[int, Schema] = {}
         self._latest: dict[str, _Latest] = {}
         self._versions: dict[tuple[str, int], RegisteredSchema] = {}
+        self._found: dict[tuple[str, Schema, bool], RegisteredSchema] = {}
         #: How many HTTP requests were made (what the caches spare is not counted).
         self.requests = 0
 
@@ -299,7 +306,13 @@ class SchemaRegistryClient:
     async def lookup(
         self, subject: str, schema: Schema, normalize: bool = False
     ) -> RegisteredSchema | None:
-        """``schema`` as registered under ``subject``, or None when it is not there."""
+        """``schema`` as registered under ``subject`` (its id and its version there, what a
+        :class:`SchemaReference` to it names), or None when it is not there. What is found is
+        kept: asked again, it costs no request."""
+        key = (subject, schema, normalize)
+        known = self._found.get(key)
+        if known is not None:
+            return known
         try:
             answer = await self._request(
                 "POST",
@@ -315,7 +328,8 @@ class SchemaRegistryClient:
         registered = RegisteredSchema(
             int(answer["id"]), subject, int(answer.get("version", -1)), schema
         )
-        self._ids[(subject, schema, normalize)] = registered.schema_id
+        self._ids[key] = registered.schema_id
+        self._found[key] = registered
         self._schemas.setdefault(registered.schema_id, schema)
         return registered
 
@@ -390,8 +404,8 @@ class SchemaRegistryClient:
 
     async def close(self) -> None:
         """Close the connection pools (the caches stay)."""
-        clients, self._http = self._http, {}
-        for client in clients.values():
+        clients, self._http = self._http, weakref.WeakKeyDictionary()
+        for client in list(clients.values()):
             await client.aclose()
 
     # ---- HTTP ------------------------------------------------------------------------------

@@ -99,13 +99,20 @@ class RegistrySerializer(ABC):
             use_latest_version = bool(conf.get("use.latest.version", use_latest_version))
             normalize_schemas = bool(conf.get("normalize.schemas", normalize_schemas))
             subject_name_strategy = str(conf.get("subject.name.strategy", subject_name_strategy))
-        if use_latest_version and auto_register_schemas and schema is not None:
-            raise ConfigurationError(
-                "use_latest_version writes with the registry's schema: give no schema, or set "
-                "auto_register_schemas=False"
-            )
-        if schema is None and not use_latest_version:
-            raise ConfigurationError(f"{name} needs a schema, or use_latest_version=True")
+        own = self._own_schema()
+        if own is None:
+            if use_latest_version and auto_register_schemas and schema is not None:
+                raise ConfigurationError(
+                    "use_latest_version writes with the registry's schema: give no schema, or "
+                    "set auto_register_schemas=False"
+                )
+            if schema is None and not use_latest_version:
+                raise ConfigurationError(f"{name} needs a schema, or use_latest_version=True")
+            if schema is not None:
+                text = schema if isinstance(schema, str) else json.dumps(schema)
+                own = Schema(text, self.schema_type)
+        elif schema is not None:
+            raise ConfigurationError(f"{name} builds its schema itself: give no schema")
         self.registry = registry
         self.is_key = is_key
         self._to_dict = to_dict
@@ -113,13 +120,11 @@ class RegistrySerializer(ABC):
         self._use_latest = use_latest_version
         self._normalize = normalize_schemas
         self._strategy = _strategy(subject_name_strategy)
-        self._schema: Schema | None = None
+        self._schema: Schema | None = own
         self._parsed: Any = None
         self._full_name: str | None = None
-        if schema is not None:
-            text = schema if isinstance(schema, str) else json.dumps(schema)
-            self._schema = Schema(text, self.schema_type)
-            self._parsed, self._full_name = self.parse(text)
+        if own is not None:
+            self._parsed, self._full_name = self.parse(own.schema_str)
         # subject -> (schema id, parsed schema), and topic -> (subject, id, parsed): what a
         # record needs, once known.
         self._by_subject: dict[str, tuple[int, Any]] = {}
@@ -135,6 +140,17 @@ class RegistrySerializer(ABC):
     @abstractmethod
     def encode(self, parsed: Any, record: Any, out: io.BytesIO) -> None:
         """Write ``record`` by ``parsed`` to ``out``; raise when it does not match."""
+
+    def _own_schema(self) -> Schema | None:
+        """The schema a format builds itself rather than taking one as ``schema`` (Protobuf:
+        the message class's file); None, the default, takes ``schema``."""
+        return None
+
+    async def _schema_to_register(self) -> Schema:
+        """The schema registered, or looked up, under a subject: the constructor's, unless a
+        format completes it first (Protobuf: with the references to the files it imports)."""
+        assert self._schema is not None
+        return self._schema
 
     # ---- the serializer --------------------------------------------------------------------
 
@@ -182,8 +198,7 @@ class RegistrySerializer(ABC):
             parsed, _ = self.parse(latest.schema.schema_str)
             self._by_subject[subject] = (latest.schema_id, parsed)
             return
-        schema = self._schema
-        assert schema is not None
+        schema = await self._schema_to_register()
         if self._auto_register:
             schema_id = await registry.register(subject, schema, self._normalize)
         else:

@@ -14,6 +14,7 @@ import pytest
 from aioproducer.embedded import EmbeddedBroker
 from tests.support.doc_blocks import (
     DOCS_BROKER,
+    DOCS_REGISTRY,
     ROOT,
     ShellBlock,
     blocks,
@@ -59,7 +60,12 @@ _SPARK_JOB_PAGES = {"spark.md"}
         for page in PAGES_WITH_CODE
     ],
 )
-def test_the_page_runs(page: Path, tansu: EmbeddedBroker, tmp_path: Path) -> None:
+def test_the_page_runs(
+    page: Path, tansu: EmbeddedBroker, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    registry: list[str] = []
+    if any(DOCS_REGISTRY in block.code for block in blocks(page) if block.skip is None):
+        registry.append(request.getfixturevalue("schema_registry").url)
     if page.name in _KAFKA_PAGES:
         from tests.support.kafka import kafka_available
 
@@ -69,7 +75,14 @@ def test_the_page_runs(page: Path, tansu: EmbeddedBroker, tmp_path: Path) -> Non
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     environment = {**os.environ, "PYTHONPATH": path}
     result = subprocess.run(
-        [sys.executable, "-m", "tests.support.doc_blocks", str(page), tansu.bootstrap_servers],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.doc_blocks",
+            str(page),
+            tansu.bootstrap_servers,
+            *registry,
+        ],
         cwd=tmp_path,
         env=environment,
         capture_output=True,

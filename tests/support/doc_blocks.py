@@ -6,7 +6,8 @@ The rules a page follows (tests/integration/test_docs_code.py runs every page):
   in a process of their own: a later block may use what an earlier one defined, as in a
   notebook. Top-level ``await`` and ``async with`` are allowed, as in ``python -m asyncio``.
 - The broker is ``localhost:9092`` in the text; the runner points that address at a test
-  broker (the only change made to the code). Topics are created on first use.
+  broker (the only change made to the code). Topics are created on first use. A Schema
+  Registry is ``http://localhost:8081``, pointed at a test registry on pages that name it.
 - ``<!-- docs-test-hidden`` ... ``-->``: hidden Python run at that point: what a reader is
   assumed to have (a started producer, a consumer's messages), or cleaning up after.
 - ``<!-- docs-test-skip: REASON -->`` right before a block: that block is not run (an
@@ -32,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: The address the docs use for the broker.
 DOCS_BROKER = "localhost:9092"
+#: The URL the docs use for a Schema Registry.
+DOCS_REGISTRY = "http://localhost:8081"
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _SETUP = re.compile(r"<!--\s*docs-test-hidden\s*\n(.*?)-->", re.S)
@@ -142,8 +145,9 @@ def blocks(page: Path) -> list[Block]:
     return [block for _, block in sorted(found, key=lambda item: item[0])]
 
 
-def run_page(page: Path, broker: str) -> list[str]:
-    """Run the page's blocks against ``broker``; return the ``where`` of each block run.
+def run_page(page: Path, broker: str, registry: str | None = None) -> list[str]:
+    """Run the page's blocks against ``broker`` (and ``registry``, a Schema Registry's URL);
+    return the ``where`` of each block run.
 
     Raises whatever a block raises, with its page and line in the traceback's file name.
     """
@@ -154,8 +158,11 @@ def run_page(page: Path, broker: str) -> list[str]:
         for block in blocks(page):
             if block.skip is not None:
                 continue
+            text = block.code.replace(DOCS_BROKER, broker)
+            if registry is not None:
+                text = text.replace(DOCS_REGISTRY, registry)
             code = compile(
-                block.code.replace(DOCS_BROKER, broker),
+                text,
                 block.where,
                 "exec",
                 flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
@@ -171,10 +178,12 @@ def run_page(page: Path, broker: str) -> list[str]:
 
 
 def main() -> int:
-    """``python -m tests.support.doc_blocks PAGE BROKER``: run one page, print JSON."""
+    """``python -m tests.support.doc_blocks PAGE BROKER [REGISTRY]``: run one page, print
+    JSON."""
     page, broker = Path(sys.argv[1]), sys.argv[2]
+    registry = sys.argv[3] if len(sys.argv) > 3 else None
     try:
-        ran = run_page(page, broker)
+        ran = run_page(page, broker, registry)
     except BaseException:  # report any failure, SystemExit included
         traceback.print_exc()
         return 1

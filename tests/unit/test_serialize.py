@@ -255,3 +255,21 @@ async def test_the_in_memory_registry_refuses_what_is_not_there_as_a_registry_do
         with pytest.raises(SerializationError, match="not registered under subject 'orders-value'"):
             await producer.send("orders", "x")
     assert producer.records() == []
+
+
+async def test_a_schema_found_by_lookup_is_kept_with_its_version() -> None:
+    from aioproducer.schema_registry import InMemorySchemaRegistry, Schema
+
+    registry = InMemorySchemaRegistry()
+    await registry.register("orders-value", Schema('"string"'))
+    await registry.register("orders-value", Schema('"long"'))
+    before = registry.requests
+    found = await registry.lookup("orders-value", Schema('"long"'))
+    assert found is not None and (found.schema_id, found.version) == (2, 2)
+    assert await registry.lookup("orders-value", Schema('"long"')) == found
+    assert registry.requests == before + 1  # the second answer from the cache
+    # What is not there is asked again (it may be registered since).
+    assert await registry.lookup("returns-value", Schema('"long"')) is None
+    await registry.register("returns-value", Schema('"long"'))
+    again = await registry.lookup("returns-value", Schema('"long"'))
+    assert again is not None and (again.schema_id, again.version) == (2, 1)
