@@ -13,6 +13,13 @@ One local Spark session (``local[2]`` by default), one cached DataFrame of ``--r
   with ``delivery.guarantee`` ``exactly_once``, whose rows are counted as a consumer reading
   committed data sees them (transaction markers take offsets too).
 
+With ``--avro``, the value is a struct (an id, a name, a score, a timestamp and ``--size``
+bytes of text) written as Avro: by ``aioproducer`` with ``value.format`` ``avro`` in the
+Schema Registry wire format against a real registry (Apicurio, started here; the schema is
+registered once per subject, ids cached), and by ``kafka`` through Spark's ``to_avro``
+(``spark-avro``, from the same Maven cache; no registry header, which Spark's open-source
+sink cannot write).
+
 Each writer first writes a slice of the DataFrame once, unmeasured (Python workers started,
 the JVM's JIT warm). Each write gets a new topic; the rows on the broker are counted with
 confluent-kafka (``bench.harness.records_on_broker``) and a write that does not store every
@@ -22,7 +29,8 @@ time; CPU is the user+system CPU of this process and all its children (the Spark
 Python workers) over the write, per row::
 
     python -m bench.spark_sink [--broker kafka|tansu] [--rows 1000000] [--size 100]
-        [--keyed] [--rounds 3] [--partitions 6] [--master local[2]] [--driver-memory 4g]
+        [--keyed] [--avro] [--rounds 3] [--partitions 6] [--master local[2]]
+        [--driver-memory 4g]
 
 It prints a markdown table (median rows/s, CPU us per row, ratio to Spark's sink) and
 writes ``bench/results/<UTC time>-spark-<broker>.json``.
@@ -55,10 +63,12 @@ WRITERS = ("aioproducer", "kafka", "arrow_confluent")
 OPTIONAL_WRITERS = ("aioproducer_exactly_once",)
 
 
-def connector_jars() -> list[Path]:
-    """The jars of Spark's Kafka sink, fetched by Maven into the cache on first use."""
+def connector_jars(avro: bool = False) -> list[Path]:
+    """The jars of Spark's Kafka sink (and ``spark-avro`` with ``avro``), fetched by Maven
+    into the cache on first use."""
     jars = sorted(_CACHE.glob("*.jar"))
-    if not any(jar.name.startswith("spark-sql-kafka") for jar in jars):
+    needed = ("spark-sql-kafka", "spark-avro")
+    if not all(any(jar.name.startswith(name) for jar in jars) for name in needed):
         _CACHE.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             ["mvn", "-q", "-f", str(_POM), "dependency:copy-dependencies",
@@ -68,6 +78,8 @@ def connector_jars() -> list[Path]:
         jars = sorted(_CACHE.glob("*.jar"))
     # Spark brings its own Hadoop, Scala and logging jars: only the connector's own.
     wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+    if avro:
+        wanted += ("spark-avro",)
     return [jar for jar in jars if jar.name.startswith(wanted)]
 
 
@@ -201,6 +213,11 @@ def _write(
          .option("topic", topic).option("delivery.guarantee", guarantee)
          .options(**extra).mode("append").save())  # fmt: skip
     elif writer == "kafka":
+        if dict(df.dtypes)["value"].startswith("struct"):
+            from pyspark.sql.avro.functions import to_avro
+            from pyspark.sql.functions import col
+
+            df = df.select(col("key"), to_avro(col("value")).alias("value"))
         (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", topic).save())  # fmt: skip
     else:
@@ -219,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="default: 1000000")
     parser.add_argument("--size", type=int, default=100, help="value bytes per row (100)")
     parser.add_argument("--keyed", action="store_true", help="a distinct key per row")
+    parser.add_argument(
+        "--avro", action="store_true",
+        help="struct values as Avro: aioproducer with a Schema Registry, Spark with to_avro",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="default: 3")
     parser.add_argument("--partitions", type=int, default=6, help="topic partitions (6)")
     parser.add_argument("--master", default="local[2]", help="default: local[2]")
@@ -249,7 +270,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from aioproducer.integrations.spark import KafkaDataSource
 
-    jars = connector_jars() if "kafka" in writers else []
+    if options.avro and "arrow_confluent" in writers:
+        parser.error("--avro compares aioproducer and kafka: give --writers aioproducer,kafka")
+    registry = None
+    if options.avro:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        import tempfile
+
+        from tests.support.registry import ApicurioRegistry
+
+        registry = ApicurioRegistry(Path(tempfile.mkdtemp(prefix="bench-registry-")))
+        extra = {"value.format": "avro", "schema.registry.url": registry.url, **extra}
+    jars = connector_jars(options.avro) if "kafka" in writers else []
     spark = (
         SparkSession.builder.master(options.master)
         .config("spark.jars", ",".join(str(jar) for jar in jars))
@@ -261,9 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaDataSource)
     key = "CAST(id AS STRING)" if options.keyed else "CAST(NULL AS STRING)"
+    value = f"repeat('x', {options.size})"
+    if options.avro:
+        value = (
+            "named_struct('id', id, 'name', CONCAT('user-', CAST(id % 1000 AS STRING)), "
+            "'score', id * 0.5, 'at', TIMESTAMP_MICROS(1700000000000000 + id), "
+            f"'text', {value})"
+        )
     df = (
         spark.range(options.rows, numPartitions=options.partitions)
-        .selectExpr(f"{key} AS key", f"repeat('x', {options.size}) AS value")
+        .selectExpr(f"{key} AS key", f"{value} AS value")
         .cache()
     )
     df.count()
@@ -311,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         spark.stop()
+        if registry is not None:
+            registry.stop()
     medians: dict[str, dict[str, float]] = {}
     for writer, results in runs.items():
         good = [r for r in results if r["error"] is None]
@@ -322,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             }
     shape = f"{options.rows:,} rows of {options.size} B, {'keyed' if options.keyed else 'no key'}"
+    if options.avro:
+        shape += ", Avro struct values"
     print(f"\n### Spark to {options.broker}: {shape} ({options.master})\n")
     print("| writer | rows/s | CPU us/row | vs format(\"kafka\") |")
     print("|---|---:|---:|---:|")

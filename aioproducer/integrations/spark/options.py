@@ -316,6 +316,9 @@ class _Layout:
     partition: bool
     headers: str | None  # the header value's type: "binary" | "string" | None
     timestamp: str | None  # "timestamp" | "timestamp_ntz" | "millis" | None
+    # The Spark types (as JSON) of a key and value written as Schema Registry records.
+    key_type: str | None = None
+    value_type: str | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -429,4 +432,6 @@ def _layout(
         partition=has_partition,
         headers=headers,
         timestamp=timestamp,
+        key_type=encoding.key.spark_type if encoding and encoding.key else None,
+        value_type=encoding.value.spark_type if encoding and encoding.value else None,
     )

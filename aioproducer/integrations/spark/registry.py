@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,7 +29,15 @@ if TYPE_CHECKING:
 
     from aioproducer.schema_registry import RegistrySerializer, SchemaRegistryClient
 
-__all__ = ["FORMATS", "RegistryEncoding", "encoding_options", "is_registry_option", "masked"]
+__all__ = [
+    "FORMATS",
+    "RegistryEncoding",
+    "arrow_without_timestamps",
+    "encoding_options",
+    "is_registry_option",
+    "masked",
+    "row_converter_for",
+]
 
 FORMATS = ("avro", "json")
 """The ``key.format`` and ``value.format`` that write the Schema Registry wire format."""
@@ -362,9 +371,13 @@ _MICROSECOND = datetime.timedelta(microseconds=1)
 _Convert = Callable[[Any], Any]
 
 
-def _micros(moment: datetime.datetime, local: bool) -> int:
-    """Epoch microseconds of a timestamp as PySpark hands it over: aware (Arrow), naive in the
+def _micros(moment: datetime.datetime | int, local: bool) -> int:
+    """Epoch microseconds of a timestamp as PySpark hands it over: epoch microseconds
+    already (Arrow batches, see :func:`arrow_without_timestamps`), aware, naive in the
     worker's local time (Rows of a ``timestamp``), or naive wall time (``timestamp_ntz``)."""
+    if type(moment) is int:
+        return moment
+    assert isinstance(moment, datetime.datetime)
     if moment.tzinfo is not None:
         return (moment - _EPOCH_UTC) // _MICROSECOND
     if local:
@@ -373,30 +386,22 @@ def _micros(moment: datetime.datetime, local: bool) -> int:
 
 
 def converter(data_type: DataType, fmt: str) -> _Convert | None:
-    """What turns a column value (from an Arrow batch's ``to_pylist`` or a Row's
-    ``asDict(recursive=True)``) into what the ``fmt`` serializer takes; None when the value
-    goes as it is."""
+    """What turns a column value, as an Arrow batch's ``to_pylist`` gives it (timestamps as
+    epoch microseconds, see :func:`arrow_without_timestamps`; maps as lists of pairs), into
+    what the ``fmt`` serializer takes; None when the value goes as it is. The Row path
+    brings its values to that form first (:func:`row_converter`)."""
     name = _type_name(data_type)
-    json_format = fmt == "json"
-    if name in ("TimestampType", "TimestampNTZType"):
-        local = name == "TimestampType"
-        if json_format:
-            if local:
-                return lambda v: None if v is None else _iso_utc(_micros(v, True))
-            return lambda v: None if v is None else v.replace(tzinfo=None).isoformat()
-        return lambda v: None if v is None else _micros(v, local)
-    if json_format:
+    if fmt == "json":
+        if name == "TimestampType":
+            return lambda v: None if v is None else _iso_utc(v)
+        if name == "TimestampNTZType":
+            return lambda v: None if v is None else _iso_wall(v)
         if name == "BinaryType":
             return lambda v: None if v is None else base64.b64encode(v).decode("ascii")
         if name == "DateType":
             return lambda v: None if v is None else v.isoformat()
         if name == "DecimalType":
             return lambda v: None if v is None else _json_number(v)
-    if name == "ArrayType":
-        item = converter(data_type.elementType, fmt)  # type: ignore[attr-defined]
-        if item is None:
-            return None
-        return lambda v: None if v is None else [item(x) for x in v]
     if name == "MapType":
         value = converter(data_type.valueType, fmt)  # type: ignore[attr-defined]
 
@@ -407,11 +412,47 @@ def converter(data_type: DataType, fmt: str) -> _Convert | None:
             return {k: (x if value is None else value(x)) for k, x in pairs}
 
         return convert_map
-    if name == "StructType":
-        fields = [(f.name, converter(f.dataType, fmt)) for f in data_type.fields]  # type: ignore[attr-defined]
-        if all(c is None for _, c in fields):
+    return _nested(data_type, lambda t: converter(t, fmt))
+
+
+def row_converter(data_type: DataType) -> _Convert | None:
+    """What brings a column value from a PySpark Row (``asDict(recursive=True)``: maps as
+    dicts, timestamps as naive datetimes in the worker's local time, or wall time for
+    ``timestamp_ntz``) to the form of the Arrow path (timestamps as epoch microseconds);
+    None when they already agree."""
+    name = _type_name(data_type)
+    if name in ("TimestampType", "TimestampNTZType"):
+        local = name == "TimestampType"
+        return lambda v: None if v is None else _micros(v, local)
+    if name == "MapType":
+        value = row_converter(data_type.valueType)  # type: ignore[attr-defined]
+        if value is None:
             return None
+        return lambda v: None if v is None else {k: value(x) for k, x in v.items()}
+    return _nested(data_type, row_converter)
+
+
+@functools.lru_cache(maxsize=64)
+def row_converter_for(spark_type: str) -> _Convert | None:
+    """:func:`row_converter` of a Spark type given as JSON (``DataType.json()``)."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    return row_converter(_parse_datatype_json_string(spark_type))
+
+
+def _nested(data_type: DataType, inner: Callable[[DataType], _Convert | None]) -> _Convert | None:
+    """The converter of an array or a struct from its elements' or fields' (``inner``)."""
+    name = _type_name(data_type)
+    if name == "ArrayType":
+        item = inner(data_type.elementType)  # type: ignore[attr-defined]
+        if item is None:
+            return None
+        return lambda v: None if v is None else [item(x) for x in v]
+    if name == "StructType":
+        fields = [(f.name, inner(f.dataType)) for f in data_type.fields]  # type: ignore[attr-defined]
         changed = [(n, c) for n, c in fields if c is not None]
+        if not changed:
+            return None
 
         def convert_struct(v: Any) -> Any:
             if v is None:
@@ -426,8 +467,37 @@ def converter(data_type: DataType, fmt: str) -> _Convert | None:
 
 
 def _iso_utc(micros: int) -> str:
-    moment = _EPOCH + micros * _MICROSECOND
-    return moment.isoformat(timespec="microseconds") + "Z"
+    return _iso_wall(micros) + "Z"
+
+
+def _iso_wall(micros: int) -> str:
+    return (_EPOCH + micros * _MICROSECOND).isoformat(timespec="microseconds")
+
+
+def arrow_without_timestamps(arrow_type: Any) -> Any:
+    """``arrow_type`` with every timestamp (nested ones too) as int64: a column cast to it
+    gives epoch microseconds (Spark's timestamps are microseconds), and ``to_pylist`` makes
+    no datetime objects, which cost ten times what the rest of a row does."""
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    types = pa.types
+    if types.is_timestamp(arrow_type):
+        return pa.int64()
+    if types.is_struct(arrow_type):
+        return pa.struct(
+            [pa.field(f.name, arrow_without_timestamps(f.type), f.nullable) for f in arrow_type]
+        )
+    if types.is_list(arrow_type) or types.is_large_list(arrow_type):
+        item = arrow_type.value_field
+        field = pa.field(item.name, arrow_without_timestamps(item.type), item.nullable)
+        return pa.large_list(field) if types.is_large_list(arrow_type) else pa.list_(field)
+    if types.is_map(arrow_type):
+        item = arrow_type.item_field
+        return pa.map_(
+            arrow_type.key_type,
+            pa.field(item.name, arrow_without_timestamps(item.type), item.nullable),
+        )
+    return arrow_type
 
 
 def _json_number(value: decimal.Decimal) -> int | float:

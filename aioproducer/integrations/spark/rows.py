@@ -24,6 +24,7 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
 )
 from aioproducer.integrations.spark.options import _Layout
+from aioproducer.integrations.spark.registry import arrow_without_timestamps, row_converter_for
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.records import check_partition, check_timestamp
 
@@ -207,6 +208,12 @@ def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str,
             if name == "timestamp" and layout.timestamp != "millis":
                 micros = column.cast("int64").to_pylist()
                 columns[name] = [None if t is None else t // 1000 for t in micros]
+            elif name in ("key", "value") and getattr(layout, name) in ("avro", "json"):
+                # For the registry's serializers: timestamps as epoch microseconds.
+                target = arrow_without_timestamps(column.type)
+                if target != column.type:
+                    column = column.cast(target)
+                columns[name] = _arrow_list(column, name)
             elif name in ("key", "value") and getattr(layout, name) == "string":
                 # A Spark string is UTF-8 bytes already (valid or not): sent as they are,
                 # as Spark's own sink does, without decoding them first.
@@ -315,8 +322,12 @@ def _columns_of_rows(
         if name not in columns:
             continue
         if getattr(layout, name) in ("avro", "json"):
-            # A struct for the registry's serializers: nested Rows as dicts.
-            columns[name] = [_as_dict(v) for v in columns[name]]
+            # For the registry's serializers, in the Arrow path's form: nested Rows as
+            # dicts, timestamps as epoch microseconds.
+            spark_type = layout.key_type if name == "key" else layout.value_type
+            convert = row_converter_for(spark_type) if spark_type is not None else None
+            values = [_as_dict(v) for v in columns[name]]
+            columns[name] = values if convert is None else [convert(v) for v in values]
         else:
             # Binary columns arrive as bytearray on the Row path; bytes take the fast path.
             columns[name] = [bytes(v) if type(v) is bytearray else v for v in columns[name]]
