@@ -25,6 +25,8 @@ from aioproducer.errors import ConfigurationError, SchemaRegistryError
 if TYPE_CHECKING:
     import httpx
 
+    from aioproducer.config import ProducerConfig
+
 __all__ = [
     "InMemorySchemaRegistry",
     "RegisteredSchema",
@@ -196,9 +198,20 @@ class SchemaRegistryClient:
         self.requests = 0
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> SchemaRegistryClient:
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        tls_from: ProducerConfig | Mapping[str, Any] | None = None,
+    ) -> SchemaRegistryClient:
         """A client from confluent-kafka's ``SchemaRegistryClient`` options or the Java
         serializers' (``schema.registry.``-prefixed names are taken too).
+
+        ``tls_from`` (a :class:`~aioproducer.ProducerConfig`, or producer options by Java
+        or snake_case name) lends an ``https`` registry the producer's TLS settings (its
+        trusted CAs, its client certificate) when ``config`` has no ``ssl.*`` option of its
+        own and the producer uses TLS (``SSL`` or ``SASL_SSL``): one trust store for the
+        brokers and the registry, as the Java serializers' users often configure twice.
 
         ``url``, ``basic.auth.user.info`` (``user:password``), ``basic.auth.credentials.source``
         (``USER_INFO`` or ``URL``), ``bearer.auth.credentials.source`` (``STATIC_TOKEN``) with
@@ -249,8 +262,12 @@ class SchemaRegistryClient:
             if not token:
                 raise ConfigurationError("bearer.auth.credentials.source needs bearer.auth.token")
         ttl = options.get("cache.latest.ttl.sec")
+        context = None
+        if tls_from is not None and not any(name.startswith("ssl.") for name in options):
+            context = _producer_tls(tls_from)
         return cls(
             options["url"],
+            ssl_context=context,
             basic_auth=basic_auth,
             bearer_token=token,
             ssl_cafile=options.get("ssl.ca.location"),
@@ -477,6 +494,16 @@ class SchemaRegistryClient:
             raise error
         assert last is not None
         raise last
+
+
+def _producer_tls(config: ProducerConfig | Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context of a producer's configuration; None when it uses no TLS."""
+    from aioproducer.config import ProducerConfig
+    from aioproducer.net.tls import ssl_context_for
+
+    if not isinstance(config, ProducerConfig):
+        config = ProducerConfig.from_options(dict(config))
+    return ssl_context_for(config)
 
 
 def _http_error(what: str, url: str, status: int, text: str) -> SchemaRegistryError:

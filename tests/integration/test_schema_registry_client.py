@@ -112,3 +112,41 @@ def test_the_option_names_of_confluent_kafka_and_the_java_serializers() -> None:
         SchemaRegistryClient.from_config({"url": "http://x", "colour": "blue"})
     with pytest.raises(ConfigurationError, match="user:password"):
         SchemaRegistryClient.from_config({"url": "http://x", "basic.auth.user.info": "nope"})
+
+
+async def test_an_https_registry_is_trusted_with_the_producers_tls_settings(
+    schema_registry: Any, tmp_path: Any
+) -> None:
+    """The registry behind TLS (a certificate of the test CA): the producer's trust settings
+    reach it through ``tls_from``; without them the system's CAs refuse it, and the error
+    says so."""
+    import urllib.parse
+
+    from tests.support.tls import TlsProxy, make_certificates, server_context
+
+    certs = make_certificates(tmp_path / "certs")
+    upstream = urllib.parse.urlsplit(schema_registry.url)
+    proxy = TlsProxy((str(upstream.hostname), int(upstream.port or 80)), server_context(certs))
+    await proxy.start()
+    url = f"https://localhost:{proxy.port}{upstream.path}"
+    producer = {"security.protocol": "SSL", "ssl.truststore.location": str(certs.ca_cert),
+                "ssl.truststore.type": "PEM"}  # fmt: skip
+    trusting = SchemaRegistryClient.from_config({"url": url}, tls_from=producer)
+    untrusting = SchemaRegistryClient.from_config({"url": url})
+    try:
+        subject = _subject()
+        schema_id = await trusting.register(subject, _order())
+        assert (await trusting.latest_version(subject)).schema_id == schema_id
+        with pytest.raises(SchemaRegistryError, match=r"(?i)certificate"):
+            await untrusting.subjects()
+        # The registry's own TLS options win over the producer's.
+        own = SchemaRegistryClient.from_config(
+            {"url": url, "ssl.ca.location": str(certs.ca_cert)},
+            tls_from={"security.protocol": "PLAINTEXT"},
+        )
+        assert subject in await own.subjects()
+        await own.close()
+    finally:
+        await trusting.close()
+        await untrusting.close()
+        await proxy.close()

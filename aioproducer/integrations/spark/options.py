@@ -233,7 +233,8 @@ class SinkOptions:
 
     def producer(self, **config: Any) -> Producer:
         """A new producer with these options, and ``config`` over them (not started)."""
-        serializers = self.encoding.serializers() if self.encoding is not None else {}
+        given = {**self.config, **config, **self.options}
+        serializers = self.encoding.serializers(given) if self.encoding is not None else {}
         return Producer({**self.config, **config}, **self.options, **serializers)
 
     def with_columns(self, schema: StructType) -> tuple[SinkOptions, _Layout]:

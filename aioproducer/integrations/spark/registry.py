@@ -92,10 +92,19 @@ class RegistryEncoding:
         registry = masked(dict(self.registry))
         return f"RegistryEncoding(registry={registry!r}, key={self.key}, value={self.value})"
 
-    def serializers(self) -> dict[str, RegistrySerializer]:
+    def serializers(self, producer: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``key_serializer`` and ``value_serializer`` for a producer, sharing this worker's
-        registry client for these registry options."""
-        client = _client(self.registry)
+        registry client for these registry options. ``producer``'s options (Java or
+        snake_case names) lend an ``https`` registry their TLS settings when the registry
+        options have none (see ``SchemaRegistryClient.from_config``)."""
+        tls = tuple(
+            sorted(
+                (name, value)
+                for name, value in (producer or {}).items()
+                if name.startswith(("ssl", "security"))
+            )
+        )
+        client = _client(self.registry, tls=tls)
         serde = dict(self.serde)
         made: dict[str, RegistrySerializer] = {}
         for name, column in (("key", self.key), ("value", self.value)):
@@ -506,27 +515,36 @@ def _json_number(value: decimal.Decimal) -> int | float:
 
 # ---- the serializers and this worker's registry clients --------------------------------------
 
-_clients: dict[tuple[tuple[str, str], ...], SchemaRegistryClient] = {}
+_clients: dict[
+    tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]], SchemaRegistryClient
+] = {}
 
 
 def _client(
-    registry: tuple[tuple[str, str], ...], check_only: bool = False
+    registry: tuple[tuple[str, str], ...],
+    check_only: bool = False,
+    tls: tuple[tuple[str, Any], ...] = (),
 ) -> SchemaRegistryClient:
-    """This process's registry client for ``registry`` (built on first use: its caches of
-    ids are what the worker's tasks share); with ``check_only``, a throwaway one, to check
-    the options on the driver."""
+    """This process's registry client for ``registry`` and the producer's TLS options
+    ``tls`` (built on first use: its caches of ids are what the worker's tasks share); with
+    ``check_only``, a throwaway one, to check the options on the driver."""
     from aioproducer.schema_registry import SchemaRegistryClient
 
-    if not check_only:
-        client = _clients.get(registry)
-        if client is not None:
-            return client
+    key = (registry, tls)
     try:
-        client = SchemaRegistryClient.from_config(dict(registry))
+        cached = _clients.get(key) if not check_only else None
+    except TypeError:  # an option given as a Python object (an SSLContext): not cached
+        cached, check_only = None, True
+    if cached is not None:
+        return cached
+    try:
+        client = SchemaRegistryClient.from_config(
+            dict(registry), tls_from=dict(tls) if tls else None
+        )
     except ConfigurationError as exc:
         raise ConfigurationError(f"Schema Registry options: {exc}") from None
     if not check_only:
-        _clients[registry] = client
+        _clients[key] = client
     return client
 
 
