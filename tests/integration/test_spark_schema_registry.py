@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import decimal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,9 +136,37 @@ def _order(i: int) -> dict[str, Any]:
 _ROWS = 600
 
 
+# Spark's own Avro functions (from_avro), to read what the sink wrote with Spark's decoder;
+# 4.2.0 is the newest spark-avro on Maven Central (it runs under pyspark 4.3, whose jars
+# include Avro itself).
+_SPARK_AVRO = "org.apache.spark:spark-avro_2.13:4.2.0"
+
+
+def _spark_avro_jar() -> Path:
+    """spark-avro's jar, fetched with Maven into the user's cache on first use."""
+    import shutil
+    import subprocess
+
+    target = Path.home() / ".cache" / "aioproducer" / "spark-avro-4.2.0"
+    jar = target / "spark-avro_2.13-4.2.0.jar"
+    if not jar.exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            pytest.fail("Maven (mvn) is needed to fetch spark-avro", pytrace=False)
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [mvn, "-q", "dependency:copy", f"-Dartifact={_SPARK_AVRO}",
+             f"-DoutputDirectory={target}"],
+            check=True,
+        )  # fmt: skip
+    return jar
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    with local_spark("aioproducer-schema-registry") as session:
+    with local_spark(
+        "aioproducer-schema-registry", **{"spark.jars": str(_spark_avro_jar())}
+    ) as session:
         from aioproducer.integrations.spark import KafkaDataSource
 
         session.dataSource.register(KafkaDataSource)
@@ -186,6 +215,11 @@ def _latest_schema(url: str, subject: str) -> tuple[int, str]:
     return asyncio.run(fetch())
 
 
+def _as_row(order: dict[str, Any]) -> dict[str, Any]:
+    """An order as PySpark gives it back: timestamps as naive local times."""
+    return {**order, "at": order["at"].astimezone().replace(tzinfo=None)}
+
+
 def _as_json(order: dict[str, Any]) -> dict[str, Any]:
     """What the JSON records hold for an order: to_json's spelling of each field."""
     import base64
@@ -219,6 +253,18 @@ def test_struct_values_as_avro_are_read_back_by_confluent_kafka_field_for_field(
     version, text = _latest_schema(schema_registry.url, f"{topic}-value")
     assert json.loads(text) == _EXPECTED_AVRO
     assert len(ids) == 1 and version == 1
+
+    # Spark's own decoder reads the payload after the 5-byte header with the schema the
+    # registry holds, into the column's type, row for row.
+    from pyspark.sql.avro.functions import from_avro
+
+    raw = spark.createDataFrame([(r.value,) for r in records], "value binary")
+    decoded_by_spark = raw.select(
+        from_avro(raw.value.substr(6, 1 << 30), text).alias("order")
+    ).collect()
+    as_rows = sorted((row.order.asDict(recursive=True) for row in decoded_by_spark),
+                     key=lambda order: order["id"])  # fmt: skip
+    assert as_rows == [_as_row(_order(i)) for i in range(_ROWS)]
 
     # A second job with the same columns writes with the same schema: no new version.
     _save(_frame(spark).limit(10), tansu.bootstrap_servers, topic, **options)
