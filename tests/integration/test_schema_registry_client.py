@@ -150,3 +150,31 @@ async def test_an_https_registry_is_trusted_with_the_producers_tls_settings(
         await trusting.close()
         await untrusting.close()
         await proxy.close()
+
+
+async def test_normalization_finds_a_schema_written_otherwise(schema_registry: Any) -> None:
+    """The same Avro schema with its keys in another order and other whitespace: with
+    normalization the registry finds the registered one (the same id, no new version);
+    without it, the registry takes the text as a new version."""
+    client = SchemaRegistryClient(schema_registry.url)
+    subject = _subject()
+    reordered = Schema(
+        json.dumps(
+            {
+                "fields": [{"type": "long", "name": "id"}],
+                "namespace": "shop",
+                "name": "Order",
+                "type": "record",
+            },
+            indent=2,
+        )
+    )
+    try:
+        first = await client.register(subject, _order())
+        assert await client.register(subject, reordered, normalize=True) == first
+        assert (await client.latest_version(subject)).version == 1
+        second = await client.register(subject, reordered)
+        assert second != first
+        assert (await client.version(subject, 2)).schema_id == second
+    finally:
+        await client.close()
