@@ -164,3 +164,32 @@ async def test_the_in_memory_producer_takes_the_same_serializer(schema_registry:
     values = [record.value for record in producer.records(topic)]
     assert [read_header(v)[0] for v in values if v] == [read_header(values[0])[0]] * 2
     assert [d["id"] for d in _deserialize(schema_registry.url, topic, values)] == [7, 8]
+
+
+async def test_a_pydantic_model_as_the_schema_is_read_back_by_confluent_kafka(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    import datetime
+
+    from pydantic import BaseModel
+
+    class Signup(BaseModel):
+        email: str
+        plan: str = "free"
+        age: int | None = None
+        at: datetime.datetime
+
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    at = datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.timezone.utc)
+    signups = [Signup(email=f"u{i}@example.com", age=i or None, at=at) for i in range(5)]
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers,
+        value_serializer=AvroSerializer.for_model(registry, Signup, namespace="shop"),
+    ) as producer:
+        for signup in signups:
+            await producer.send_and_wait(topic, signup)
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=len(signups))
+    decoded = _deserialize(schema_registry.url, topic, [r.value for r in records])
+    assert decoded == [signup.model_dump() for signup in signups]

@@ -166,6 +166,8 @@ def run_page(page: Path, broker: str, registry: str | None = None) -> list[str]:
                 block.where,
                 "exec",
                 flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                # As written: without the runner's own "from __future__" imports.
+                dont_inherit=True,
             )
             result = eval(code, namespace)  # the docs' own code
             if inspect.iscoroutine(result):
