@@ -48,10 +48,15 @@ EMBEDDED_NOTE = re.compile(
 
 
 def run(
-    args: list[str], *, stdin: str | None = None, timeout: float = 180
+    args: list[str],
+    *,
+    stdin: str | None = None,
+    timeout: float = 180,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "SPARK_EXAMPLE_ROWS": str(SPARK_EXAMPLE_ROWS)}
+    env = {**os.environ, "PYTHONPATH": path, "SPARK_EXAMPLE_ROWS": str(SPARK_EXAMPLE_ROWS),
+           **(extra_env or {})}  # fmt: skip
     return subprocess.run(
         args,
         input=stdin,
@@ -181,6 +186,51 @@ def _check_spark_submit_sync(records: list[Any]) -> None:
     )
 
 
+def _registry_payload(value: bytes | None) -> tuple[int, bytes]:
+    """The schema id and payload of a value in the Schema Registry wire format."""
+    assert value is not None and value[0] == 0, value
+    return int.from_bytes(value[1:5], "big"), value[5:]
+
+
+def _check_fastapi_schema_registry(records: list[Any]) -> None:
+    decoded = [_registry_payload(r.value) for r in records]
+    assert len({schema_id for schema_id, _ in decoded}) == 1  # one schema, registered once
+    signups = sorted((json.loads(payload) for _, payload in decoded), key=lambda s: s["email"])
+    assert signups == [
+        {"email": "user0@example.com", "plan": "free", "seats": 1},
+        {"email": "user1@example.com", "plan": "team", "seats": 5},
+        {"email": "user2@example.com", "plan": "team", "seats": 9},
+    ]
+    assert sorted(r.key for r in records) == [f"user{n}@example.com".encode() for n in range(3)]
+
+
+def _check_spark_schema_registry(records: list[Any]) -> None:
+    import io
+
+    import fastavro
+
+    decoded = [_registry_payload(r.value) for r in records]
+    assert len({schema_id for schema_id, _ in decoded}) == 1
+    # The registered schema is Spark's derivation (checked against Spark's from_avro and
+    # confluent-kafka in test_spark_schema_registry.py); here, each row decodes with it.
+    schema = fastavro.parse_schema(
+        {"type": "record", "name": "topLevelRecord", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "customer", "type": ["string", "null"]},
+            {"name": "amount", "type": [{"type": "fixed", "name": "topLevelRecord.amount.fixed",
+                                         "size": 5, "logicalType": "decimal", "precision": 10,
+                                         "scale": 2}, "null"]},
+            {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        ]}
+    )  # fmt: skip
+    orders = sorted(
+        (fastavro.schemaless_reader(io.BytesIO(p), schema) for _, p in decoded),
+        key=lambda order: order["id"],
+    )
+    assert [order["id"] for order in orders] == list(range(SPARK_EXAMPLE_ROWS))
+    assert str(orders[1234]["amount"]) == "12.34" and orders[7]["customer"] == "c-7"
+
+
 SPARK_EXAMPLE_ROWS = 2000
 
 EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
@@ -195,7 +245,16 @@ EXAMPLE_CASES: dict[str, tuple[int, Callable[[list[Any]], None], str]] = {
     "confluent_style.py": (10, _check_confluent_style, "delivered: 10 of 10"),
     "transactions.py": (4, _check_transactions, "order-2: aborted (card declined)"),
     "otel_tracing.py": (5, _check_otel_tracing, "(PRODUCER): 2 records"),
+    "fastapi_schema_registry.py": (
+        3, _check_fastapi_schema_registry, "published 3 signups as JSON Schema records"
+    ),
+    "spark_schema_registry.py": (
+        SPARK_EXAMPLE_ROWS, _check_spark_schema_registry, "orders as Avro records"
+    ),
 }
+
+#: Examples that need a Schema Registry (SCHEMA_REGISTRY_URL: the test's Apicurio).
+REGISTRY_EXAMPLES = {"fastapi_schema_registry.py", "spark_schema_registry.py"}
 
 
 #: The examples run with spark-submit (pyspark's own, beside this interpreter), as their
@@ -225,12 +284,18 @@ def _example_command(script: str) -> list[str]:
         for script in sorted(EXAMPLE_CASES)
     ],
 )
-def test_example_delivers_what_it_says(script: str, tansu: Any, new_topic: Any) -> None:
+def test_example_delivers_what_it_says(
+    script: str, tansu: Any, new_topic: Any, request: pytest.FixtureRequest
+) -> None:
     expected, check, output = EXAMPLE_CASES[script]
     topic = new_topic(tansu, partitions=3)
+    extra_env = {}
+    if script in REGISTRY_EXAMPLES:
+        extra_env["SCHEMA_REGISTRY_URL"] = request.getfixturevalue("schema_registry").url
     result = run(
         [*_example_command(script), "--bootstrap-servers", tansu.bootstrap_servers,
-         "--topic", topic]
+         "--topic", topic],
+        extra_env=extra_env,
     )
     assert result.returncode == 0, explain(result)
     assert output in result.stdout
