@@ -18,6 +18,7 @@ import pytest
 from aioproducer.embedded import EmbeddedBroker
 from aioproducer.schema_registry import SchemaRegistryClient
 from aioproducer.schema_registry.wire import read_header
+from tests.support.passes import compiled_pass_only
 from tests.support.readback import read_back
 from tests.support.spark import local_spark
 
@@ -44,6 +45,10 @@ from pyspark.sql.types import (  # noqa: E402
 from aioproducer.integrations.spark import write_dataframe  # noqa: E402
 
 TopicFactory = Callable[..., str]
+
+# The derivation and conversions are plain Python, unit-tested in both passes; the Spark jobs
+# (a session of their own) run once, in the compiled pass.
+pytestmark = compiled_pass_only("Spark jobs with a Schema Registry, a minute and a half")
 _UTC = datetime.timezone.utc
 
 _ADDRESS = StructType([StructField("city", StringType()), StructField("zip", StringType())])
