@@ -66,8 +66,10 @@ class SerializerNotReady(Exception):
     ``send()`` then awaits ``wait()`` in its slow path, as it waits for a topic's metadata,
     within what is left of ``max_block_ms``, and calls the serializers again (the
     interceptors do not run twice); ``SyncProducer`` waits in the calling thread.
-    The wait's own error fails the record, as a :class:`~aioproducer.errors.SerializationError`
-    unless it is a :class:`~aioproducer.errors.KafkaError`.
+    A wait that fails with a retriable :class:`~aioproducer.errors.KafkaError` (a registry
+    that cannot be reached) is tried again until ``max_block_ms`` runs out; any other error
+    of the wait fails the record at once, as a
+    :class:`~aioproducer.errors.SerializationError` unless it is a ``KafkaError``.
 
     Args:
         wait: makes the awaitable to wait for; called once per wait, on the producer's
@@ -84,23 +86,48 @@ class SerializerNotReady(Exception):
 
 
 async def wait_for_serializer(not_ready: SerializerNotReady, timeout: float) -> None:
-    """Await what ``not_ready`` waits for, within ``timeout`` seconds.
+    """Await what ``not_ready`` waits for, within ``timeout`` seconds: a wait that fails
+    with a retriable error (a registry that cannot be reached, a 503) is tried again, after
+    0.1 s and then longer (up to 1 s), until the time runs out, as a send waits for a
+    topic's metadata.
 
     Raises:
-        SerializationError: the time ran out first (retriable), or the wait failed with an
-            error that is not a KafkaError.
-        KafkaError: the wait's own error (a registry's refusal), as it is.
+        KafkaError: the wait's own error (a registry's refusal) when it is not retriable,
+            or the last retriable one when the time ran out after it.
+        SerializationError: the time ran out with no error to show (a request still
+            unanswered), retriable; or the wait failed with an error that is not a
+            KafkaError.
     """
-    if timeout <= 0:
-        raise _out_of_time(not_ready)
-    try:
-        await asyncio.wait_for(not_ready.wait(), timeout)
-    except TimeoutError:
-        raise _out_of_time(not_ready) from None
-    except KafkaError:
-        raise
-    except Exception as exc:
-        raise SerializationError(f"the serializer could not get {not_ready.what}: {exc!r}") from exc
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    backoff = _FIRST_RETRY_S
+    last: KafkaError | None = None
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise last if last is not None else _out_of_time(not_ready)
+        try:
+            await asyncio.wait_for(not_ready.wait(), remaining)
+            return
+        except TimeoutError:
+            raise last if last is not None else _out_of_time(not_ready) from None
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            last = exc
+            pause = min(backoff, deadline - loop.time())
+            if pause > 0:
+                await asyncio.sleep(pause)
+            backoff = min(backoff * 2, _LAST_RETRY_S)
+        except Exception as exc:
+            raise SerializationError(
+                f"the serializer could not get {not_ready.what}: {exc!r}"
+            ) from exc
+
+
+# The pauses between tries of a wait that failed with a retriable error.
+_FIRST_RETRY_S = 0.1
+_LAST_RETRY_S = 1.0
 
 
 def _out_of_time(not_ready: SerializerNotReady) -> SerializationError:

@@ -9,6 +9,7 @@ Karapace) at ``SCHEMA_REGISTRY_URL`` (``http://localhost:8081`` by default), and
 data source derives its Avro schema by Spark's own rules (``to_avro``'s), registers it
 under ``{topic}-value`` and writes each row in the registry's wire format, which
 confluent-kafka's, the Java client's and other tools' deserializers read.
+``SPARK_EXAMPLE_ROWS`` sets how many orders it writes (100,000 by default).
 """
 
 from __future__ import annotations

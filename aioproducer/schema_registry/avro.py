@@ -10,6 +10,7 @@ import json
 import types
 import typing
 import uuid
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from aioproducer.errors import ConfigurationError
@@ -43,6 +44,15 @@ class AvroSerializer(RegistrySerializer):
         return parsed, name if isinstance(name, str) else None
 
     def encode(self, parsed: Any, record: Any, out: io.BytesIO) -> None:
+        if (
+            not isinstance(record, Mapping)
+            and isinstance(parsed, dict)
+            and parsed.get("type") == "record"
+        ):
+            raise TypeError(
+                f"a record ({parsed.get('name')}) is written from a dict, not a "
+                f"{type(record).__qualname__}; give to_dict to turn your objects into dicts"
+            )
         self._write(out, parsed, record)
 
     @classmethod

@@ -239,7 +239,10 @@ class SchemaRegistryClient:
         }
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ConfigurationError(f"unknown Schema Registry options: {', '.join(unknown)}")
+            given = {k.removeprefix("schema.registry."): k for k in config}
+            raise ConfigurationError(
+                "unknown Schema Registry options: " + ", ".join(given[n] for n in unknown)
+            )
         if "url" not in options:
             raise ConfigurationError("the Schema Registry options need url (schema.registry.url)")
         basic_auth: tuple[str, str] | None = None
@@ -473,9 +476,14 @@ class SchemaRegistryClient:
                     method, url + path, content=content, headers=headers, params=params
                 )
             except httpx.HTTPError as exc:
+                reason = str(exc) or (
+                    f"no answer within {self._settings.timeout:g} s (the client's timeout)"
+                    if isinstance(exc, httpx.TimeoutException)
+                    else "no reason given"
+                )
                 last = SchemaRegistryError(
                     f"{what}: the Schema Registry at {url} could not be reached: "
-                    f"{type(exc).__name__}: {exc}",
+                    f"{type(exc).__name__}: {reason}",
                     retriable=True,
                 )
                 continue

@@ -101,7 +101,15 @@ class ProtobufSerializer(RegistrySerializer):
             raise ConfigurationError(_INSTALL) from exc
         if not (isinstance(message_class, type) and issubclass(message_class, Message)):
             raise ConfigurationError(
-                f"ProtobufSerializer takes a protobuf message class, not {message_class!r}"
+                "ProtobufSerializer takes a protobuf message class, not "
+                + (
+                    f"an instance of one ({type(message_class).__qualname__}(...)): pass "
+                    f"the class, {type(message_class).__qualname__}"
+                    if isinstance(message_class, Message)
+                    else f"the class {message_class.__qualname__}"
+                    if isinstance(message_class, type)
+                    else _described(message_class, "")
+                )
             )
         if conf and "skip.known.types" in conf:
             conf = dict(conf)

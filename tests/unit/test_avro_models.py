@@ -123,3 +123,13 @@ def test_types_without_an_avro_form_are_refused() -> None:
         AvroSerializer.for_model(registry, Keys)
     with pytest.raises(ConfigurationError, match="takes a Pydantic model class"):
         AvroSerializer.for_model(registry, dict)
+
+
+async def test_a_record_from_something_not_a_dict_is_refused_saying_so() -> None:
+    serializer = AvroSerializer.for_model(InMemorySchemaRegistry(), Address, namespace="shop")
+    async with InMemoryProducer(value_serializer=serializer) as producer:
+        with pytest.raises(
+            SerializationError,
+            match=r"a record \(shop\.Address\) is written from a dict, not a str",
+        ):
+            await producer.send("addresses", "notadict")

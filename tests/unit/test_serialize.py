@@ -273,3 +273,35 @@ async def test_a_schema_found_by_lookup_is_kept_with_its_version() -> None:
     await registry.register("returns-value", Schema('"long"'))
     again = await registry.lookup("returns-value", Schema('"long"'))
     assert again is not None and (again.schema_id, again.version) == (2, 1)
+
+
+async def test_a_wait_that_fails_for_a_while_is_tried_again_within_max_block_ms() -> None:
+    import time
+
+    from aioproducer.errors import SchemaRegistryError
+    from aioproducer.serialization import SerializerNotReady, wait_for_serializer
+
+    tries: list[float] = []
+
+    def flaky(fail_first: int, retriable: bool = True) -> SerializerNotReady:
+        async def wait() -> None:
+            tries.append(time.monotonic())
+            if len(tries) <= fail_first:
+                raise SchemaRegistryError("the registry could not be reached", retriable=retriable)
+
+        return SerializerNotReady(wait, "the id of its schema")
+
+    # Two failures, then the registry answers: the wait succeeds.
+    await wait_for_serializer(flaky(2), timeout=5.0)
+    assert len(tries) == 3
+    # A refusal that is not retriable fails at once.
+    tries.clear()
+    with pytest.raises(SchemaRegistryError, match="could not be reached"):
+        await wait_for_serializer(flaky(1, retriable=False), timeout=5.0)
+    assert len(tries) == 1
+    # Failing to the end: the registry's last error once the time is out (not before).
+    tries.clear()
+    started = time.monotonic()
+    with pytest.raises(SchemaRegistryError, match="could not be reached"):
+        await wait_for_serializer(flaky(1000), timeout=0.5)
+    assert len(tries) >= 3 and time.monotonic() - started >= 0.45

@@ -177,9 +177,14 @@ def test_options_are_checked_before_any_task() -> None:
     with pytest.raises(ConfigurationError, match="not a valid Avro schema"):
         encoding_options({"value.format": "avro", "value.schema": '{"type": "nope"}', **url},
                          None, struct)  # fmt: skip
-    with pytest.raises(ConfigurationError, match="unknown Schema Registry options: colour"):
+    with pytest.raises(
+        ConfigurationError, match=r"unknown Schema Registry options: schema\.registry\.colour"
+    ):
         encoding_options({"value.format": "avro", "schema.registry.colour": "red", **url},
                          None, struct)  # fmt: skip
+    # A misspelt URL option is named, rather than the URL said to be missing.
+    with pytest.raises(ConfigurationError, match=r"options: schema\.registry\.ur$"):
+        encoding_options({"value.format": "avro", "schema.registry.ur": "http://r"}, None, struct)
     encoding = encoding_options({"value.format": "json", **url}, None, struct)
     assert encoding is not None and encoding.key is None and encoding.value is not None
     assert json.loads(encoding.value.schema)["title"] == "topLevelRecord"
@@ -206,3 +211,12 @@ def test_credentials_never_show() -> None:
         struct,
     )
     assert "s3cret" not in repr(encoding)
+
+
+def test_a_misspelt_sink_option_is_named_with_the_one_meant() -> None:
+    from aioproducer.integrations.spark import SinkOptions
+
+    with pytest.raises(
+        ConfigurationError, match=r"value\.fromat \(did you mean 'value\.format'\?\)"
+    ):
+        SinkOptions.parse({"kafka.bootstrap.servers": "k:9092", "value.fromat": "avro"})

@@ -18,6 +18,9 @@ from aioproducer.errors import (
     KafkaError,
 )
 from aioproducer.integrations.spark.registry import (
+    OPTIONS as REGISTRY_OPTIONS,
+)
+from aioproducer.integrations.spark.registry import (
     RegistryEncoding,
     encoding_options,
     is_registry_option,
@@ -209,8 +212,9 @@ class SinkOptions:
                 unknown.append(raw_name)
         if unknown:
             raise ConfigurationError(
-                f"unknown option(s) {', '.join(sorted(unknown))}: producer options go behind "
-                "'kafka.' with their Java names, as in .option('kafka.linger.ms', '10')"
+                f"unknown option(s) {', '.join(sorted(unknown))}{_did_you_mean(unknown)}: "
+                "producer options go behind 'kafka.' with their Java names, as in "
+                ".option('kafka.linger.ms', '10')"
             )
         if "bootstrap.servers" not in config:
             raise ConfigurationError(
@@ -254,6 +258,25 @@ class SinkOptions:
         )
         sink = replace(self, encoding=encoding) if encoding is not None else self
         return sink, _layout(schema, self.topic, encoding)
+
+
+def _did_you_mean(unknown: list[str]) -> str:
+    """`` (did you mean 'value.format'?)`` for options close to one of the sink's own."""
+    import difflib
+
+    known = [
+        "topic",
+        "bootstrap.servers",
+        _CACHE_TIMEOUT_OPTION,
+        *sorted(_EXACTLY_ONCE_OPTIONS),
+        *REGISTRY_OPTIONS,
+    ]
+    close = [
+        match
+        for name in unknown
+        for match in difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+    ]
+    return f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
 
 
 def exactly_once_options(sink: SinkOptions, options: Mapping[str, str]) -> SinkOptions:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "OPTIONS",
     "RegistryEncoding",
     "arrow_without_timestamps",
     "encoding_options",
@@ -50,6 +51,18 @@ _SERDE_OPTIONS = (
     "use.latest.version",
     "normalize.schemas",
     "subject.name.strategy",
+)
+#: The options of the Schema Registry encoding, for the hint that names a misspelt one.
+OPTIONS = (
+    "key.format",
+    "value.format",
+    "key.schema",
+    "value.schema",
+    "schema.registry.url",
+    "schema.registry.basic.auth.user.info",
+    "schema.registry.bearer.auth.token",
+    "schema.registry.ssl.ca.location",
+    *_SERDE_OPTIONS,
 )
 # Registry client options that need not carry the schema.registry. prefix (the Java
 # serializers' names).
@@ -147,6 +160,8 @@ def encoding_options(
         if chosen is not None and chosen.strip().lower() not in FORMATS:
             raise ConfigurationError(f"option '{name}.format' is {chosen!r}: use 'avro' or 'json'")
     if not any(name == "schema.registry.url" for name, _ in registry):
+        # An option misspelt (schema.registry.ur) is the likelier fault: named first.
+        _client((*registry, ("schema.registry.url", "http://registry")), check_only=True)
         raise ConfigurationError(
             "option 'schema.registry.url' is required with 'key.format' or 'value.format'"
         )
@@ -542,7 +557,7 @@ def _client(
             dict(registry), tls_from=dict(tls) if tls else None
         )
     except ConfigurationError as exc:
-        raise ConfigurationError(f"Schema Registry options: {exc}") from None
+        raise ConfigurationError(str(exc)) from None
     if not check_only:
         _clients[key] = client
     return client
