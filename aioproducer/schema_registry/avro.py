@@ -10,11 +10,11 @@ import json
 import types
 import typing
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from aioproducer.errors import ConfigurationError
-from aioproducer.schema_registry.client import SchemaRegistryClient
+from aioproducer.errors import ConfigurationError, SerializationError
+from aioproducer.schema_registry.client import Schema, SchemaReference, SchemaRegistryClient
 from aioproducer.schema_registry.serde import RegistrySerializer
 
 __all__ = ["AvroSerializer"]
@@ -28,6 +28,26 @@ class AvroSerializer(RegistrySerializer):
     schema_type: ClassVar[str] = "AVRO"
     format_name: ClassVar[str] = "Avro"
 
+    def __init__(
+        self,
+        registry: SchemaRegistryClient,
+        schema: str | Mapping[str, Any] | None = None,
+        *,
+        references: Sequence[SchemaReference] = (),
+        **kwargs: Any,
+    ) -> None:
+        """``references`` name the registered schemas that define the named types
+        ``schema`` uses (``SchemaReference("shop.Address", "shop.Address", 1)``: the
+        type's full name, the subject and version it is registered under). They are
+        fetched from the registry with the first record, and the schema is registered with
+        them; until then it is only checked to be JSON. Other arguments as for
+        :class:`RegistrySerializer`."""
+        self._references = tuple(references)
+        # Named types the references define, by full name (fastavro's named_schemas), once
+        # fetched; None before.
+        self._named: dict[str, Any] | None = None if self._references else {}
+        super().__init__(registry, schema, **kwargs)
+
     def parse(self, text: str) -> tuple[Any, str | None]:
         try:
             import fastavro
@@ -35,13 +55,57 @@ class AvroSerializer(RegistrySerializer):
             raise ConfigurationError(
                 "AvroSerializer needs fastavro: pip install 'aioproducer[schema-registry]'"
             ) from exc
+        self._write = fastavro.schemaless_writer
+        if self._named is None:
+            # Its named types come with the references: checked once they are fetched.
+            try:
+                document = json.loads(text)
+            except ValueError as exc:
+                raise ConfigurationError(f"not a valid Avro schema: {exc}") from exc
+            return None, _full_name(document)
         try:
-            parsed = fastavro.parse_schema(json.loads(text))
+            parsed = fastavro.parse_schema(json.loads(text), named_schemas=dict(self._named))
         except Exception as exc:
             raise ConfigurationError(f"not a valid Avro schema: {exc}") from exc
-        self._write = fastavro.schemaless_writer
         name = parsed.get("name") if isinstance(parsed, dict) else None
         return parsed, name if isinstance(name, str) else None
+
+    async def _prepare(self, schema: Schema) -> None:
+        named: dict[str, Any] = dict(self._named or {})
+        await self._fetch(schema.references, named, set())
+        self._named = named
+
+    async def _fetch(
+        self, references: Sequence[SchemaReference], named: dict[str, Any], seen: set[str]
+    ) -> None:
+        """Parse the schemas ``references`` name (theirs first) into ``named``."""
+        import fastavro
+
+        for reference in references:
+            key = f"{reference.subject}/{reference.version}"
+            if key in seen:
+                continue
+            seen.add(key)
+            registered = await self.registry.version(reference.subject, reference.version)
+            await self._fetch(registered.schema.references, named, seen)
+            try:
+                fastavro.parse_schema(json.loads(registered.schema.schema_str), named_schemas=named)
+            except Exception as exc:
+                raise SerializationError(
+                    f"the schema referenced as {reference.name!r} (subject "
+                    f"{reference.subject!r}, version {reference.version}) is not a valid "
+                    f"Avro schema: {exc}"
+                ) from exc
+
+    async def _schema_to_register(self) -> Schema:
+        if not self._references:
+            return await super()._schema_to_register()
+        assert self._schema is not None
+        schema = Schema(self._schema.schema_str, self.schema_type, self._references)
+        if self._parsed is None:
+            await self._prepare(schema)
+            self._parsed, _ = self.parse(schema.schema_str)
+        return schema
 
     def encode(self, parsed: Any, record: Any, out: io.BytesIO) -> None:
         if (
@@ -91,6 +155,15 @@ class AvroSerializer(RegistrySerializer):
             return _naive_as_utc(data)
 
         return cls(registry, schema, to_dict=dump, **kwargs)
+
+
+def _full_name(document: Any) -> str | None:
+    """The full name of a named Avro schema given as JSON data; None when unnamed."""
+    if not isinstance(document, dict) or not isinstance(document.get("name"), str):
+        return None
+    name: str = document["name"]
+    space = document.get("namespace")
+    return f"{space}.{name}" if isinstance(space, str) and space and "." not in name else name
 
 
 # ---- Pydantic models as Avro schemas --------------------------------------------------------

@@ -152,6 +152,11 @@ class RegistrySerializer(ABC):
         assert self._schema is not None
         return self._schema
 
+    async def _prepare(self, schema: Schema) -> None:
+        """Fetch what parsing ``schema`` needs beyond its text, before :meth:`parse` sees it
+        (Avro: the schemas its references name); nothing by default."""
+        return None
+
     # ---- the serializer --------------------------------------------------------------------
 
     def subject(self, topic: str) -> str:
@@ -195,6 +200,7 @@ class RegistrySerializer(ABC):
         registry = self.registry
         if self._use_latest:
             latest = await registry.latest_version(subject)
+            await self._prepare(latest.schema)
             parsed, _ = self.parse(latest.schema.schema_str)
             self._by_subject[subject] = (latest.schema_id, parsed)
             return

@@ -193,3 +193,63 @@ async def test_a_pydantic_model_as_the_schema_is_read_back_by_confluent_kafka(
     records = read_back(tansu.bootstrap_servers, topic, expected=len(signups))
     decoded = _deserialize(schema_registry.url, topic, [r.value for r in records])
     assert decoded == [signup.model_dump() for signup in signups]
+
+
+async def test_a_schema_that_references_another_subject(
+    tansu: EmbeddedBroker, new_topic: TopicFactory, schema_registry: Any
+) -> None:
+    """The Address record is registered under a subject of its own; the Customer schema
+    names it and references it: registered with the reference, written with both, and read
+    back by confluent-kafka's AvroDeserializer, which follows the reference."""
+    from aioproducer.schema_registry import SchemaReference
+
+    topic = new_topic(tansu)
+    registry = SchemaRegistryClient(schema_registry.url)
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "shop",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    address_subject = f"shop.Address-{uuid.uuid4().hex[:8]}"
+    await registry.register(address_subject, Schema(json.dumps(address)))
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "shop",
+        "fields": [
+            {"name": "name", "type": "string"},
+            {"name": "home", "type": "shop.Address"},
+            {"name": "work", "type": ["null", "shop.Address"], "default": None},
+        ],
+    }
+    serializer = AvroSerializer(
+        registry, customer, references=[SchemaReference("shop.Address", address_subject, 1)]
+    )
+    customers = [
+        {"name": "ada", "home": {"city": "London"}, "work": None},
+        {"name": "grace", "home": {"city": "Arlington"}, "work": {"city": "Washington"}},
+    ]
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=serializer
+    ) as producer:
+        for value in customers:
+            await producer.send_and_wait(topic, value)
+    latest = await registry.latest_version(f"{topic}-value")
+    assert [(r.name, r.subject, r.version) for r in latest.schema.references] == [
+        ("shop.Address", address_subject, 1)
+    ]
+    await registry.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=len(customers))
+    assert _deserialize(schema_registry.url, topic, [r.value for r in records]) == customers
+    # A reference the registry does not have fails the record, naming it.
+    broken = AvroSerializer(
+        SchemaRegistryClient(schema_registry.url),
+        customer,
+        references=[SchemaReference("shop.Address", f"missing-{uuid.uuid4().hex[:6]}", 1)],
+    )
+    async with Producer(
+        bootstrap_servers=tansu.bootstrap_servers, value_serializer=broken, max_block_ms=5000
+    ) as producer:
+        with pytest.raises(SchemaRegistryError, match=r"reading version 1 of subject 'missing-"):
+            await producer.send(topic, customers[0])
