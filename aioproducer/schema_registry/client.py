@@ -510,7 +510,16 @@ def _producer_tls(config: ProducerConfig | Mapping[str, Any]) -> ssl.SSLContext 
     from aioproducer.net.tls import ssl_context_for
 
     if not isinstance(config, ProducerConfig):
-        config = ProducerConfig.from_options(dict(config))
+        # Only the TLS side of the options: a SASL_SSL producer's SASL settings are no
+        # business of the registry's (and its TLS is SSL's).
+        protocol = next(
+            (str(v) for k, v in config.items() if k in ("security.protocol", "security_protocol")),
+            "PLAINTEXT",
+        )
+        if not protocol.upper().endswith("SSL"):
+            return None
+        tls = {k: v for k, v in config.items() if k.startswith(("ssl.", "ssl_"))}
+        config = ProducerConfig.from_options({**tls, "security.protocol": "SSL"})
     return ssl_context_for(config)
 
 

@@ -129,8 +129,13 @@ async def test_an_https_registry_is_trusted_with_the_producers_tls_settings(
     proxy = TlsProxy((str(upstream.hostname), int(upstream.port or 80)), server_context(certs))
     await proxy.start()
     url = f"https://localhost:{proxy.port}{upstream.path}"
-    producer = {"security.protocol": "SSL", "ssl.truststore.location": str(certs.ca_cert),
-                "ssl.truststore.type": "PEM"}  # fmt: skip
+    # A SASL_SSL producer's: its TLS side reaches the registry, its SASL side does not.
+    producer = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "ssl.truststore.location": str(certs.ca_cert),
+        "ssl.truststore.type": "PEM",
+    }
     trusting = SchemaRegistryClient.from_config({"url": url}, tls_from=producer)
     untrusting = SchemaRegistryClient.from_config({"url": url})
     try:
