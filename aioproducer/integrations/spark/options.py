@@ -237,9 +237,11 @@ class SinkOptions:
 
     def producer(self, **config: Any) -> Producer:
         """A new producer with these options, and ``config`` over them (not started)."""
-        given = {**self.config, **config, **self.options}
-        serializers = self.encoding.serializers(given) if self.encoding is not None else {}
-        return Producer({**self.config, **config}, **self.options, **serializers)
+        merged = {**self.config, **config}
+        serializers: dict[str, Any] = {}
+        if self.encoding is not None:
+            serializers = self.encoding.serializers({**merged, **self.options})
+        return Producer(merged, **self.options, **serializers)
 
     def with_columns(self, schema: StructType) -> tuple[SinkOptions, _Layout]:
         """These options for a DataFrame of ``schema``, and how to read its columns: the

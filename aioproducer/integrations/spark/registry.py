@@ -228,6 +228,10 @@ def _without_user(url: str) -> str:
 # ---- Spark types as schemas ----------------------------------------------------------------
 
 
+# Spark's string types: strings in Avro and JSON, and the only keys their maps have.
+_STRING_TYPES = ("StringType", "CharType", "VarcharType")
+
+
 def _type_name(data_type: DataType) -> str:
     return type(data_type).__name__
 
@@ -264,7 +268,7 @@ def avro_schema(
         schema = "float"
     elif name == "DoubleType":
         schema = "double"
-    elif name in ("StringType", "CharType", "VarcharType"):
+    elif name in _STRING_TYPES:
         schema = "string"
     elif name == "BinaryType":
         schema = "bytes"
@@ -298,7 +302,7 @@ def avro_schema(
             ),
         }
     elif name == "MapType":
-        if _type_name(data_type.keyType) not in ("StringType", "CharType", "VarcharType"):  # type: ignore[attr-defined]
+        if _type_name(data_type.keyType) not in _STRING_TYPES:  # type: ignore[attr-defined]
             raise TypeError(
                 f"Avro maps have string keys; {data_type.simpleString()} cannot be written"
             )
@@ -341,7 +345,7 @@ def json_schema(data_type: DataType, nullable: bool = False, title: str | None =
         schema = {"type": "integer"}
     elif name in ("FloatType", "DoubleType", "DecimalType"):
         schema = {"type": "number"}
-    elif name in ("StringType", "CharType", "VarcharType"):
+    elif name in _STRING_TYPES:
         schema = {"type": "string"}
     elif name == "BinaryType":
         schema = {"type": "string", "contentEncoding": "base64"}
@@ -359,7 +363,7 @@ def json_schema(data_type: DataType, nullable: bool = False, title: str | None =
             "items": json_schema(data_type.elementType, data_type.containsNull, None),  # type: ignore[attr-defined]
         }
     elif name == "MapType":
-        if _type_name(data_type.keyType) not in ("StringType", "CharType", "VarcharType"):  # type: ignore[attr-defined]
+        if _type_name(data_type.keyType) not in _STRING_TYPES:  # type: ignore[attr-defined]
             raise TypeError(
                 f"JSON objects have string keys; {data_type.simpleString()} cannot be written"
             )
@@ -395,13 +399,10 @@ _MICROSECOND = datetime.timedelta(microseconds=1)
 _Convert = Callable[[Any], Any]
 
 
-def _micros(moment: datetime.datetime | int, local: bool) -> int:
-    """Epoch microseconds of a timestamp as PySpark hands it over: epoch microseconds
-    already (Arrow batches, see :func:`arrow_without_timestamps`), aware, naive in the
-    worker's local time (Rows of a ``timestamp``), or naive wall time (``timestamp_ntz``)."""
-    if type(moment) is int:
-        return moment
-    assert isinstance(moment, datetime.datetime)
+def _micros(moment: datetime.datetime, local: bool) -> int:
+    """Epoch microseconds of a timestamp as a PySpark Row hands it over: aware, naive in the
+    worker's local time (a ``timestamp``), or naive wall time (a ``timestamp_ntz``). Arrow
+    batches give epoch microseconds already (see :func:`arrow_without_timestamps`)."""
     if moment.tzinfo is not None:
         return (moment - _EPOCH_UTC) // _MICROSECOND
     if local:
