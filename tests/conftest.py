@@ -43,7 +43,10 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.support.passes import REASON_SUFFIX  # noqa: E402 (after the sys.path line)
+from tests.support.passes import (  # noqa: E402 (after the sys.path line)
+    REASON_SUFFIX,
+    refuse_java,
+)
 
 if TYPE_CHECKING:
     from aioproducer.embedded import EmbeddedBroker
@@ -59,6 +62,7 @@ _FIXTURE_MARKERS = {
     "kafka_tv1": "kafka",
     "kafka_cluster": "kafka",
     "kafka_secure": "kafka",
+    "schema_registry": "registry",
 }
 
 
@@ -187,6 +191,7 @@ def _started_kafka(kafka: Any) -> Iterator[Any]:
     after; skip (fail on CI) if Kafka cannot run here."""
     from tests.support.kafka import KafkaUnavailableError, kafka_available
 
+    refuse_java("Apache Kafka")
     reason = kafka_available()
     if reason is None:
         try:
@@ -213,6 +218,7 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     (fails on CI) where it cannot run."""
     from tests.support.registry import ApicurioRegistry, RegistryUnavailableError
 
+    refuse_java("the Schema Registry (Apicurio)")
     try:
         registry = ApicurioRegistry(tmp_path_factory.mktemp("apicurio"))
     except RegistryUnavailableError as exc:

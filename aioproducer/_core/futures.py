@@ -414,6 +414,15 @@ class RecordFuture:
         )
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        return self._wait(True)
+
+    def __iter__(self) -> Generator[Any, None, RecordMetadata]:
+        return self._wait(True)
+
+    def _wait(self, detach: bool) -> Generator[Any, None, RecordMetadata]:
+        # ``detach``: a cancellation of the awaiting task cancels this future too, as it
+        # cancels the asyncio future a task awaits (asyncio.wait_for's timeout cancels the
+        # task, not the awaited future, from Python 3.12 on). BatchResults waits without.
         batch = self._batch
         if batch.final and batch.error is None and self._callbacks is None:
             return self._metadata(batch)  # acknowledged: awaiting in order finds most so
@@ -421,11 +430,13 @@ class RecordFuture:
             # A waiter of our own: cancelling the awaiting task must not cancel the batch.
             waiter: asyncio.Future[None] = self.get_loop().create_future()
             self.add_done_callback(functools.partial(_wake, waiter))
-            yield from waiter.__await__()
+            try:
+                yield from waiter.__await__()
+            except asyncio.CancelledError:
+                if detach:
+                    self.cancel()
+                raise
         return self.result()
-
-    def __iter__(self) -> Generator[Any, None, RecordMetadata]:
-        return self.__await__()
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "pending"
@@ -755,10 +766,10 @@ class BatchResults:
                 yield from _batch_waiter(run.batch).__await__()
             for future in run.futures or ():
                 if not future.done():
-                    yield from future.__await__()
+                    yield from future._wait(False)
         for future in self._futures:
             if not future.done():
-                yield from future.__await__()
+                yield from future._wait(False)
         # A failed record raises its error; of several, the first in order. The metadata of
         # the others is made only when the sequence is first read.
         failed = self._total

@@ -56,25 +56,35 @@ multmodp(uint32_t a, uint32_t b)
     return product;
 }
 
-/* x^(8 * n) mod P. Full batches of like records have like lengths: the last one is kept
- * (only ever called with the GIL held). */
-static uint64_t last_n = 0;
-static uint32_t last_power = 1u << 31;
+/* x^(8 * n) mod P. Full batches of like records have like lengths: the last one is kept,
+ * n (below 2^32) in the high half of one 64-bit word and x^(8n) in the low half, so that a
+ * reader never pairs one call's n with another's power. With the GIL that word is read and
+ * written under it; on a free-threaded build, with relaxed atomic loads and stores. */
+static uint64_t last = 1u << 31; /* n = 0, x^0 */
+
+#ifdef Py_GIL_DISABLED
+#define LOAD_LAST() _Py_atomic_load_uint64_relaxed(&last)
+#define STORE_LAST(value) _Py_atomic_store_uint64_relaxed(&last, (value))
+#else
+#define LOAD_LAST() (last)
+#define STORE_LAST(value) (last = (value))
+#endif
 
 static uint32_t
 x8nmodp(uint64_t n)
 {
-    if (n == last_n) {
-        return last_power;
+    uint64_t seen = LOAD_LAST();
+    if (n == seen >> 32) {
+        return (uint32_t)seen;
     }
-    last_n = n;
+    uint64_t key = n;
     uint32_t power = 1u << 31; /* x^0 */
     for (int k = 3; n != 0 && k < SQUARES; k++, n >>= 1) {
         if (n & 1) {
             power = multmodp(x2k[k], power);
         }
     }
-    last_power = power;
+    STORE_LAST(key << 32 | power);
     return power;
 }
 
@@ -109,27 +119,11 @@ combine(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(shifted ^ (uint32_t)crc_b);
 }
 
+/* copy_parts' work once its arguments are checked; on a free-threaded build, run with both
+ * objects locked (a critical section), so that no other thread changes them meanwhile. */
 static PyObject *
-copy_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+copy_parts_locked(PyObject *buffer, Py_ssize_t offset, PyObject *parts)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "copy_parts() takes buffer, offset and parts");
-        return NULL;
-    }
-    PyObject *buffer = args[0];
-    PyObject *parts = args[2];
-    if (!PyByteArray_CheckExact(buffer)) {
-        PyErr_SetString(PyExc_TypeError, "copy_parts() writes into a bytearray");
-        return NULL;
-    }
-    if (!PyList_CheckExact(parts)) {
-        PyErr_SetString(PyExc_TypeError, "copy_parts() takes a list of bytes");
-        return NULL;
-    }
-    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
-    if (offset == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     Py_ssize_t n = PyList_GET_SIZE(parts);
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -164,6 +158,38 @@ copy_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(offset + total);
 }
 
+static PyObject *
+copy_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() takes buffer, offset and parts");
+        return NULL;
+    }
+    PyObject *buffer = args[0];
+    PyObject *parts = args[2];
+    if (!PyByteArray_CheckExact(buffer)) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() writes into a bytearray");
+        return NULL;
+    }
+    if (!PyList_CheckExact(parts)) {
+        PyErr_SetString(PyExc_TypeError, "copy_parts() takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *result;
+#ifdef Py_GIL_DISABLED
+    Py_BEGIN_CRITICAL_SECTION2(buffer, parts);
+    result = copy_parts_locked(buffer, offset, parts);
+    Py_END_CRITICAL_SECTION2();
+#else
+    result = copy_parts_locked(buffer, offset, parts);
+#endif
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"copy_parts", (PyCFunction)(void (*)(void))copy_parts, METH_FASTCALL,
      "copy_parts(buffer, offset, parts): copy the bytes parts into the bytearray at offset, "
@@ -188,5 +214,14 @@ PyInit_crcutil(void)
     for (int k = 1; k < SQUARES; k++) {
         x2k[k] = multmodp(x2k[k - 1], x2k[k - 1]);
     }
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded Python: nothing here needs the GIL (the cache above is one atomic
+     * word, copy_parts locks its arguments). */
+    if (module != NULL && PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
+    return module;
 }

@@ -94,5 +94,15 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit_gcutil(void)
 {
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded Python: nothing here needs the GIL. untrack_new changes a class's
+     * allocator once, when the class is made; track and untrack change the tracking of an
+     * object of the calling thread's. */
+    if (module != NULL && PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
+    return module;
 }

@@ -23,14 +23,22 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
+import sysconfig
 from typing import TYPE_CHECKING, Final
 
-try:
-    from aioproducer._native.sockwriter import SocketWriter
-except ImportError:  # not Linux, or the pure-Python install: writes go through the transport
+if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # A free-threaded Python: the native writer declares that it needs the GIL, and
+    # importing it would turn the GIL back on for the whole process. Writes go through the
+    # transport, as where the helper is not built.
     _SOCKET_WRITER_BUILT = False
 else:
-    _SOCKET_WRITER_BUILT = True
+    try:
+        from aioproducer._native.sockwriter import SocketWriter
+    except ImportError:  # not Linux, or the pure-Python install: writes go through the transport
+        _SOCKET_WRITER_BUILT = False
+    else:
+        _SOCKET_WRITER_BUILT = True
 
 from aioproducer.net.handshake import security_protocol_name
 
@@ -79,6 +87,17 @@ class LoopWriter:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
+        # asyncio's selector transport has its own writelines() from Python 3.12 on, which
+        # until 3.12.9 and 3.13.2 never paused the protocol above the high-water mark
+        # (CPython gh-127655): ``writable`` stayed True however much was queued. Its
+        # _maybe_pause_protocol() is asked after each write, as the fixed writelines() does
+        # itself (a second call changes nothing). uvloop's transports, and asyncio's before
+        # 3.12 (whose writelines() calls write()), pause on their own.
+        self._maybe_pause: Callable[[], object] | None = (
+            getattr(transport, "_maybe_pause_protocol", None)
+            if sys.version_info >= (3, 12)
+            else None
+        )
 
     @property
     def threaded(self) -> bool:
@@ -92,6 +111,9 @@ class LoopWriter:
             OSError, RuntimeError: the transport is closing (uvloop raises RuntimeError).
         """
         self._transport.writelines(parts)
+        maybe_pause = self._maybe_pause
+        if maybe_pause is not None:
+            maybe_pause()
 
     def close(self) -> None:
         """Flush what is queued, then close the connection."""

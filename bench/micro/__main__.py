@@ -1,4 +1,4 @@
-"""Run every micro-benchmark: ``python -m bench.micro [--json]``."""
+"""Run every micro-benchmark: ``python -m bench.micro [--json] [--smoke]``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 
 from bench.micro import (
+    _timer,
     buffer_pool,
     crc,
     future_idioms,
@@ -35,7 +36,10 @@ def main() -> int:
     """Run the suites in turn and print their tables (or one JSON document)."""
     parser = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--smoke", action="store_true",
+                        help="run each benchmark once, briefly: that it runs, not what it costs")
     options = parser.parse_args()
+    _timer.SMOKE = options.smoke
     collected = {title: collect() for title, collect in SUITES}
     if options.json:
         print(json.dumps({t: [asdict(r) for r in rs] for t, rs in collected.items()}, indent=1))

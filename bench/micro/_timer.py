@@ -27,6 +27,11 @@ class Measurement:
         return 1e9 / self.ns_per_op if self.ns_per_op else None
 
 
+#: Set by ``python -m bench.micro --smoke``: each benchmark runs once, briefly, to show that
+#: it runs and measures something; the figures then mean little.
+SMOKE = False
+
+
 def measure(
     name: str,
     function: Callable[[], object],
@@ -36,7 +41,10 @@ def measure(
     min_seconds: float = 0.2,
     note: str = "",
 ) -> Measurement:
-    """Time ``function`` (each call does ``ops_per_call`` operations); best of ``repeat``."""
+    """Time ``function`` (each call does ``ops_per_call`` operations); best of ``repeat``
+    (one short run under :data:`SMOKE`)."""
+    if SMOKE:
+        repeat, min_seconds = 1, 0.002
     timer = timeit.Timer(function)
     number = 1
     while True:

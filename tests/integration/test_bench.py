@@ -39,7 +39,7 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
 
 @_COMPILED_PASS_ONLY
 def test_every_micro_benchmark_measures_its_hot_function() -> None:
-    done = _run(["-m", "bench.micro", "--json"], timeout=600)
+    done = _run(["-m", "bench.micro", "--json", "--smoke"], timeout=600)
     assert done.returncode == 0, done.stderr
     suites: dict[str, list[dict[str, Any]]] = json.loads(done.stdout)
     titles = " ".join(suites)
@@ -155,6 +155,7 @@ async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> N
         await server.wait_closed()
 
 
+@pytest.mark.spark
 @_COMPILED_PASS_ONLY
 def test_the_spark_sink_yardstick_writes_and_counts_every_row() -> None:
     """bench.spark_sink: the DataFrame goes through format("aioproducer") and the

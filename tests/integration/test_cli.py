@@ -280,7 +280,11 @@ def _example_command(script: str) -> list[str]:
     "script",
     [
         # The Spark examples run a Spark job: once per CI run, in its compiled pass.
-        pytest.param(script, marks=[ONCE_PER_CI_RUN] if script.startswith("spark") else [])
+        pytest.param(
+            script,
+            marks=([ONCE_PER_CI_RUN, pytest.mark.spark] if script.startswith("spark") else [])
+            + ([pytest.mark.registry] if script in REGISTRY_EXAMPLES else []),
+        )
         for script in sorted(EXAMPLE_CASES)
     ],
 )

@@ -48,6 +48,10 @@ _KAFKA_PAGES = {"tested-against.md"}
 _SPARK_JOB_PAGES = {"spark.md"}
 
 
+def _uses_the_registry(page: Path) -> bool:
+    return any(DOCS_REGISTRY in block.code for block in blocks(page) if block.skip is None)
+
+
 @pytest.mark.parametrize(
     "page",
     [
@@ -55,7 +59,8 @@ _SPARK_JOB_PAGES = {"spark.md"}
             page,
             id=str(page.relative_to(ROOT)),
             marks=([pytest.mark.kafka] if page.name in _KAFKA_PAGES else [])
-            + ([ONCE_PER_CI_RUN] if page.name in _SPARK_JOB_PAGES else []),
+            + ([ONCE_PER_CI_RUN, pytest.mark.spark] if page.name in _SPARK_JOB_PAGES else [])
+            + ([pytest.mark.registry] if _uses_the_registry(page) else []),
         )
         for page in PAGES_WITH_CODE
     ],
@@ -64,7 +69,7 @@ def test_the_page_runs(
     page: Path, tansu: EmbeddedBroker, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     registry: list[str] = []
-    if any(DOCS_REGISTRY in block.code for block in blocks(page) if block.skip is None):
+    if _uses_the_registry(page):
         registry.append(request.getfixturevalue("schema_registry").url)
     if page.name in _KAFKA_PAGES:
         from tests.support.kafka import kafka_available

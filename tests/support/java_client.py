@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.kafka import _cache_root, _java, _java_version, kafka_available, kafka_libs
+from tests.support.passes import refuse_java
 
 __all__ = ["SOURCE", "JavaClientError", "JavaRecord", "java_consume", "java_partitions"]
 
@@ -166,6 +167,7 @@ def _run(arguments: list[str], stdin: str = "") -> str:
 def _launcher() -> list[str]:
     """``java <options> -cp <jars>[:<classes>] <main class or source>``; skips the test
     when Java 17+ (or the jars) cannot be had."""
+    refuse_java("Kafka's Java client")
     reason = kafka_available()
     java = _java()
     if reason is not None or java is None:

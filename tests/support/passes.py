@@ -1,4 +1,4 @@
-"""Tests that CI runs once, in its pass over the compiled build.
+"""Tests that CI runs once, in its pass over the compiled build; the passes without Java.
 
 CI runs the suite twice, over the compiled build and over the same source as plain Python
 (``.ci/run``). A test whose subject is the same in both builds and that takes minutes runs
@@ -22,3 +22,20 @@ def compiled_pass_only(why: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "0", reason=f"{why}{REASON_SUFFIX}"
     )
+
+
+#: Set by ``python -m tools.wheel --suite`` for its runs on the other CPython versions, which
+#: select the tests that need no Java by their markers.
+WITHOUT_JAVA = "AIOPRODUCER_TESTS_WITHOUT_JAVA"
+
+
+def refuse_java(what: str) -> None:
+    """Fail the test, in a run without Java (:data:`WITHOUT_JAVA`), before ``what`` starts a
+    Java process: the test lacks the marker (``kafka``, ``spark`` or ``registry``) that
+    would have left it out of that run."""
+    if os.environ.get(WITHOUT_JAVA) == "1":
+        pytest.fail(
+            f"{what} needs Java, which this run leaves out ({WITHOUT_JAVA}=1): mark the test "
+            "kafka, spark or registry",
+            pytrace=False,
+        )

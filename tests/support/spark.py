@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.passes import compiled_pass_only
+from tests.support.passes import compiled_pass_only, refuse_java
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,7 @@ def local_spark(app_name: str, master: str = "local[2]", **configs: str) -> Iter
     to run this interpreter, which has pyarrow and (from the source tree, if not installed)
     aioproducer; the environment is restored on exit.
     """
+    refuse_java("Spark")
     from pyspark.sql import SparkSession
 
     from aioproducer.integrations.spark import KafkaDataSource

@@ -205,6 +205,26 @@ async def test_wait_for_one_record() -> None:
     assert (await asyncio.wait_for(second, 10)).offset == 1
 
 
+async def test_cancelling_a_task_that_awaits_a_record_detaches_that_future_only() -> None:
+    # As a task's cancellation cancels the asyncio future it awaits, on every Python (from
+    # 3.12, asyncio.wait_for's timeout cancels the task rather than the awaited future).
+    records = Records(2)
+    first, second = records.futures
+
+    async def wait(future: RecordFuture) -> object:
+        return await future
+
+    task = asyncio.ensure_future(wait(first))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert first.cancelled() and not second.cancelled()
+    records.acknowledge_all()  # the record itself is still delivered
+    assert records.batches[0].final and records.batches[0].error is None
+    assert (await second).offset == 1
+
+
 async def test_asyncio_wait_returns_done_and_pending_and_leaves_no_callback() -> None:
     records = Records(30, partitions=2)
     first, second = records.batches[:2]

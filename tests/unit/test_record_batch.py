@@ -196,6 +196,15 @@ def test_crc_combine_joins_the_crcs_of_two_strings() -> None:
         for b in pieces:
             joined = crcutil.combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b))
             assert joined == crc32c.crc32c(a + b)
+    # The power of the last length is kept: the same length again, another, then the first,
+    # and a length above 2^31 (its high bits in the kept word's).
+    for length in (100, 100, 7, 100, 0, 0):
+        a, b = b"head", b"y" * length
+        assert crcutil.combine(crc32c.crc32c(a), crc32c.crc32c(b), length) == crc32c.crc32c(a + b)
+    big = (1 << 31) + 12_345
+    first = crcutil.combine(0x1234_5678, 0, big)
+    assert crcutil.combine(0x1234_5678, 0, big) == first
+    assert crcutil.combine(0x1234_5678, 0, 12_345) != first
     with pytest.raises(ValueError, match="32-bit CRCs"):
         crcutil.combine(1 << 32, 0, 1)
     with pytest.raises(ValueError, match="4 GiB"):
