@@ -109,7 +109,7 @@ async def wait_for_serializer(not_ready: SerializerNotReady, timeout: float) -> 
         try:
             await asyncio.wait_for(not_ready.wait(), remaining)
             return
-        except TimeoutError:
+        except asyncio.TimeoutError:  # TimeoutError from 3.11, a class of its own before
             raise last if last is not None else _out_of_time(not_ready) from None
         except KafkaError as exc:
             if not exc.retriable:

@@ -45,6 +45,7 @@ if str(_ROOT) not in sys.path:
 
 from tests.support.passes import (  # noqa: E402 (after the sys.path line)
     REASON_SUFFIX,
+    WITHOUT_JAVA,
     refuse_java,
 )
 
@@ -66,13 +67,22 @@ _FIXTURE_MARKERS = {
 }
 
 
+#: The markers of the tests that start Java (a Kafka node, Spark, the Schema Registry) or
+#: build the wheel.
+_JAVA_MARKERS = ("kafka", "spark", "registry", "wheel")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the brokers its fixtures need."""
+    """Mark every test by the brokers its fixtures need; put those that start Java in one
+    group, which pytest-xdist (``--dist loadgroup``) runs in one worker, in order: they share
+    the session's Kafka nodes and Spark's one JVM per process, and take one core."""
     for item in items:
         fixture_names = getattr(item, "fixturenames", ())
         for fixture_name, marker in _FIXTURE_MARKERS.items():
             if fixture_name in fixture_names:
                 item.add_marker(getattr(pytest.mark, marker))
+        if any(item.get_closest_marker(name) is not None for name in _JAVA_MARKERS):
+            item.add_marker(pytest.mark.xdist_group("java"))
 
 
 @pytest.fixture(scope="session")
@@ -180,6 +190,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     allowed = _SKIPS_ALLOWED_ON_CI
     if os.environ.get("AIOPRODUCER_EXPECT_COMPILED") == "0":
         allowed += _SKIPS_ALLOWED_IN_THE_PURE_BUILD
+    if os.environ.get(WITHOUT_JAVA) == "1":
+        allowed += (REASON_SUFFIX,)  # tests.support.passes.compiled_pass_only
     if any(text in reason for text in allowed):
         return
     report.outcome = "failed"

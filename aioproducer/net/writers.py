@@ -78,6 +78,12 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     remove(fd)
 
 
+#: asyncio's transport of plain sockets on its selector event loop (see LoopWriter).
+_SELECTOR_SOCKET_TRANSPORT: Final[type] = getattr(
+    asyncio.selector_events, "_SelectorSocketTransport", type(None)
+)
+
+
 class LoopWriter:
     """Writes through the event loop's transport.
 
@@ -87,15 +93,16 @@ class LoopWriter:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        # asyncio's selector transport has its own writelines() from Python 3.12 on, which
-        # until 3.12.9 and 3.13.2 never paused the protocol above the high-water mark
+        # asyncio's plain socket transport has its own writelines() from Python 3.12 on,
+        # which until 3.12.9 and 3.13.2 never paused the protocol above the high-water mark
         # (CPython gh-127655): ``writable`` stayed True however much was queued. Its
         # _maybe_pause_protocol() is asked after each write, as the fixed writelines() does
-        # itself (a second call changes nothing). uvloop's transports, and asyncio's before
-        # 3.12 (whose writelines() calls write()), pause on their own.
+        # itself (a second call changes nothing). Other transports pause on their own:
+        # asyncio's TLS transport (its writelines() calls write()), uvloop's, and asyncio's
+        # before 3.12.
         self._maybe_pause: Callable[[], object] | None = (
             getattr(transport, "_maybe_pause_protocol", None)
-            if sys.version_info >= (3, 12)
+            if sys.version_info >= (3, 12) and isinstance(transport, _SELECTOR_SOCKET_TRANSPORT)
             else None
         )
 

@@ -188,7 +188,7 @@ async def test_cancelling_a_gather_detaches_its_records_and_delivers_them() -> N
 
 async def test_wait_for_a_gather_times_out_and_the_records_are_still_delivered() -> None:
     records = Records(10)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(asyncio.gather(*records.futures), 0.01)
     assert all(f.cancelled() for f in records.futures)
     records.acknowledge_all()
@@ -198,7 +198,7 @@ async def test_wait_for_a_gather_times_out_and_the_records_are_still_delivered()
 async def test_wait_for_one_record() -> None:
     records = Records(2)
     first, second = records.futures
-    with pytest.raises(TimeoutError):
+    with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(first, 0.01)
     assert first.cancelled() and not second.cancelled()
     asyncio.get_running_loop().call_soon(records.acknowledge_all)

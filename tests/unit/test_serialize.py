@@ -305,3 +305,18 @@ async def test_a_wait_that_fails_for_a_while_is_tried_again_within_max_block_ms(
     with pytest.raises(SchemaRegistryError, match="could not be reached"):
         await wait_for_serializer(flaky(1000), timeout=0.5)
     assert len(tries) >= 3 and time.monotonic() - started >= 0.45
+
+
+async def test_a_wait_that_is_never_answered_fails_with_a_serialization_error() -> None:
+    # Not asyncio's TimeoutError (a class of its own before Python 3.11): the library's.
+    import asyncio
+
+    from aioproducer.errors import SerializationError
+    from aioproducer.serialization import SerializerNotReady, wait_for_serializer
+
+    async def never() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(SerializationError, match="max_block_ms passed") as caught:
+        await wait_for_serializer(SerializerNotReady(never, "the id of its schema"), 0.05)
+    assert caught.value.retriable
