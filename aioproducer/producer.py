@@ -986,7 +986,9 @@ class Producer:
     def _on_batch_done(self, batch: ProducerBatch, exc: BaseException | None) -> None:
         for record in batch.record_futures():
             if exc is None:
-                metadata = record.result()
+                # Not result(): a future its caller cancelled (detached) raises there, yet
+                # its record was delivered.
+                metadata = record._acknowledged()
             else:
                 metadata = RecordMetadata(
                     batch.topic,

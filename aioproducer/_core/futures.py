@@ -283,6 +283,12 @@ class RecordFuture:
             raise self._error(batch.error)
         return self._metadata(batch)
 
+    def _acknowledged(self) -> RecordMetadata:
+        # The metadata of the record once its batch was acknowledged, whether or not this
+        # future was cancelled: cancelling detached its caller, the record was delivered
+        # (the producer's interceptors hear of it all the same).
+        return self._metadata(self._current())
+
     def exception(self) -> BaseException | None:
         """The record's error, None on success; raises InvalidStateError when not done."""
         batch = self._batch

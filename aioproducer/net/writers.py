@@ -98,7 +98,7 @@ class LoopWriter:
         # (CPython gh-127655): ``writable`` stayed True however much was queued. Its
         # _maybe_pause_protocol() is asked after each write, as the fixed writelines() does
         # itself (a second call changes nothing). Other transports pause on their own:
-        # asyncio's TLS transport (its writelines() calls write()), uvloop's, and asyncio's
+        # asyncio's TLS transport (through its SSL protocol), uvloop's, and asyncio's
         # before 3.12.
         self._maybe_pause: Callable[[], object] | None = (
             getattr(transport, "_maybe_pause_protocol", None)

@@ -313,6 +313,36 @@ async def test_serializers_and_interceptors(target: Target) -> None:
     assert acknowledged == [(0, None), (1, None)]
 
 
+async def test_interceptors_hear_of_a_record_whose_caller_gave_up_waiting(
+    target: Target,
+) -> None:
+    # The caller's wait is cancelled (a timeout) before the broker answers: its future is
+    # detached, the record is still delivered, the interceptors hear of it with its offset,
+    # and the producer goes on.
+    topic = target.make_topic(1)
+    acknowledged: list[tuple[int, BaseException | None]] = []
+
+    class Count:
+        def on_send(self, record: ProducerRecord) -> ProducerRecord:
+            return record
+
+        def on_acknowledgement(self, metadata: RecordMetadata, error: BaseException | None) -> None:
+            acknowledged.append((metadata.offset, error))
+
+    async with Producer(
+        bootstrap_servers=target.bootstrap, linger_ms=200, interceptors=[Count()]
+    ) as producer:
+        future = await producer.send(topic, b"given up on")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(future, 0.01)
+        assert future.cancelled()
+        second = await producer.send_and_wait(topic, b"waited for")
+        assert second.offset == 1
+    assert acknowledged == [(0, None), (1, None)]
+    consumed = read_back(target.bootstrap, topic, expected=2)
+    assert [r.value for r in consumed] == [b"given up on", b"waited for"]
+
+
 async def test_bad_inputs_fail_clearly_and_lose_nothing_else(target: Target) -> None:
     topic = target.make_topic(2)
     async with Producer(
