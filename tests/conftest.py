@@ -67,50 +67,13 @@ _FIXTURE_MARKERS = {
 }
 
 
-#: The markers of the tests that start Java (a Kafka node, Spark, the Schema Registry) or
-#: build the wheel.
-_JAVA_MARKERS = ("kafka", "spark", "registry", "wheel")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the brokers its fixtures need; put those that start Java in one
-    group, which pytest-xdist (``--dist loadgroup``) runs in one worker, in order: they share
-    the session's Kafka nodes and Spark's one JVM per process, and take one core."""
+    """Mark every test by the brokers its fixtures need."""
     for item in items:
         fixture_names = getattr(item, "fixturenames", ())
         for fixture_name, marker in _FIXTURE_MARKERS.items():
             if fixture_name in fixture_names:
                 item.add_marker(getattr(pytest.mark, marker))
-        if any(item.get_closest_marker(name) is not None for name in _JAVA_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("java"))
-
-
-@pytest.fixture(scope="session")
-def tansu() -> Iterator[EmbeddedBroker]:
-    """A Tansu broker with in-memory storage, shared by the whole session."""
-    # Imported here so that unit tests never depend on the broker module.
-    from aioproducer.embedded import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
-        yield broker
-
-
-@pytest.fixture
-def mock_cluster() -> Iterator[MockCluster]:
-    """A fresh in-process librdkafka mock cluster with brokers 1, 2 and 3."""
-    from tests.support.mock_cluster import MockCluster
-
-    with MockCluster(num_brokers=3) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def mock_cluster_process() -> Iterator[MockClusterProcess]:
-    """A fresh librdkafka mock cluster with brokers 1, 2 and 3, in a child process."""
-    from tests.support.mock_cluster import MockClusterProcess
-
-    with MockClusterProcess(num_brokers=3) as cluster:
-        yield cluster
 
 
 def _on_ci() -> bool:

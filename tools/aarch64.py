@@ -47,7 +47,6 @@ when every check passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import importlib.util
 import json
@@ -267,14 +266,8 @@ def _zig() -> Path:
 
 def _hot_path_modules(source: Path) -> tuple[str, ...]:
     """``HOT_PATH_MODULES`` of the unpacked sdist, read as setup.py reads it."""
-    tree = ast.parse((source / "aioproducer" / "compiled.py").read_text())
-    for node in tree.body:
-        target = getattr(node, "target", None)
-        if isinstance(node, ast.AnnAssign) and getattr(target, "id", "") == "HOT_PATH_MODULES":
-            assert node.value is not None
-            names: tuple[str, ...] = ast.literal_eval(node.value)
-            return names
-    raise WheelCheckError("aioproducer/compiled.py has no HOT_PATH_MODULES")
+    names: tuple[str, ...] = _wheel.hot_path_modules(source)
+    return names
 
 
 def _unpack(sdist: Path, into: Path) -> Path:
@@ -426,20 +419,10 @@ print(json.dumps({"machine": platform.machine(), "file": aioproducer.__file__,
 
 
 def _pytest_ini() -> str:
-    """pyproject's pytest options as a pytest.ini, less ``pythonpath`` (the tests must import
-    the installed wheel, not the source tree) and ``testpaths``."""
-    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"][
-        "ini_options"
-    ]
-    lines = ["[pytest]"]
-    for key, value in options.items():
-        if key in ("pythonpath", "testpaths"):
-            continue
-        if isinstance(value, list):
-            lines += [f"{key} =", *(f"    {item}" for item in value)]
-        else:
-            lines.append(f"{key} = {value}")
-    return "\n".join(lines) + "\n"
+    """tools.wheel's pytest.ini for tests run against an installed wheel (pyproject's options
+    less ``pythonpath``, ``testpaths`` and ``addopts``)."""
+    text: str = _wheel.pytest_ini(ROOT)
+    return text
 
 
 def check_under_emulation(root: Path, wheel: Path, *, unit: bool) -> None:

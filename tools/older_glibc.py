@@ -107,17 +107,6 @@ _WHEEL_NAME = re.compile(
 )
 _PYTHON_TAG = re.compile(r"^cp3(\d+)$")
 
-_SELF_REPORT = """
-import importlib.util, json, sys, aioproducer
-from aioproducer.compiled import HOT_PATH_MODULES, compiled_modules
-print(json.dumps({
-    "file": aioproducer.__file__,
-    "compiled": list(compiled_modules()),
-    "hot_path": list(HOT_PATH_MODULES),
-    "helpers": {name: importlib.util.find_spec(name) is not None for name in %r},
-}))
-"""
-
 
 class CheckError(Exception):
     """A step failed; the message says which and why."""
@@ -199,31 +188,11 @@ def smoke_tests() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     return strings("SMOKE_TESTS"), strings("TEST_REQUIREMENTS"), strings("NATIVE_HELPERS")
 
 
-def _pytest_options(root: Path) -> dict[str, object]:
-    """``[tool.pytest.ini_options]`` of ``root``'s pyproject.toml."""
-    if sys.version_info >= (3, 11):  # mypy checks this module as Python 3.10 code
-        import tomllib
-
-        pyproject = tomllib.loads((root / "pyproject.toml").read_text())
-        options: dict[str, object] = pyproject["tool"]["pytest"]["ini_options"]
-        return options
-    raise CheckError("reading pyproject.toml needs Python 3.11 or newer (tomllib)")
-
-
 def pytest_ini(root: Path = ROOT) -> str:
-    """pyproject's pytest options as a pytest.ini, less ``pythonpath`` (the tests must import
-    the installed aioproducer, not the source tree) and ``testpaths``."""
-    options = _pytest_options(root)
-    lines = ["[pytest]"]
-    for key, value in options.items():
-        if key in ("pythonpath", "testpaths"):
-            continue
-        if isinstance(value, list):
-            lines.append(f"{key} =")
-            lines += [f"    {item}" for item in value]
-        else:
-            lines.append(f"{key} = {value}")
-    return "\n".join(lines) + "\n"
+    """tools.wheel's pytest.ini for tests run against an installed wheel (pyproject's options
+    less ``pythonpath``, ``testpaths`` and ``addopts``: the chroot has no pytest-xdist)."""
+    text: str = importlib.import_module("tools.wheel").pytest_ini(root)
+    return text
 
 
 # -- running things --------------------------------------------------------------------------
@@ -515,18 +484,14 @@ def install(chroot: Chroot, python: str, wheel: Wheel, requirements: Sequence[st
 def check_installed(chroot: Chroot, env: Mapping[str, str], helpers: Sequence[str]) -> str:
     """``compiled of hot-path`` when every hot-path module of the installed aioproducer is
     compiled and every C helper there; CheckError otherwise."""
-    output = chroot.run([f"{VENV}/bin/python", "-c", _SELF_REPORT % (tuple(helpers),)],
+    self_report: str = importlib.import_module("tools.wheel").SELF_REPORT
+    output = chroot.run([f"{VENV}/bin/python", "-c", self_report % (tuple(helpers),)],
                         what="importing the installed aioproducer", env=env, cwd=WORK).stdout
     report = json.loads(output)
     problems = []
     if not str(report["file"]).startswith(f"{VENV}/"):
         problems.append(f"aioproducer was imported from {report['file']}, not from {VENV}")
-    not_compiled = sorted(set(report["hot_path"]) - set(report["compiled"]))
-    if not_compiled:
-        problems.append(f"not compiled: {', '.join(not_compiled)}")
-    absent = sorted(name for name, found in report["helpers"].items() if not found)
-    if absent:
-        problems.append(f"C helpers absent: {', '.join(absent)}")
+    problems += importlib.import_module("tools.wheel").build_problems(report)
     if problems:
         raise CheckError("; ".join(problems))
     return f"{len(report['compiled'])} of {len(report['hot_path'])} hot-path modules"

@@ -63,6 +63,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -614,7 +615,9 @@ def install(
          what=f"installing {' '.join(map(str, requirements))}")
 
 
-_SELF_REPORT = """
+#: Printed by the installed aioproducer, ``% (NATIVE_HELPERS,)``: where it is, which modules
+#: run compiled, which C helpers are there (as JSON).
+SELF_REPORT = """
 import importlib.util, json, aioproducer
 from aioproducer.compiled import HOT_PATH_MODULES, compiled_modules
 print(json.dumps({
@@ -630,27 +633,35 @@ def check_installed(python: Path, env: Mapping[str, str], prefix: Path) -> dict[
     """What the aioproducer of ``python`` says about itself; WheelCheckError unless it is
     installed under ``prefix`` with every hot-path module compiled and every C helper."""
     report = json.loads(
-        _run([python, "-c", _SELF_REPORT % (NATIVE_HELPERS,)], env=env, cwd=prefix,
+        _run([python, "-c", SELF_REPORT % (NATIVE_HELPERS,)], env=env, cwd=prefix,
              what="importing the installed aioproducer").stdout
     )
     problems = []
     if not Path(report["file"]).resolve().is_relative_to(prefix.resolve()):
         problems.append(f"aioproducer was imported from {report['file']}, not from {prefix}")
+    problems += build_problems(report)
+    if problems:
+        raise WheelCheckError("; ".join(problems))
+    return dict(report)
+
+
+def build_problems(report: Mapping[str, Any]) -> list[str]:
+    """What is missing from an installed build, by what it says about itself (the JSON
+    that ``SELF_REPORT`` prints): hot-path modules not compiled, C helpers absent."""
+    problems = []
     not_compiled = sorted(set(report["hot_path"]) - set(report["compiled"]))
     if not_compiled:
         problems.append(f"not compiled: {', '.join(not_compiled)}")
     absent = sorted(name for name, found in report["helpers"].items() if not found)
     if absent:
         problems.append(f"C helpers absent: {', '.join(absent)}")
-    if problems:
-        raise WheelCheckError("; ".join(problems))
-    return dict(report)
+    return problems
 
 
-def _pytest_ini(root: Path) -> str:
+def pytest_ini(root: Path = ROOT) -> str:
     """pyproject's pytest options as a pytest.ini, less ``pythonpath`` (the smoke tests must
     import the installed aioproducer, not the source tree), ``testpaths`` and ``addopts``
-    (pytest-xdist is not installed for the smoke tests)."""
+    (options of plugins the smoke tests' environments may lack)."""
     import tomllib  # Python 3.11+
 
     options = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"][
@@ -695,7 +706,7 @@ def smoke_test(python: Path, env: Mapping[str, str], work: Path, root: Path = RO
     last line of pytest's report."""
     shutil.copytree(root / "tests", work / "tests",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (work / "pytest.ini").write_text(_pytest_ini(root))
+    (work / "pytest.ini").write_text(pytest_ini(root))
     result = _run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *SMOKE_TESTS],
         env={**env, "AIOPRODUCER_EXPECT_COMPILED": "1"}, cwd=work,
@@ -720,8 +731,8 @@ def run_suite(
     built: BuiltWheel, interpreter: Interpreter, *, root: Path = ROOT, say: Say | None = None
 ) -> SuiteResult:
     """Install ``built.wheel`` (with :data:`SUITE_EXTRAS`) where nothing can be compiled,
-    then run :data:`SUITE_SELECTION` of the tests against it with ``interpreter``, in two
-    processes (``-n 2``), while :func:`run_suites` runs the other interpreters' beside it.
+    then run :data:`SUITE_SELECTION` of the tests against it with ``interpreter``, in one
+    process, while :func:`run_suites` runs the other interpreters' beside it.
 
     ``AIOPRODUCER_TESTS_WITHOUT_JAVA=1`` makes a test that would start a Java process fail
     and say which marker it lacks, and skips the tests that run once per CI run.
@@ -751,7 +762,7 @@ def run_suite(
         say(f"{interpreter.name}: pytest -m {SUITE_SELECTION!r} against the installed wheel")
         try:
             done = subprocess.run(
-                [str(python), "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "-n", "2",
+                [str(python), "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
                  "-m", SUITE_SELECTION, *os.environ.get("PYTEST_ADDOPTS", "").split()],
                 cwd=tree, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, timeout=_SUITE_TIMEOUT_S, check=False,
@@ -770,8 +781,8 @@ def run_suites(
 ) -> list[SuiteResult]:
     """:func:`run_suite` for each (wheel, interpreter), all at once: most of each run's
     time goes in waiting (timeouts, brokers, the other end of a socket), so side by side
-    they take little longer than one alone (three of them: about ten minutes on two cores
-    with one process each)."""
+    they take little longer than one alone (three of them: about ten minutes on two
+    cores)."""
     if not pairs:
         return []
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(pairs)) as pool:
