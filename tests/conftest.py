@@ -76,6 +76,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, marker))
 
 
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[EmbeddedBroker]:
+    """A Tansu broker with in-memory storage, shared by the whole session."""
+    # Imported here so that unit tests never depend on the broker module.
+    from aioproducer.embedded import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def mock_cluster() -> Iterator[MockCluster]:
+    """A fresh in-process librdkafka mock cluster with brokers 1, 2 and 3."""
+    from tests.support.mock_cluster import MockCluster
+
+    with MockCluster(num_brokers=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mock_cluster_process() -> Iterator[MockClusterProcess]:
+    """A fresh librdkafka mock cluster with brokers 1, 2 and 3, in a child process."""
+    from tests.support.mock_cluster import MockClusterProcess
+
+    with MockClusterProcess(num_brokers=3) as cluster:
+        yield cluster
+
+
 def _on_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
