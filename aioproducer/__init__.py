@@ -23,6 +23,7 @@ from aioproducer.records import (
     TransactionState,
 )
 from aioproducer.serialization import Serializer
+from aioproducer.shutdown import StopSignal, stop_on_signals
 from aioproducer.sync import SyncProducer
 from aioproducer.two_phase import (
     TransactionDescription,
@@ -51,6 +52,7 @@ __all__ = [
     "RecordMetadata",
     "RecordMetadataSequence",
     "Serializer",
+    "StopSignal",
     "SyncProducer",
     "TimestampType",
     "TransactionDescription",
@@ -63,4 +65,5 @@ __all__ = [
     "fetch_committed_offsets",
     "list_transactions",
     "read_properties",
+    "stop_on_signals",
 ]

@@ -136,6 +136,7 @@ __all__ = [
     "PrincipalDeserializationFailureError",
     "ProducerClosedError",
     "ProducerFencedError",
+    "PurgedError",
     "ReassignmentInProgressError",
     "RebalanceInProgressError",
     "RebootstrapRequiredError",
@@ -351,6 +352,17 @@ class FlushTimeoutError(KafkaError):
 
 class ProducerClosedError(KafkaError):
     """The producer is closed (or closing) and takes no more records."""
+
+
+class PurgedError(KafkaError):
+    """``producer.purge()`` failed the record before it was delivered.
+
+    A record purged while buffered was never sent (``maybe_written`` False). One purged
+    while its request was out (``purge(in_flight=True)``) may be in the topic all the same
+    (``maybe_written`` True): the broker may have written it before the producer stopped
+    waiting. Not retriable: sending it again is the application's choice. In a
+    transaction, the transaction can then only be aborted.
+    """
 
 
 class IllegalStateError(KafkaError):

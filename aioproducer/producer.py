@@ -337,7 +337,9 @@ class Producer:
         """Deliver everything buffered, then close.
 
         With a ``timeout`` (seconds), records still undelivered when it runs out fail with
-        :class:`~aioproducer.errors.ProducerClosedError`. Calling close again is harmless.
+        :class:`~aioproducer.errors.ProducerClosedError`, and a warning on the
+        ``aioproducer`` logger says how many, buffered and in flight. Calling close again is
+        harmless.
 
         A transactional producer closing with a transaction open (not prepared) aborts it:
         EndTxn goes to the coordinator within the timeout. ``timeout=0`` sends nothing more,
@@ -367,12 +369,14 @@ class Producer:
         try:
             sender.initiate_close()
             if timeout is not None and timeout <= 0:
+                self._report_undelivered(timeout)
                 sender.force_close(
                     ProducerClosedError("the producer was closed with timeout 0 before delivery")
                 )
             try:
                 await asyncio.wait_for(asyncio.shield(sender.task), timeout)
             except asyncio.TimeoutError:
+                self._report_undelivered(timeout)
                 sender.force_close(
                     ProducerClosedError(
                         f"the producer was closed with a timeout of {timeout} s before the "
@@ -410,6 +414,24 @@ class Producer:
         await self._serve_reports()
         if self._fatal is not None:
             raise error_copy(self._fatal)
+
+    def _report_undelivered(self, timeout: float | None) -> None:
+        # What close(timeout) is about to fail, said once where an operator looks: a
+        # service stopped by its platform learns what it dropped.
+        accumulator = self._accumulator
+        total = accumulator.undelivered_records()
+        if total == 0:
+            return
+        queued = accumulator.queued_records()
+        log.warning(
+            "close(timeout=%s): %d record(s) not delivered in time fail with "
+            "ProducerClosedError: %d buffered, never sent; %d in flight, which the brokers "
+            "may have written",
+            timeout,
+            total,
+            queued,
+            total - queued,
+        )
 
     async def stop(self, timeout: float | None = None) -> None:
         """:meth:`close` under aiokafka's name: deliver everything buffered, then close."""
@@ -733,8 +755,49 @@ class Producer:
             return result
         return await self._append_pending(result)
 
+    async def try_send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """:meth:`send`, except that a full buffer fails at once instead of waiting.
+
+        When ``buffer_memory`` has no room for the record (and other sends already wait for
+        it), this raises :class:`~aioproducer.errors.BufferExhaustedError` at once, where
+        ``send()`` would wait up to ``max_block_ms`` for memory to free up: for a service
+        that would rather shed load (answer 503, drop a metric) than make its caller wait.
+        It still waits, up to ``max_block_ms``, for a topic's metadata the first time the
+        topic is used, as franz-go's ``TryProduce`` does. ``max_block_ms=0`` makes every
+        send fail at once instead, metadata waits included.
+
+        Raises:
+            BufferExhaustedError: no buffer memory free now; nothing was buffered.
+            KafkaError: anything else :meth:`send` raises.
+        """
+        appender = self._appender
+        if appender is None:
+            self._check_sendable()  # not started: raises
+            raise AssertionError("unreachable: a started producer has an appender")
+        self._check_loop()
+        if self._telemetry is not None:
+            return await self._send_traced(
+                self._telemetry, appender, topic, value, key, partition, timestamp_ms, headers,
+                wait_for_memory=False,
+            )
+        try:
+            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+        except SerializerNotReady as not_ready:
+            return await self._append_when_serializable(appender, not_ready, False)
+        if result:
+            return result
+        return await self._append_pending(result, False)
+
     async def _append_when_serializable(
-        self, appender: RecordAppender, not_ready: SerializerNotReady
+        self, appender: RecordAppender, not_ready: SerializerNotReady, wait_for_memory: bool = True
     ) -> RecordFuture:
         # send()'s slow path for a serializer that must fetch first (a schema's id).
         deadline = time.monotonic() + self._max_block
@@ -742,7 +805,7 @@ class Producer:
         if result:
             return cast(RecordFuture, result)
         remaining = max(0.0, deadline - time.monotonic())
-        return await appender.append_pending(result, remaining)
+        return await appender.append_pending(result, remaining, wait_for_memory)
 
     async def _resume_when_serializable(
         self, appender: RecordAppender, not_ready: SerializerNotReady, deadline: float
@@ -756,12 +819,14 @@ class Producer:
             except SerializerNotReady as again:
                 not_ready = again
 
-    async def _append_pending(self, result: RecordFuture | PendingRecord) -> RecordFuture:
+    async def _append_pending(
+        self, result: RecordFuture | PendingRecord, wait_for_memory: bool = True
+    ) -> RecordFuture:
         # send()'s slow path: the record waits for memory or metadata.
         appender = self._appender
         assert appender is not None
         assert isinstance(result, PendingRecord)  # a record future is true (see PendingRecord)
-        return await appender.append_pending(result, self._max_block)
+        return await appender.append_pending(result, self._max_block, wait_for_memory)
 
     async def _send_traced(
         self,
@@ -773,6 +838,7 @@ class Producer:
         partition: Any,
         timestamp_ms: Any,
         headers: Any,
+        wait_for_memory: bool = True,
     ) -> RecordFuture:
         # send() with a span: it starts here, carries its context in the record's headers
         # and ends when the record is acknowledged or failed (or now, if send() raises).
@@ -782,8 +848,10 @@ class Producer:
             try:
                 result = appender.append(topic, value, key, partition, timestamp_ms, headers)
             except SerializerNotReady as not_ready:
-                result = await self._append_when_serializable(appender, not_ready)
-            future = result if result else await self._append_pending(result)
+                result = await self._append_when_serializable(
+                    appender, not_ready, wait_for_memory
+                )
+            future = result if result else await self._append_pending(result, wait_for_memory)
         except BaseException as exc:
             span.failed(exc)
             raise
@@ -1045,6 +1113,56 @@ class Producer:
                 pending = {b for b in accumulator.pending_batches() if b.split_from in pending}
         finally:
             accumulator.end_flush()
+
+    def __len__(self) -> int:
+        """The records not yet delivered, as confluent-kafka's ``len(producer)``: those
+        buffered or in flight (sent, not yet acknowledged or failed), plus the delivery
+        reports of :meth:`produce` records that :meth:`poll` has not served yet.
+
+        So ``while len(producer): await producer.poll(0.1)`` waits until every record is
+        done and its callback has run. A ``send()`` still waiting for metadata or for buffer
+        memory has not handed its record over yet and is not counted. Read it on the
+        producer's event loop. A producer is true whatever its length (``if producer:``
+        does not test for records).
+        """
+        if self._state is ProducerState.CREATED:
+            return 0
+        return self._accumulator.undelivered_records() + self._reports.ready
+
+    def __bool__(self) -> bool:
+        return True
+
+    def purge(self, *, in_flight: bool = False) -> int:
+        """Fail the records not yet sent with :class:`~aioproducer.errors.PurgedError`, at
+        once, without closing the producer; return how many failed.
+
+        Buffered records were never sent: their error says ``maybe_written`` False. With
+        ``in_flight=True``, records whose request is out fail too, with ``maybe_written``
+        True: the broker may still write them (the request completes in the background,
+        and its buffer is freed then). The producer goes on taking records. Their buffer
+        memory is free at once for ``send()`` calls that wait for it. Delivery callbacks of
+        purged :meth:`produce` records run at the next :meth:`poll` or :meth:`flush`.
+
+        An idempotent producer keeps its guarantees for later records: a partition whose
+        in-flight records were purged starts its sequences afresh once their requests end,
+        as after a delivery timeout. In a transaction, the transaction can only be aborted
+        afterwards (:meth:`commit_transaction` raises the purge's error).
+
+        Raises:
+            IllegalStateError: the producer is not started.
+            ProducerClosedError: the producer is closed.
+        """
+        self._check_running_state()
+        sender = self._sender
+        assert sender is not None
+        return sender.purge(in_flight)
+
+    def _check_running_state(self) -> None:
+        self._check_loop()
+        if self._state is ProducerState.CREATED:
+            raise IllegalStateError("the producer is not started: call `await start()` first")
+        if self._state is ProducerState.CLOSED:
+            raise ProducerClosedError("the producer is closed")
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic``, waiting up to ``max_block_ms`` for its metadata."""

@@ -55,6 +55,7 @@ from aioproducer.errors import (
     IllegalStateError,
     KafkaError,
     ProducerClosedError,
+    PurgedError,
     SenderCrashedError,
 )
 from aioproducer.metric_catalog import Metric
@@ -108,6 +109,18 @@ def _uvloop_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _records_in(items: list[_Item]) -> int:
+    """How many records the queued ``items`` carry."""
+    count = 0
+    for item in items:
+        kind = item[0]
+        if kind == _SEND:
+            count += 1
+        elif kind == _SEND_MANY:
+            count += len(item[2])
+    return count
 
 
 def _now_ms() -> int:
@@ -167,6 +180,10 @@ class SyncProducer:
         self._not_full = threading.Condition(self._lock)
         self._queue: list[_Item] = []
         self._pump_awake = False
+        # The items the pump took from the queue, and the index of the one it hands over
+        # (see __len__): read and written on the loop thread only.
+        self._in_hand: list[_Item] = []
+        self._in_hand_index = 0
         self._closing = False
         self._closed = threading.Event()
         self._dead: SenderCrashedError | None = None
@@ -245,7 +262,9 @@ class SyncProducer:
                             break
                         self._queue = []
                         self._not_full.notify_all()
-                    for item in items:
+                    self._in_hand = items
+                    for index, item in enumerate(items):
+                        self._in_hand_index = index
                         target: concurrent.futures.Future[Any] = item[-1]
                         # Once RUNNING a future can no longer be cancelled: a record the
                         # producer has taken cannot be taken back.
@@ -263,6 +282,7 @@ class SyncProducer:
                                 raise
                     # Hold no future while waiting: one dropped by its caller is freed
                     # (and a refusal nobody looked at logged) now, not after the next send.
+                    self._in_hand = []
                     del items, item, target
         finally:
             self._die("the SyncProducer's event loop thread stopped")
@@ -763,6 +783,62 @@ class SyncProducer:
         """The partition ids of ``topic``, waiting up to ``max_block_ms`` for its metadata."""
         result: list[int] = self._call(self._producer.partitions_for, topic)
         return result
+
+    def __len__(self) -> int:
+        """The records not yet delivered, as confluent-kafka's ``len(producer)``: those
+        queued for the loop thread, buffered or in flight, plus the delivery reports of
+        :meth:`produce` records that :meth:`poll` has not served yet. So
+        ``while len(producer): producer.poll(0.1)`` waits until every record is done and its
+        callback has run. A producer is true whatever its length."""
+        if self._closed.is_set() or self._dead is not None:
+            return self._reports.ready
+        self._check_not_loop_thread("len")
+        try:
+            undelivered: int = self._portal.call(self._undelivered_in_loop)
+        except RuntimeError:  # the loop thread stopped meanwhile
+            return self._reports.ready
+        return undelivered + self._reports.ready
+
+    def __bool__(self) -> bool:
+        return True
+
+    def _undelivered_in_loop(self) -> int:
+        with self._lock:
+            queued = _records_in(self._queue)
+        return queued + _records_in(self._in_hand[self._in_hand_index :]) + len(self._producer)
+
+    def purge(self, *, in_flight: bool = False) -> int:
+        """Fail the records not yet sent with :class:`~aioproducer.errors.PurgedError`,
+        without closing the producer; return how many failed: those queued for the loop
+        thread and those the producer buffers, and with ``in_flight=True`` those whose
+        request is out as well (they may be written all the same). See
+        :meth:`Producer.purge <aioproducer.Producer.purge>`. A record the loop thread is
+        handing to the producer at that moment may still be delivered.
+
+        Raises:
+            ProducerClosedError: the SyncProducer is closed.
+        """
+        result: int = self._call(self._purge_in_loop, in_flight)
+        return result
+
+    def _purge_in_loop(self, in_flight: bool) -> int:
+        with self._lock:
+            purged = [item for item in self._queue if item[0] in (_SEND, _SEND_MANY)]
+            self._queue = [item for item in self._queue if item[0] not in (_SEND, _SEND_MANY)]
+            self._not_full.notify_all()
+        failed = 0
+        for item in purged:
+            target: concurrent.futures.Future[Any] = item[-1]
+            if not target.set_running_or_notify_cancel():
+                continue
+            count = _records_in([item])
+            target.set_exception(
+                PurgedError(
+                    f"purged {count} record(s) for {item[1]} before they reached the producer"
+                )
+            )
+            failed += count
+        return failed + self._producer.purge(in_flight=in_flight)
 
     def metrics(self) -> dict[str, float]:
         """Producer-wide metrics by their Java names (see the metrics page)."""

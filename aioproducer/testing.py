@@ -72,6 +72,7 @@ from aioproducer.errors import (
     InvalidArgumentTypeError,
     KafkaError,
     ProducerClosedError,
+    PurgedError,
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
@@ -509,6 +510,18 @@ class InMemoryProducer(Producer):
             except SerializerNotReady as again:
                 not_ready = again
 
+    async def try_send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """As :meth:`send`: memory is never short here, so nothing differs."""
+        return await self.send(topic, value, key, partition, timestamp_ms, headers)
+
     async def send_and_wait(
         self,
         topic: str,
@@ -727,6 +740,31 @@ class InMemoryProducer(Producer):
         done = 0
         while self._pending and done < count:
             self._complete(self._pending.popleft(), fault.make())
+            done += 1
+        return done
+
+    def __len__(self) -> int:
+        """As ``len()`` of a :class:`~aioproducer.Producer`: the pending records (with
+        ``auto_complete=False``) plus the delivery reports :meth:`poll` has not served."""
+        return len(self._pending) + self._reports.ready
+
+    def purge(self, *, in_flight: bool = False) -> int:
+        """As :meth:`Producer.purge <aioproducer.Producer.purge>`: the pending records fail
+        with :class:`~aioproducer.errors.PurgedError` (``maybe_written`` False: here none is
+        in flight, whatever ``in_flight`` says) and are not stored; a transaction they
+        belong to can then only be aborted. Returns how many there were."""
+        self._check_running_state()
+        done = 0
+        while self._pending:
+            pending = self._pending.popleft()
+            record = pending.record
+            self._complete(
+                pending,
+                PurgedError(
+                    f"purged a buffered record for {record.topic}-{record.partition} before "
+                    "it was sent"
+                ),
+            )
             done += 1
         return done
 

@@ -1126,6 +1126,34 @@ class RecordAccumulator:
                 taken.append(batches.popleft())
         return taken
 
+    def purge_queued(self) -> list[ProducerBatch]:
+        """Remove and return every batch not yet in a request (retries waiting for their
+        backoff and batches being compressed included), oldest first per partition.
+
+        The caller fails and deallocates them.
+        """
+        purged: list[ProducerBatch] = []
+        for batches in self._batches.values():
+            purged.extend(batches)
+            batches.clear()
+        return purged
+
+    def queued_records(self) -> int:
+        """Records in batches not yet in a request."""
+        count = 0
+        for batches in self._batches.values():
+            for batch in batches:
+                count += batch.record_count
+        return count
+
+    def undelivered_records(self) -> int:
+        """Records in batches not yet acknowledged or failed: buffered, or in flight."""
+        count = 0
+        for batch in self._incomplete:
+            if not batch.final:
+                count += batch.record_count
+        return count
+
     def abort_undrained(self, exc: BaseException) -> list[ProducerBatch]:
         """Fail every batch not yet sent with ``exc`` (``maybe_written`` as the batch's: a
         retry whose earlier attempt may have been written); return them.

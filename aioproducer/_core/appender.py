@@ -36,6 +36,7 @@ from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
 from aioproducer._core.metadata import TopicInfo, validate_topic
 from aioproducer._core.partitioner import DefaultPartitioner, Partitioner
 from aioproducer.errors import (
+    BufferExhaustedError,
     KafkaError,
     PartitionerError,
     RecordTooLargeError,
@@ -764,24 +765,28 @@ class RecordAppender(RecordPreparer):
         )
         return taken
 
-    async def append_pending(self, pending: PendingRecord, max_block: float) -> RecordFuture:
+    async def append_pending(
+        self, pending: PendingRecord, max_block: float, wait_for_memory: bool = True
+    ) -> RecordFuture:
         """Append ``pending`` once what it waits for is there (its topic's metadata, then
         memory), waiting up to ``max_block`` seconds in all: the slow path of ``send``.
 
         A record that waits only for memory (:attr:`PendingRecord.needs_memory`) keeps the
         partition chosen before the wait, so the partitioner is asked once per record (a
         round-robin partitioner asked twice would skip a partition); with ``buffer_memory``
-        full, that is once per batch.
+        full, that is once per batch. Without ``wait_for_memory`` (``try_send``), no memory
+        free at once raises at once.
 
         Raises:
-            BufferExhaustedError: no memory within ``max_block``.
+            BufferExhaustedError: no memory within ``max_block`` (at once without
+                ``wait_for_memory``).
             UnknownTopicOrPartitionError: no metadata for the topic (or the partition)
                 within ``max_block``.
             ProducerClosedError: the producer closed while the record waited.
             KafkaError: what else makes the record unsendable once its topic is known.
         """
         if pending.target < 0:
-            return await self._append_after_metadata(pending, max_block)
+            return await self._append_after_metadata(pending, max_block, wait_for_memory)
         return await self.append_to_partition(
             pending.topic,
             pending.target,
@@ -791,10 +796,11 @@ class RecordAppender(RecordPreparer):
             pending.value,
             pending.headers,
             max_block,
+            wait_for_memory,
         )
 
     async def _append_after_metadata(
-        self, pending: PendingRecord, max_block: float
+        self, pending: PendingRecord, max_block: float, wait_for_memory: bool
     ) -> RecordFuture:
         deadline = time.monotonic() + max_block
         topic, partition, key = pending.topic, pending.partition, pending.key
@@ -818,6 +824,7 @@ class RecordAppender(RecordPreparer):
             pending.value,
             pending.headers,
             max(0.0, deadline - time.monotonic()),
+            wait_for_memory,
         )
 
     async def wait_for_topic(self, topic: str, partition: int | None, deadline: float) -> TopicInfo:
@@ -880,13 +887,15 @@ class RecordAppender(RecordPreparer):
         value: bytes | None,
         headers: CheckedHeaders | None,
         max_block: float,
+        wait_for_memory: bool = True,
     ) -> RecordFuture:
         """Append a prepared record to ``partition``, waiting up to ``max_block`` seconds for
-        memory if its open batch has no room; ``sticky``: the sticky partitioner chose the
-        partition and is told of the record.
+        memory if its open batch has no room (not at all without ``wait_for_memory``);
+        ``sticky``: the sticky partitioner chose the partition and is told of the record.
 
         Raises:
-            BufferExhaustedError: no memory within ``max_block``.
+            BufferExhaustedError: no memory within ``max_block``, or none free at once
+                without ``wait_for_memory``.
             ProducerClosedError: the producer closed while the record waited.
         """
         accumulator = self._accumulator
@@ -896,7 +905,19 @@ class RecordAppender(RecordPreparer):
             buffer_size = accumulator.buffer_size_for(
                 record_size(key, value, headers), topic, partition
             )
-            buffer = await pool.allocate(buffer_size, max_block)
+            if wait_for_memory:
+                buffer = await pool.allocate(buffer_size, max_block)
+            else:
+                free = pool.allocate_nowait(buffer_size)
+                if free is None:
+                    raise BufferExhaustedError(
+                        f"the buffer is full: a new batch for {topic}-{partition} needs "
+                        f"{buffer_size} bytes and {pool.available_memory()} of buffer_memory's "
+                        f"{pool.total_memory} bytes are free, {pool.queued()} send(s) wait for "
+                        "memory; "
+                        "try_send() does not wait for memory (send() waits up to max_block_ms)"
+                    )
+                buffer = free
             try:
                 self._check_running()
             except BaseException:

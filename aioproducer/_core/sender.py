@@ -50,6 +50,7 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
+    PurgedError,
     RecordTooLargeError,
     SenderCrashedError,
     UnsupportedVersionError,
@@ -534,6 +535,59 @@ class Sender:
             if batch.fail(_outcome_error(batch, exc)):
                 failed += self._report_failed(batch)
                 self._accumulator.deallocate(batch)
+        return failed
+
+    def purge(self, in_flight: bool) -> int:
+        """Fail every batch still buffered (not yet in a request) with
+        :class:`~aioproducer.errors.PurgedError`, and with ``in_flight`` those whose
+        request is out too; return how many records failed.
+
+        A buffered batch fails as one that expired in its queue, and one in flight as one
+        that expired in flight (its request still completes; its buffer is returned then,
+        and an idempotent producer learns from its answer where the partition's sequence
+        stands): the paths that keep sequences and transactions right when a batch fails
+        for good before its answer.
+        """
+        now = self._clock()
+        failed = 0
+        for batch in self._accumulator.purge_queued():
+            failed += batch.record_count
+            self._fail_batch(
+                batch,
+                PurgedError(
+                    f"purged {batch.record_count} buffered record(s) for {batch.topic}-"
+                    f"{batch.partition} before they were sent"
+                ),
+                now,
+                logged=True,
+                answered=False,
+            )
+        if in_flight:
+            for node, requests in self._in_flight.items():
+                for batches in requests:
+                    for batch in batches:
+                        if batch.final:
+                            continue
+                        batch.maybe_written = True
+                        error = _outcome_error(
+                            batch,
+                            PurgedError(
+                                f"purged {batch.record_count} record(s) for {batch.topic}-"
+                                f"{batch.partition} while their request to broker {node} was "
+                                "out: the broker may have written them"
+                            ),
+                        )
+                        if self._transactions is not None:
+                            self._transactions.on_batch_failed(batch, error)
+                        if self._idempotence is not None:
+                            self._idempotence.on_final_failure(batch, str(error), answered=False)
+                        if batch.fail(error):
+                            failed += self._report_failed(batch)
+        if failed:
+            log.warning(
+                "purged %d record(s)%s", failed, " (buffered and in flight)" if in_flight else ""
+            )
+        self.wakeup()
         return failed
 
     def _report_failed(self, batch: ProducerBatch) -> int:
@@ -1375,8 +1429,8 @@ class Sender:
         code = -1 if answer is None else answer.error_code
         if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
             log.warning(
-                "%d record(s) for %s-%d that had failed with a delivery timeout were written "
-                "by broker %d after all, at offset %d",
+                "%d record(s) for %s-%d that had failed before the broker answered (a delivery "
+                "timeout, or a purge) were written by broker %d after all, at offset %d",
                 batch.record_count,
                 batch.topic,
                 batch.partition,
