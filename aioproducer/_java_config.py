@@ -248,16 +248,12 @@ JAVA_ONLY: Final[Mapping[str, JavaOnly]] = {
     "client.dns.lookup": _java_only(
         "every address a name resolves to is tried, in order", "use_all_dns_ips"
     ),
-    "metadata.recovery.strategy": _java_only(
-        "the bootstrap servers are not contacted again once metadata is known", "none"
-    ),
-    "metadata.recovery.rebootstrap.trigger.ms": _java_only(
-        "the bootstrap servers are not contacted again once metadata is known"
-    ),
     "bootstrap.resolve.timeout.ms": _java_only(
         "start() waits for a bootstrap server up to max_block_ms"
     ),
-    "metadata.cluster.check.enable": _java_only("the cluster id is not checked", "false"),
+    "metadata.cluster.check.enable": _java_only(
+        "the cluster id is always checked: metadata from another cluster is refused", "true"
+    ),
     "buffer.memory.allocation.strategy": _java_only(
         "buffer_memory is one pool shared by every partition"
     ),

@@ -716,6 +716,27 @@ class ProducerConfig:
             check=_int_between(5000, _LONG_MAX),
         ),
     )
+    metadata_recovery_strategy: str = field(
+        default="rebootstrap",
+        metadata=_meta(
+            java="metadata.recovery.strategy",
+            doc="What to do when no known broker can be reached, or no metadata came for "
+            "metadata_recovery_rebootstrap_trigger_ms: 'rebootstrap' (resolve and contact "
+            "the bootstrap servers again, as Java's 4.x default) or 'none' (keep trying the "
+            "known brokers only).",
+            check=_one_of("rebootstrap", "none"),
+        ),
+    )
+    metadata_recovery_rebootstrap_trigger_ms: int = field(
+        default=300000,
+        metadata=_meta(
+            java="metadata.recovery.rebootstrap.trigger.ms",
+            doc="With metadata_recovery_strategy 'rebootstrap': go back to the bootstrap "
+            "servers when no metadata could be had from the known brokers for this long, "
+            "even though some of them can still be connected to.",
+            check=_int_between(0, _LONG_MAX),
+        ),
+    )
     # partitioning
     partitioner: str | PartitionFunction | Partitioner | None = field(
         default=None,

@@ -120,6 +120,11 @@ class MetadataView(Protocol):
         """The current cluster snapshot (replaced, never changed, on every update)."""
         ...
 
+    @property
+    def refusal(self) -> KafkaError | None:
+        """Why the last Metadata answers were refused (another cluster's), if they were."""
+        ...
+
     def touch(self, topic: str, now: float) -> None:
         """``topic`` was used at ``now`` (it stays in the metadata while it is used)."""
         ...
@@ -870,6 +875,9 @@ class RecordAppender(RecordPreparer):
                 if unreachable is not None:
                     # Not the topic's fault: say what was tried and why it failed.
                     error.args = (f"{error.message}; {unreachable}", *error.args[1:])
+                elif metadata.refusal is not None:
+                    # Brokers answered, but for another cluster.
+                    error.args = (f"{error.message}; {metadata.refusal}", *error.args[1:])
                 raise error
             metadata.request_update()
             sender.wakeup()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aioproducer.errors import (
+    InconsistentClusterIdError,
     InvalidTopicError,
     KafkaError,
     UnknownTopicOrPartitionError,
@@ -183,6 +184,13 @@ class Metadata:
         self.fatal_topic_errors: dict[str, KafkaError] = {}
         # Topics the broker said do not exist, logged once (until they show up).
         self._reported_unknown: set[str] = set()
+        # When the refreshes that have failed since the last success began (None: the last
+        # attempt succeeded): how long no metadata could be had (KIP-1102's trigger).
+        self._failing_since: float | None = None
+        #: Why the last answers were refused: they came from another cluster (None: no
+        #: answer was refused since the last success). Errors of waiting sends say so.
+        self.refusal: KafkaError | None = None
+        self._refused_clusters: set[str] = set()
 
     @property
     def topics(self) -> list[str]:
@@ -235,7 +243,47 @@ class Metadata:
         """The Metadata request failed; try again after the backoff."""
         self._update_in_flight = False
         self._need_update = True
+        if self._failing_since is None:
+            self._failing_since = self._last_refresh_attempt
         log.debug("metadata refresh failed: %s", exc)
+
+    def no_broker(self, now: float) -> None:
+        """A refresh was due but no broker could take the request."""
+        if self._failing_since is None:
+            self._failing_since = now
+
+    def restart_failure_clock(self, now: float) -> None:
+        """Count :meth:`failing_for` from ``now`` (after going back to the bootstrap
+        servers, which get the whole trigger time again)."""
+        self._failing_since = now
+
+    def failing_for(self, now: float) -> float:
+        """Seconds since the refreshes that keep failing began (0 when the last one
+        succeeded, or none failed)."""
+        if self._failing_since is None:
+            return 0.0
+        return now - self._failing_since
+
+    def check_cluster(self, cluster_id: str | None, source: str) -> KafkaError | None:
+        """The error refusing a Metadata answer from another cluster than the one this
+        producer works with (None: the answer may be used). A producer that moved to
+        another cluster would write records its idempotence and transactions know nothing
+        about, under a producer id the new cluster never gave: it refuses loudly, logging
+        an ERROR the first time each other cluster answers, and keeps trying."""
+        known = self.cluster.cluster_id
+        if cluster_id is None or known is None or cluster_id == known:
+            return None
+        error = InconsistentClusterIdError(
+            f"{source} answered for cluster {cluster_id}, but this producer works with cluster "
+            f"{known}: its metadata is refused (the bootstrap servers or the brokers' "
+            "addresses now lead to another cluster; a producer moves to another cluster only "
+            "as a new Producer)"
+        )
+        self.refusal = error
+        if cluster_id not in self._refused_clusters:
+            self._refused_clusters.add(cluster_id)
+            log.error("%s", error)
+        return error
 
     def update(
         self,
@@ -251,6 +299,8 @@ class Metadata:
         self._need_update = self._update_in_flight and self._requests != self._requests_at_start
         self._update_in_flight = False
         self._last_successful_refresh = now
+        self._failing_since = None
+        self.refusal = None
         # Idle topics leave the metadata set.
         for name, last_used in list(self._topics.items()):
             if now - last_used > self._max_idle:
@@ -467,18 +517,11 @@ _MOVES_SHOWN: Final = 10
 
 def _log_changes(old: Cluster, new: Cluster) -> None:
     """Log what a metadata update changed, once, at INFO: the cluster id when first seen
-    (a different one at WARNING), brokers that joined or left, and, for each topic known
-    before, a change of partition count and the partitions whose leader moved."""
-    if new.cluster_id is not None and new.cluster_id != old.cluster_id:
-        if old.cluster_id is None:
-            log.info("cluster id %s", new.cluster_id)
-        else:
-            log.warning(
-                "the cluster id changed from %s to %s: the bootstrap servers reach another "
-                "cluster now",
-                old.cluster_id,
-                new.cluster_id,
-            )
+    (another one is refused before: Metadata.check_cluster), brokers that joined or left,
+    and, for each topic known before, a change of partition count and the partitions whose
+    leader moved."""
+    if new.cluster_id is not None and old.cluster_id is None:
+        log.info("cluster id %s", new.cluster_id)
     if old.brokers:
         joined = [b for node, b in sorted(new.brokers.items()) if node not in old.brokers]
         left = [b for node, b in sorted(old.brokers.items()) if node not in new.brokers]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -92,6 +93,7 @@ class _Connection(Protocol):
     """
 
     api_versions: dict[int, tuple[int, int]]
+    description: str
 
     def can_send(self) -> bool: ...
 
@@ -124,6 +126,8 @@ class _Connections(Protocol):
     def close_idle(self, now: float) -> None: ...
 
     def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
+
+    def rebootstrap(self, reason: str, now: float) -> None: ...
 
 
 log = logging.getLogger("aioproducer.sender")
@@ -316,6 +320,13 @@ class Sender:
         # never 0, or a step would follow at once while every connection is down.
         self._no_connection_wait = max(
             config.reconnect_backoff_ms / 1000.0, self._backoff_base, _NO_CONNECTION_WAIT_MIN
+        )
+        # KIP-1102: how long the known brokers may give no metadata before the bootstrap
+        # servers are asked again (None: never, metadata_recovery_strategy "none").
+        self._rebootstrap_after: float | None = (
+            config.metadata_recovery_rebootstrap_trigger_ms / 1000.0
+            if config.metadata_recovery_strategy == "rebootstrap"
+            else None
         )
         # Retries of a batch wait longer each time (KIP-580), plus or minus 20%.
         self._retry_backoff = ExponentialBackoff(
@@ -681,6 +692,7 @@ class Sender:
                         node, batches, exc, "send a Produce request", now, sent=False
                     )
         for batch in accumulator.expired_batches(now):
+            refusal = self._metadata.refusal
             self._fail_batch(
                 batch,
                 _expiry_error(
@@ -688,7 +700,7 @@ class Sender:
                     f"expiring {batch.record_count} record(s) for {batch.topic}-"
                     f"{batch.partition}: {now - batch.created:.3f} s passed since the batch was "
                     f"created, more than delivery_timeout_ms ({self._config.delivery_timeout_ms} "
-                    "ms)",
+                    "ms)" + (f"; {refusal}" if refusal is not None else ""),
                 ),
                 now,
                 answered=False,
@@ -875,14 +887,32 @@ class Sender:
         wait = metadata.time_to_next_update(now)
         if wait > 0:
             return wait
+        if (
+            self._rebootstrap_after is not None
+            and metadata.cluster.brokers
+            and metadata.failing_for(now) >= self._rebootstrap_after
+        ):
+            # KIP-1102: the known brokers gave no metadata for that long, though some can
+            # still be connected to (they may be another cluster's now, or half gone).
+            self._connections.rebootstrap(
+                f"no metadata for {metadata.failing_for(now):.0f} s "
+                f"(metadata_recovery_rebootstrap_trigger_ms)",
+                now,
+            )
+            metadata.restart_failure_clock(now)
         connection = self._connections.least_loaded(now)
         if connection is None:
+            metadata.no_broker(now)
             self._connections.ensure_any_connecting(now)
             return self._no_connection_wait
         request = MetadataRequest(topics=metadata.topics, allow_auto_topic_creation=True)
         metadata.update_started(now)
         try:
-            self._sent(connection, request, self._on_metadata_response)
+            self._sent(
+                connection,
+                request,
+                functools.partial(self._on_metadata_response, connection.description),
+            )
         except KafkaError as exc:
             self._last_metadata_error = exc
             metadata.update_failed(now, exc)
@@ -890,7 +920,11 @@ class Sender:
         return _MAX_POLL
 
     def _on_metadata_response(
-        self, response: MetadataResponse | None, error: BaseException | None, now: float
+        self,
+        source: str,
+        response: MetadataResponse | None,
+        error: BaseException | None,
+        now: float,
     ) -> None:
         if response is None:
             failure = error or KafkaConnectionError("metadata request without an answer")
@@ -901,6 +935,11 @@ class Sender:
         if not brokers:
             self._last_metadata_error = KafkaConnectionError("metadata without brokers")
             self._metadata.update_failed(now, self._last_metadata_error)
+            return
+        refused = self._metadata.check_cluster(response.cluster_id, source)
+        if refused is not None:
+            self._last_metadata_error = refused
+            self._metadata.update_failed(now, refused)
             return
         self._metadata.update(
             brokers,

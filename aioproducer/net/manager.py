@@ -151,6 +151,15 @@ class ConnectionManager:
         # back, as if it had never left (a refresh while it is down often drops it).
         self._lost_and_left: dict[int, tuple[str, int, float]] = {}
         self._bootstrap_nodes: list[_Node] = []
+        # KIP-899: with "rebootstrap", the bootstrap servers are asked again when no known
+        # broker can be reached; with "none", only the brokers of the metadata are, once
+        # there is metadata.
+        self._may_rebootstrap = config.metadata_recovery_strategy == "rebootstrap"
+        self._metadata_known = False
+        # Between rebootstrap() and the next metadata: only the bootstrap servers are asked.
+        self._bootstrap_only = False
+        # Whether the fallback to the bootstrap servers was logged since the last metadata.
+        self._rebootstrap_logged = False
         for index, (host, port) in enumerate(config.bootstrap_addresses()):
             node = _Node(-(index + 1), host, port)
             self._nodes[node.node_id] = node
@@ -312,6 +321,8 @@ class ConnectionManager:
         best: BrokerConnection | None = None
         best_load = 0
         for node in self._nodes.values():
+            if not self._may_ask(node):
+                continue
             connection = node.connection
             if connection is None or not connection.can_send():
                 continue
@@ -355,6 +366,8 @@ class ConnectionManager:
             return
         candidates: list[_Node] = []
         for node in self._nodes.values():
+            if not self._may_ask(node):
+                continue
             if node.task is not None:
                 return
             connection = node.connection
@@ -366,7 +379,42 @@ class ConnectionManager:
             return
         known = [n for n in candidates if n.node_id >= 0]
         pool = known or candidates
+        if not known and self._metadata_known and not self._rebootstrap_logged:
+            # KIP-899: no broker of the metadata can be reached (each failed and backs off).
+            self._rebootstrap_logged = True
+            log.info(
+                "rebootstrapping: no broker of the cluster's metadata can be reached; "
+                "resolving and contacting the bootstrap servers (%s) again",
+                ", ".join(n.address for n in self._bootstrap_nodes),
+            )
         self._start_connect(min(pool, key=lambda n: (n.failed_attempts, n.next_attempt_at)))
+
+    def _may_ask(self, node: _Node) -> bool:
+        """Whether ``node`` may be connected to for metadata and other cluster-wide
+        requests now: after :meth:`rebootstrap`, only the bootstrap servers; with
+        ``metadata_recovery_strategy`` "none" and metadata known, only the brokers."""
+        if node.node_id < 0:
+            return self._may_rebootstrap or not self._metadata_known
+        return not self._bootstrap_only
+
+    def rebootstrap(self, reason: str, now: float) -> None:
+        """Ask the bootstrap servers, and only them, for the next metadata (KIP-1102): the
+        known brokers gave none for too long. Their connections are closed so that each
+        host name is resolved again; the next Metadata answer ends this."""
+        if self._closed or not self._may_rebootstrap:
+            return
+        log.info(
+            "rebootstrapping: %s; resolving and contacting the bootstrap servers (%s) again",
+            reason,
+            ", ".join(n.address for n in self._bootstrap_nodes),
+        )
+        self._bootstrap_only = True
+        self._rebootstrap_logged = True
+        for node in self._bootstrap_nodes:
+            self._drop(node, KafkaConnectionError(f"{node.address}: rebootstrapping"))
+            node.failed_attempts = 0
+            node.next_attempt_at = now
+        self._notify()
 
     def _start_connect(self, node: _Node) -> asyncio.Task[BrokerConnection | None]:
         connection = BrokerConnection(
@@ -726,8 +774,12 @@ class ConnectionManager:
         """Adopt the brokers of a Metadata response: ``{node_id: (host, port)}``.
 
         Connections to brokers that left the cluster, or whose address changed, are closed
-        (their in-flight requests fail as retriable). Bootstrap connections are kept.
+        (their in-flight requests fail as retriable). Bootstrap connections are kept. Ends a
+        :meth:`rebootstrap`.
         """
+        self._metadata_known = True
+        self._bootstrap_only = False
+        self._rebootstrap_logged = False
         for node_id, node in list(self._nodes.items()):
             if node_id < 0:
                 continue

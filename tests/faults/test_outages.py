@@ -16,9 +16,19 @@ Scenarios and what each proves:
   records fail with DeliveryTimeoutError, while the producer keeps asking for metadata in
   search of a leader; the producer then works again for that partition once the broker
   returns.
-- ``test_rebootstrap_when_every_known_broker_is_gone``: the whole cluster the producer knows
-  disappears; the producer goes back to ``bootstrap_servers``, finds another cluster there
-  and delivers to it.
+- ``test_rebootstrap_when_every_known_broker_is_gone`` (scripted brokers): the whole cluster
+  the producer knows moves to other addresses (the same cluster id); the producer goes back
+  to ``bootstrap_servers``, finds it there and delivers to it, every record once, in order.
+  With ``metadata_recovery_strategy="none"`` it keeps to the brokers it knew, and the
+  records fail at their delivery timeout.
+- ``test_rebootstrap_refuses_another_cluster``: the cluster the producer knows disappears and
+  another cluster (another cluster id) answers at a bootstrap address: the producer refuses
+  its metadata, logs an ERROR naming both ids, delivers nothing there, and the records'
+  errors say why.
+- ``test_rebootstrap_after_the_trigger_time``: the known broker still accepts connections
+  but gives no metadata (it answers another cluster's); after
+  ``metadata_recovery_rebootstrap_trigger_ms`` the producer asks the bootstrap servers,
+  which lead to the right cluster, and delivers there.
 - ``test_reconnects_back_off``: a broker that accepts connections and drops them at once is
   retried again and again, no faster than ``reconnect_backoff_ms`` doubling (lower bounds
   only), and the record waiting for it is delivered once it behaves. (How soon an attempt
@@ -219,30 +229,114 @@ async def test_unreachable_leader_fails_at_delivery_timeout(mock_cluster: MockCl
     )
 
 
-async def test_rebootstrap_when_every_known_broker_is_gone() -> None:
+@pytest.mark.parametrize("strategy", ["rebootstrap", "none"])
+async def test_rebootstrap_when_every_known_broker_is_gone(strategy: str) -> None:
     topic = unique_topic("rebootstrap")
-    first = MockCluster(3)
-    with MockCluster(3) as second:
-        try:
-            first.create_topic(topic, 2)
-            second.create_topic(topic, 2)
-            # The second cluster is only in bootstrap_servers: the producer learns the first
-            # cluster's brokers from its Metadata and forgets the rest.
-            bootstrap = f"{first.bootstrap_servers},{second.bootstrap_servers.split(',')[0]}"
-            before = Ledger(topic, tag="before")
-            after = Ledger(topic, tag="after")
-            options = fast_options(bootstrap, delivery_timeout_ms=30000)
-            async with Producer(**options) as producer:
-                await bounded(before.send_many(producer, [0, 1], 5))
-                await before.wait()
-                before.check(await mock_log(first.bootstrap_servers, topic))
-                first.close()
-                await bounded(after.send_many(producer, [0, 1], 5))
-                await after.wait()
-                assert producer.metrics()["record-error-total"] == 0
-            after.check(await mock_log(second.bootstrap_servers, topic))
-        finally:
-            first.close()
+    first = ScriptedCluster(2, topics={topic: 2})
+    # The same cluster (the same id) at other addresses: only in bootstrap_servers.
+    moved = ScriptedCluster(2, topics={topic: 2})
+    async with first, moved:
+        bootstrap = f"{first.bootstrap_servers},{moved.broker(1).address}"
+        before = Ledger(topic, tag="before")
+        after = Ledger(topic, tag="after")
+        options = fast_options(
+            bootstrap,
+            enable_idempotence=False,
+            delivery_timeout_ms=8000 if strategy == "none" else 30000,
+            metadata_recovery_strategy=strategy,
+        )
+        async with Producer(**options) as producer:
+            await bounded(before.send_many(producer, [0, 1], 5))
+            await before.wait()
+            await first.close()
+            await bounded(after.send_many(producer, [0, 1], 5))
+            await after.wait()
+        before.check({p: first.values(topic, p) for p in (0, 1)})
+        if strategy == "none":
+            errors = [r.future.exception() for r in after.records]
+            assert all(isinstance(error, e.DeliveryTimeoutError) for error in errors), errors
+            assert all(moved.values(topic, p) == [] for p in (0, 1))
+        else:
+            after.check({p: moved.values(topic, p) for p in (0, 1)})
+            assert all(r.future.exception() is None for r in after.records)
+
+
+async def test_rebootstrap_refuses_another_cluster(caplog: pytest.LogCaptureFixture) -> None:
+    topic = unique_topic("rebootstrap-other")
+    first = ScriptedCluster(2, topics={topic: 1})
+    other = ScriptedCluster(2, topics={topic: 1})
+    other.cluster_id = "another-cluster"
+    async with first, other:
+        ledger = Ledger(topic)
+        options = fast_options(
+            f"{first.bootstrap_servers},{other.broker(1).address}",
+            enable_idempotence=False,
+            delivery_timeout_ms=6000,
+        )
+        async with Producer(**options) as producer:
+            await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            await first.close()
+            stranded = [await bounded(ledger.send(producer, 0)) for _ in range(3)]
+            await ledger.wait()
+            with pytest.raises(e.UnknownTopicOrPartitionError, match="another-cluster"):
+                await bounded(producer.partitions_for(unique_topic("new-topic")))
+        for record in stranded:
+            error = record.future.exception()
+            assert isinstance(error, e.DeliveryTimeoutError), error
+            assert "answered for cluster another-cluster" in str(error), error
+        assert other.values(topic, 0) == []
+        assert other.requests_of(PRODUCE) == []
+        refusals = [
+            r for r in caplog.records
+            if r.levelname == "ERROR" and "answered for cluster another-cluster" in r.message
+        ]
+        assert len(refusals) == 1, [r.message for r in refusals]
+        assert "this producer works with cluster scripted" in refusals[0].message
+
+
+async def test_rebootstrap_after_the_trigger_time(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="aioproducer")
+    topic = unique_topic("rebootstrap-trigger")
+    cluster = ScriptedCluster(2, topics={topic: 1})
+    cluster.leaders[(topic, 0)] = 2
+    async with cluster:
+        ledger = Ledger(topic)
+        # Bootstrap through broker 2; the metadata names broker 1 only, so that later
+        # refreshes go to broker 1.
+        cluster.advertised = {1}
+        options = fast_options(
+            cluster.broker(2).address,
+            enable_idempotence=False,
+            metadata_max_age_ms=100,
+            metadata_recovery_rebootstrap_trigger_ms=2000,
+            delivery_timeout_ms=30000,
+        )
+        async with Producer(**options) as producer:
+            await bounded(producer.partitions_for(topic))
+            # Broker 1 now answers for another cluster: it can be connected to, but gives
+            # no metadata this producer can use. Broker 2 would, once asked again.
+            cluster.broker(1).cluster_id = "impostor"
+            cluster.advertised = None
+            cluster.broker(2).drop_connections()
+            impostor_since = asyncio.get_running_loop().time()
+            refreshes = len(cluster.requests_of(METADATA, 1))
+            await cluster.wait_for(
+                lambda: len(cluster.requests_of(METADATA, 1)) >= refreshes + 3, timeout=10
+            )
+            asked_2 = len(cluster.requests_of(METADATA, 2))
+            await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            # Broker 2 was asked again, and not before the trigger time had passed.
+            again = cluster.requests_of(METADATA, 2)[asked_2:]
+            assert again, "the bootstrap server was never asked again"
+            assert again[0].at - impostor_since >= 2.0 - 0.05, again[0].at - impostor_since
+        ledger.check({0: cluster.values(topic, 0)})
+        assert any(
+            "rebootstrapping: no metadata for" in r.message
+            and "metadata_recovery_rebootstrap_trigger_ms" in r.message
+            for r in caplog.records
+        ), [r.message for r in caplog.records]
 
 
 async def test_reconnects_back_off() -> None:

@@ -100,6 +100,7 @@ class FakeConnection:
         self.node_id = node_id
         self.host = f"broker{node_id}"
         self.port = 9092
+        self.description = f"node {node_id} ({self.host}:{self.port})"
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.max_in_flight = max_in_flight
         self.request_timeout = request_timeout
@@ -304,6 +305,9 @@ class FakeConnections:
 
     def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
         return None
+
+    def rebootstrap(self, reason: str, now: float) -> None:
+        return None  # the simulated brokers never move
 
     def in_flight_total(self) -> int:
         return sum(len(c.in_flight) for c in self.connections.values() if not c.closed)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import os
@@ -1036,6 +1037,9 @@ class KafkaBroker(_Administration):
             listener (:class:`KafkaSecurity`); :meth:`address` names their ports.
         jvm_options: the broker JVM's options: :data:`BROKER_JVM_OPTIONS` (a quick start)
             by default, :data:`THROUGHPUT_JVM_OPTIONS` for a broker that moves data.
+        client_host: The loopback address the PLAINTEXT listener binds and advertises
+            (``127.0.0.2``, say); :meth:`relocate` moves it. The controller listener
+            stays on ``127.0.0.1``.
         proxy_port: The port a test's proxy listens on, on :attr:`host`
             (:class:`tests.support.kafka_proxy.KafkaProxy`). The node then has one more
             client listener, :data:`PROXIED_LISTENER`, which binds a port of its own
@@ -1064,7 +1068,10 @@ class KafkaBroker(_Administration):
         security: KafkaSecurity | None = None,
         jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
         proxy_port: int | None = None,
+        client_host: str = HOST,
     ) -> None:
+        self._client_host = client_host
+        self._broker_command: list[str] = []
         self._jvm_options = tuple(jvm_options)
         self._proxy_port = proxy_port
         self._transaction_version = transaction_version
@@ -1224,7 +1231,7 @@ class KafkaBroker(_Administration):
             2 + len(secure_listeners) + (1 if proxied else 0)
         )
         listeners = [
-            Listener("PLAINTEXT", client_port),
+            Listener("PLAINTEXT", client_port, host=self._client_host),
             Listener("CONTROLLER", controller_port),
             *(
                 Listener(name, port, protocol)
@@ -1244,14 +1251,7 @@ class KafkaBroker(_Administration):
             log_dir=work_dir / f"data-{attempt}",
         )
         self._node = node
-        properties = {
-            **node.properties(quorum=[node.listener(node.controller_listener)]),
-            **cluster_properties(brokers=1),
-            **(security.properties(work_dir) if security is not None else {}),
-            **self._config,
-        }
-        server_properties = work_dir / "server.properties"
-        server_properties.write_text(_java_properties(properties))
+        server_properties = self._write_properties()
         log4j = work_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2_PROPERTIES.format(level=self._log_level))
         common = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
@@ -1301,7 +1301,7 @@ class KafkaBroker(_Administration):
                 f"log {self._log_path}:\n{self.log_tail()}"
             )
 
-        broker_command = [
+        self._broker_command = [
             java,
             *self._jvm_options,
             *share,
@@ -1310,9 +1310,29 @@ class KafkaBroker(_Administration):
             "kafka.Kafka",
             str(server_properties),
         ]
-        _log_command(log_file, broker_command)
+        self._start_jvm()
+
+    def _write_properties(self) -> Path:
+        work_dir = self._work_dir
+        assert work_dir is not None
+        node = self.node
+        security = self._security
+        properties = {
+            **node.properties(quorum=[node.listener(node.controller_listener)]),
+            **cluster_properties(brokers=1),
+            **(security.properties(work_dir) if security is not None else {}),
+            **self._config,
+        }
+        server_properties = work_dir / "server.properties"
+        server_properties.write_text(_java_properties(properties))
+        return server_properties
+
+    def _start_jvm(self) -> None:
+        log_file = self._resources.log_file
+        assert log_file is not None
+        _log_command(log_file, self._broker_command)
         self._resources.process = subprocess.Popen(
-            broker_command,
+            self._broker_command,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -1320,6 +1340,34 @@ class KafkaBroker(_Administration):
             start_new_session=True,
             preexec_fn=_die_with_parent(),
         )
+
+    def relocate(self, client_host: str, *, grace: float = 20.0) -> None:
+        """Stop the node and start it again with its PLAINTEXT listener on
+        ``client_host`` (the same port, the same data: the same cluster, elsewhere), then
+        wait until it answers there.
+
+        Raises:
+            KafkaBrokerError: the node did not come back within ``startup_timeout``.
+        """
+        self._kill(grace)
+        node = self.node
+        self._client_host = client_host
+        self._node = dataclasses.replace(
+            node,
+            listeners=tuple(
+                dataclasses.replace(listener, host=client_host)
+                if listener.name == "PLAINTEXT"
+                else listener
+                for listener in node.listeners
+            ),
+        )
+        self._write_properties()
+        # The class archive is written by the first JVM only.
+        self._broker_command = [
+            arg for arg in self._broker_command if not arg.startswith("-XX:ArchiveClassesAtExit")
+        ]
+        self._start_jvm()
+        self._wait_until_ready(time.monotonic() + self._startup_timeout)
 
     def _wait_until_ready(self, deadline: float) -> None:
         """Wait until a Metadata response lists this node: it has joined the quorum,

@@ -172,6 +172,7 @@ class FakeConnection:
         self.answers = answers
         self.host = f"broker{node_id}"
         self.port = 9092
+        self.description = f"node {node_id} ({self.host}:{self.port})"
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.max_in_flight = max_in_flight
         self.sent: list[Sent] = []
@@ -230,6 +231,7 @@ class FakeConnections:
         self.timeout_checks: list[float] = []
         self.idle_checks: list[float] = []
         self.ready_error: BaseException | None = None
+        self.rebootstraps: list[tuple[str, float]] = []
 
     def ready(self, node_id: int) -> FakeConnection | None:
         if self.ready_error is not None:
@@ -255,6 +257,9 @@ class FakeConnections:
 
     def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
         self.brokers_set.append(dict(brokers))
+
+    def rebootstrap(self, reason: str, now: float) -> None:
+        self.rebootstraps.append((reason, now))
 
     def check_request_timeouts(self, now: float) -> None:
         self.timeout_checks.append(now)
