@@ -46,6 +46,7 @@ from aioproducer.errors import (
     KafkaError,
     ProducerClosedError,
     ProducerFencedError,
+    PurgedError,
     RequestTimedOutError,
     SenderCrashedError,
 )
@@ -1136,17 +1137,21 @@ class Producer:
         """Fail the records not yet sent with :class:`~aioproducer.errors.PurgedError`, at
         once, without closing the producer; return how many failed.
 
-        Buffered records were never sent: their error says ``maybe_written`` False. With
-        ``in_flight=True``, records whose request is out fail too, with ``maybe_written``
-        True: the broker may still write them (the request completes in the background,
-        and its buffer is freed then). The producer goes on taking records. Their buffer
-        memory is free at once for ``send()`` calls that wait for it. Delivery callbacks of
-        purged :meth:`produce` records run at the next :meth:`poll` or :meth:`flush`.
+        Buffered records were never sent: their error says ``maybe_written`` False, except
+        for those queued for a retry after an attempt whose outcome is unknown (``True``:
+        that attempt may be in the topic). With ``in_flight=True``, records whose request is
+        out fail too, with ``maybe_written`` True: the broker may still write them (the
+        request completes in the background, and its buffer is freed then). The producer
+        goes on taking records. Their buffer memory is free at once for ``send()`` calls
+        that wait for it. Delivery callbacks of purged :meth:`produce` records run at the
+        next :meth:`poll` or :meth:`flush`.
 
-        An idempotent producer keeps its guarantees for later records: a partition whose
-        in-flight records were purged starts its sequences afresh once their requests end,
-        as after a delivery timeout. In a transaction, the transaction can only be aborted
-        afterwards (:meth:`commit_transaction` raises the purge's error).
+        An idempotent producer keeps its guarantees for later records: records sent after
+        the purge to a partition that had purged records wait until that partition's
+        requests still out have ended (at most ``request_timeout_ms``), and its sequences
+        start afresh if the purge left a gap, as after a delivery timeout. In a
+        transaction, the transaction can only be aborted afterwards
+        (:meth:`commit_transaction` raises the purge's error).
 
         Raises:
             IllegalStateError: the producer is not started.
@@ -1156,6 +1161,15 @@ class Producer:
         sender = self._sender
         assert sender is not None
         return sender.purge(in_flight)
+
+    def _dropped_before_append(self, error: BaseException | None) -> None:
+        # A record meant for this producer failed before it was appended (purged from a
+        # SyncProducer's queue): the open transaction cannot commit without it.
+        transactions = self._transactions
+        if transactions is not None and transactions.in_transaction:
+            transactions.transition_to_abortable(
+                error if isinstance(error, KafkaError) else PurgedError("a record was purged")
+            )
 
     def _check_running_state(self) -> None:
         self._check_loop()

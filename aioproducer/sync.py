@@ -116,6 +116,8 @@ def _records_in(items: list[_Item]) -> int:
     count = 0
     for item in items:
         kind = item[0]
+        if item[-1].done():
+            continue  # purged, or cancelled by its caller: skipped when its turn comes
         if kind == _SEND:
             count += 1
         elif kind == _SEND_MANY:
@@ -266,6 +268,11 @@ class SyncProducer:
                     for index, item in enumerate(items):
                         self._in_hand_index = index
                         target: concurrent.futures.Future[Any] = item[-1]
+                        if target.done() and not target.cancelled():
+                            # Purged before it was handed over: the transaction it was
+                            # meant for cannot commit without it, as in the producer.
+                            self._producer._dropped_before_append(target.exception())
+                            continue
                         # Once RUNNING a future can no longer be cancelled: a record the
                         # producer has taken cannot be taken back.
                         if not target.set_running_or_notify_cancel():
@@ -812,8 +819,8 @@ class SyncProducer:
         without closing the producer; return how many failed: those queued for the loop
         thread and those the producer buffers, and with ``in_flight=True`` those whose
         request is out as well (they may be written all the same). See
-        :meth:`Producer.purge <aioproducer.Producer.purge>`. A record the loop thread is
-        handing to the producer at that moment may still be delivered.
+        :meth:`Producer.purge <aioproducer.Producer.purge>`. The one record the loop thread
+        is handing to the producer at that moment may still be delivered.
 
         Raises:
             ProducerClosedError: the SyncProducer is closed.
@@ -822,15 +829,19 @@ class SyncProducer:
         return result
 
     def _purge_in_loop(self, in_flight: bool) -> int:
+        # The items stay where they are, failed: the pump skips them in order, and a purged
+        # record meant for a transaction makes it abortable when the pump reaches it (not
+        # before: what is queued behind a commit belongs to the next transaction).
+        in_hand = self._in_hand[self._in_hand_index + 1 :]
         with self._lock:
-            purged = [item for item in self._queue if item[0] in (_SEND, _SEND_MANY)]
-            self._queue = [item for item in self._queue if item[0] not in (_SEND, _SEND_MANY)]
-            self._not_full.notify_all()
+            queued = list(self._queue)
         failed = 0
-        for item in purged:
-            target: concurrent.futures.Future[Any] = item[-1]
-            if not target.set_running_or_notify_cancel():
+        for item in (*in_hand, *queued):
+            if item[0] not in (_SEND, _SEND_MANY):
                 continue
+            target: concurrent.futures.Future[Any] = item[-1]
+            if target.done() or not target.set_running_or_notify_cancel():
+                continue  # purged before, or cancelled by its caller
             count = _records_in([item])
             target.set_exception(
                 PurgedError(

@@ -495,8 +495,8 @@ class IdempotenceManager:
         ``answered``: the broker refused it (it was not written), so the partition's later
         sequences no longer follow on: the partition starts again (Java's
         ``handleFailedBatch`` with ``adjustSequenceNumbers``). A batch that expired instead
-        (``answered`` False) may or may not be in the log: after a retry its sequence stays
-        unresolved until the partition's other batches tell (:meth:`maybe_resolve_sequences`).
+        (``answered`` False) may or may not be in the log: its sequence stays unresolved
+        until the partition's other batches tell (:meth:`maybe_resolve_sequences`).
         """
         state = self._partitions.get(batch.tp)
         if state is None or not batch.has_sequence:
@@ -509,8 +509,11 @@ class IdempotenceManager:
         except ValueError:
             return
         if not answered:
-            if batch.attempts > 0:
-                _mark_unresolved(state, batch)
+            # Unresolved even when the batch never went out itself (a split part queued
+            # behind its sibling, a request purged before its answer): its sequence range is
+            # taken, and later batches wait until the partition's requests tell whether the
+            # range is closed (a later batch acknowledged) or a gap (the epoch is bumped).
+            _mark_unresolved(state, batch)
             return
         self._sequences_lost(batch.tp, f"batch {batch.topic}-{batch.partition} failed: {reason}")
 

@@ -559,15 +559,22 @@ class Sender:
         stands): the paths that keep sequences and transactions right when a batch fails
         for good before its answer.
         """
+        if in_flight:
+            # Answers that arrived but no step handled yet: acknowledged records keep their
+            # metadata rather than a purge error.
+            self._handle_arrived_answers()
         now = self._clock()
         failed = 0
         for batch in self._accumulator.purge_queued():
             failed += batch.record_count
+            where = f"{batch.record_count} buffered record(s) for {batch.topic}-{batch.partition}"
             self._fail_batch(
                 batch,
                 PurgedError(
-                    f"purged {batch.record_count} buffered record(s) for {batch.topic}-"
-                    f"{batch.partition} before they were sent"
+                    f"purged {where} queued for a retry: an earlier attempt may have been "
+                    "written"
+                    if batch.attempts > 0 or batch.maybe_written
+                    else f"purged {where} before they were sent"
                 ),
                 now,
                 logged=True,
