@@ -15,11 +15,14 @@
   (:class:`~tests.support.kafka.KafkaCluster`) shared by every test of the run, started on
   first use; skipped or failed as ``kafka`` is. Tests that pause, stop or move things on it
   leave every node running and in sync when they end.
+- ``spark_connect``: a Spark Connect server (:func:`tests.support.spark_connect.connect_server`)
+  for the whole session, started on first use; its Python workers import aioproducer.
 - ``new_topic``: ``new_topic(broker, partitions=N) -> name`` creates a uniquely named
   topic on any of the above.
 
-Tests that use ``tansu``, a mock cluster or Kafka get the ``tansu`` / ``mock_cluster`` /
-``kafka`` marker automatically, so ``-m "not tansu"`` deselects them.
+Tests that use ``tansu``, a mock cluster, Kafka or the Spark Connect server get the
+``tansu`` / ``mock_cluster`` / ``kafka`` / ``spark`` marker automatically, so
+``-m "not tansu"`` deselects them.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from tests.support import TopicCreator
     from tests.support.kafka import KafkaBroker, KafkaCluster, SecureKafka
     from tests.support.mock_cluster import MockCluster, MockClusterProcess
+    from tests.support.spark_connect import ConnectServer
 
 _FIXTURE_MARKERS = {
     "tansu": "tansu",
@@ -64,6 +68,7 @@ _FIXTURE_MARKERS = {
     "kafka_cluster": "kafka",
     "kafka_secure": "kafka",
     "schema_registry": "registry",
+    "spark_connect": "spark",
 }
 
 
@@ -272,6 +277,18 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     from tests.support.kafka import KafkaCluster
 
     yield from _started_kafka(KafkaCluster())
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Spark Connect server for the whole session, PySpark's own, on a free loopback port:
+    ``local[2,4]`` (a failed task is tried again, up to 4 times), its Python workers running
+    this interpreter with the source tree on their path. Started on first use; a server that
+    does not come up fails the tests that use it, with the end of its log."""
+    from tests.support.spark_connect import connect_server
+
+    with connect_server(tmp_path_factory.mktemp("spark-connect"), master="local[2,4]") as server:
+        yield server
 
 
 @pytest.fixture

@@ -96,7 +96,15 @@ def _failing_once(spark: Any, bootstrap_servers: str, topic: str) -> Any:
         # the UDF (by value).
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "watermarks"})
+        # read_uncommitted: the high watermarks, which move while transactions are open
+        # (a read_committed consumer gets the last stable offsets, which do not).
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": "watermarks",
+                "isolation.level": "read_uncommitted",
+            }
+        )
         try:
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
             last: list[int] = []
