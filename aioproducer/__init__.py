@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from aioproducer._core.delivery import DeliveredMessage
 from aioproducer._core.futures import BatchResults, RecordFuture
+from aioproducer.admin import (
+    NewTopic,
+    PartitionDescription,
+    TopicAdmin,
+    TopicCreation,
+    TopicDescription,
+)
 from aioproducer.config import ProducerConfig
 from aioproducer.metric_catalog import Metric
 from aioproducer.oauth import ClientCredentialsTokenProvider, UnsecuredTokenProvider
@@ -43,6 +50,8 @@ __all__ = [
     "DeliveredMessage",
     "Header",
     "Metric",
+    "NewTopic",
+    "PartitionDescription",
     "PreparedTransaction",
     "Producer",
     "ProducerConfig",
@@ -55,6 +64,9 @@ __all__ = [
     "StopSignal",
     "SyncProducer",
     "TimestampType",
+    "TopicAdmin",
+    "TopicCreation",
+    "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
     "TransactionState",

@@ -758,36 +758,40 @@ class TopicAlreadyExistsError(KafkaError):
 
 
 class InvalidPartitionsError(KafkaError):
-    """The number of partitions is invalid.
+    """The number of partitions is invalid (``NewTopic`` refuses one below 1 before anything is
+    sent).
 
-    Kafka error code 37 (``INVALID_PARTITIONS``); not retriable.
+    Also Kafka error code 37 (``INVALID_PARTITIONS``); not retriable.
     """
 
     error_code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(KafkaError):
-    """The replication factor is below 1 or larger than the number of brokers.
+    """The replication factor is below 1 or larger than the number of brokers (``NewTopic`` refuses
+    one below 1).
 
-    Kafka error code 38 (``INVALID_REPLICATION_FACTOR``); not retriable.
+    Also Kafka error code 38 (``INVALID_REPLICATION_FACTOR``); not retriable.
     """
 
     error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class InvalidReplicaAssignmentError(KafkaError):
-    """The replica assignment is invalid.
+    """The replica assignment is invalid (``NewTopic`` refuses one that skips a partition or names a
+    broker twice for one).
 
-    Kafka error code 39 (``INVALID_REPLICA_ASSIGNMENT``); not retriable.
+    Also Kafka error code 39 (``INVALID_REPLICA_ASSIGNMENT``); not retriable.
     """
 
     error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
 class InvalidConfigError(KafkaError):
-    """The broker rejected a configuration in the request.
+    """A configuration in the request is invalid: the broker refused it, or ``NewTopic`` did (a
+    config value of the wrong type).
 
-    Kafka error code 40 (``INVALID_CONFIG``); not retriable.
+    Also Kafka error code 40 (``INVALID_CONFIG``); not retriable.
     """
 
     error_code = ErrorCode.INVALID_CONFIG

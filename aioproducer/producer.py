@@ -39,6 +39,7 @@ from aioproducer._core.transactions import (
     consumer_group_metadata,
     normalize_offsets,
 )
+from aioproducer.admin import TopicAdmin, broker_topics
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     FlushTimeoutError,
@@ -1233,6 +1234,25 @@ class Producer:
             tags = {"client-id": client_id, "node-id": node_tag(node)}
             entries += metric_entries(NODE_GROUP, tags, values)
         return entries
+
+    # ---- topics -----------------------------------------------------------------------------
+
+    @property
+    def admin(self) -> TopicAdmin:
+        """Create, describe and delete topics over this producer's connections: a
+        :class:`~aioproducer.TopicAdmin`, such as ``await
+        producer.admin.ensure_topics([NewTopic("orders", num_partitions=6)])``.
+
+        Raises:
+            IllegalStateError: the producer is not started, or runs on another event loop.
+            ProducerClosedError: the producer is closed.
+        """
+        self._check_running()
+        return TopicAdmin(
+            broker_topics(self._connections, self._metadata, self._config, self._wake_sender),
+            timeout=self._max_block,
+            check_running=self._check_running,
+        )
 
 
 def _false() -> bool:

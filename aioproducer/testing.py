@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,13 @@ from aioproducer._core.transactions import (
     consumer_group_metadata,
     normalize_offsets,
 )
+from aioproducer.admin import (
+    NewTopic,
+    PartitionDescription,
+    TopicAdmin,
+    TopicCreation,
+    TopicDescription,
+)
 from aioproducer.errors import (
     ConfigurationError,
     IllegalStateError,
@@ -75,9 +83,11 @@ from aioproducer.errors import (
     PurgedError,
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
+    error_for_code,
 )
 from aioproducer.metric_catalog import PRODUCER_GROUP, TOPIC_GROUP, Metric, metric_entries
 from aioproducer.producer import Producer, ProducerState
+from aioproducer.protocol.error_codes import ErrorCode
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from aioproducer.records import (
     ConsumerGroupMetadata,
@@ -234,6 +244,8 @@ class InMemoryProducer(Producer):
         self._default_partitions = _partition_count(default_partitions, "default_partitions")
         self._auto_create = auto_create_topics
         self._topics: dict[str, int] = {}
+        # What topics made through `admin` were made with (ids, replication, configs).
+        self._topic_details: dict[str, _TopicDetails] = {}
         if isinstance(topics, str):
             raise ConfigurationError(
                 f"topics must be a mapping of names to partition counts or a list of names, "
@@ -295,6 +307,27 @@ class InMemoryProducer(Producer):
     def topics(self) -> dict[str, int]:
         """The topics that exist, with their partition counts (a copy)."""
         return dict(self._topics)
+
+    @property
+    def admin(self) -> TopicAdmin:
+        """A :class:`~aioproducer.TopicAdmin` over this producer's topics, as the real
+        producer's is over its cluster's: ``create_topics``, ``ensure_topics``,
+        ``describe_topics`` and ``delete_topics`` work on :attr:`topics`, with Kafka's
+        errors (``TOPIC_ALREADY_EXISTS``, ``UNKNOWN_TOPIC_OR_PARTITION``).
+
+        A topic made without a partition count gets ``default_partitions``. One broker,
+        id 0, leads every partition; the replication factor asked for is only recorded
+        (no broker count limits it). Deleting a topic forgets its offsets (a topic made
+        again starts at 0); the records already stored stay readable.
+
+        Raises:
+            IllegalStateError: the producer is not started.
+            ProducerClosedError: the producer is closed.
+        """
+        self._check_running()
+        return TopicAdmin(
+            _InMemoryTopics(self), timeout=self._max_block, check_running=self._check_running
+        )
 
     def _partitions_of(self, topic: str) -> int:
         count = self._topics.get(topic)
@@ -1047,6 +1080,105 @@ def _checked_error(error: Any) -> KafkaError | type[KafkaError]:
     raise InvalidArgumentTypeError(
         f"error must be a KafkaError instance or subclass, not {error!r}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicDetails:
+    topic_id: uuid.UUID
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+class _InMemoryTopics:
+    """The :class:`~aioproducer.admin.TopicBackend` of an :class:`InMemoryProducer`: its
+    topic table, checked as a broker checks a topic."""
+
+    def __init__(self, producer: InMemoryProducer) -> None:
+        self._producer = producer
+
+    def __repr__(self) -> str:
+        return f"the topics of {self._producer!r}"
+
+    def _details(self, name: str) -> _TopicDetails:
+        details = self._producer._topic_details.get(name)
+        if details is None:  # made by create_topic(), topics= or a first record
+            details = self._producer._topic_details[name] = _TopicDetails(uuid.uuid4(), 1, {})
+        return details
+
+    async def create(
+        self, topics: Sequence[NewTopic], validate_only: bool, deadline: float
+    ) -> dict[str, TopicCreation]:
+        producer = self._producer
+        results: dict[str, TopicCreation] = {}
+        for topic in topics:
+            name = topic.name
+            if name in producer._topics:
+                error = error_for_code(
+                    ErrorCode.TOPIC_ALREADY_EXISTS,
+                    f"Topic '{name}' already exists.",
+                    where=f"topic {name!r}",
+                )
+                results[name] = TopicCreation(name, False, error)
+                continue
+            assignment = topic.replica_assignment
+            if assignment is not None:
+                partitions = len(assignment)
+                replication = len(assignment[0])
+            else:
+                partitions = topic.num_partitions or producer._default_partitions
+                replication = topic.replication_factor or 1
+            details = _TopicDetails(uuid.uuid4(), replication, dict(topic.configs))
+            if not validate_only:
+                producer._topics[name] = partitions
+                producer._topic_details[name] = details
+            results[name] = TopicCreation(
+                name,
+                not validate_only,
+                None,
+                None if validate_only else details.topic_id,
+                partitions,
+                replication,
+                dict(topic.configs),
+            )
+        return results
+
+    async def describe(
+        self, names: Sequence[str], include_configs: bool, deadline: float
+    ) -> dict[str, TopicDescription | KafkaError]:
+        found: dict[str, TopicDescription | KafkaError] = {}
+        for name in names:
+            count = self._producer._topics.get(name)
+            if count is None:
+                found[name] = _unknown_topic(name)
+                continue
+            details = self._details(name)
+            replicas = tuple(range(details.replication_factor))
+            found[name] = TopicDescription(
+                name,
+                details.topic_id,
+                False,
+                tuple(PartitionDescription(p, 0, replicas, replicas, (), 0) for p in range(count)),
+                dict(details.configs) if include_configs else {},
+            )
+        return found
+
+    async def delete(self, names: Sequence[str], deadline: float) -> dict[str, KafkaError | None]:
+        producer = self._producer
+        results: dict[str, KafkaError | None] = {}
+        for name in names:
+            count = producer._topics.pop(name, None)
+            if count is None:
+                results[name] = _unknown_topic(name)
+                continue
+            producer._topic_details.pop(name, None)
+            for partition in range(count):
+                producer._next_offsets.pop((name, partition), None)
+            results[name] = None
+        return results
+
+
+def _unknown_topic(name: str) -> KafkaError:
+    return error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
 def _partition_count(count: Any, what: str) -> int:

@@ -295,24 +295,37 @@ ROWS: tuple[KafkaErrorRow, ...] = (
         "TopicAlreadyExistsError",
         "A topic with this name already exists.",
     ),
-    E(37, "INVALID_PARTITIONS", "InvalidPartitionsError", "The number of partitions is invalid."),
+    E(
+        37,
+        "INVALID_PARTITIONS",
+        "InvalidPartitionsError",
+        "The number of partitions is invalid (``NewTopic`` refuses one below 1 before anything "
+        "is sent).",
+        also_raised_by_the_client=True,
+    ),
     E(
         38,
         "INVALID_REPLICATION_FACTOR",
         "InvalidReplicationFactorError",
-        "The replication factor is below 1 or larger than the number of brokers.",
+        "The replication factor is below 1 or larger than the number of brokers (``NewTopic`` "
+        "refuses one below 1).",
+        also_raised_by_the_client=True,
     ),
     E(
         39,
         "INVALID_REPLICA_ASSIGNMENT",
         "InvalidReplicaAssignmentError",
-        "The replica assignment is invalid.",
+        "The replica assignment is invalid (``NewTopic`` refuses one that skips a partition or "
+        "names a broker twice for one).",
+        also_raised_by_the_client=True,
     ),
     E(
         40,
         "INVALID_CONFIG",
         "InvalidConfigError",
-        "The broker rejected a configuration in the request.",
+        "A configuration in the request is invalid: the broker refused it, or ``NewTopic`` did "
+        "(a config value of the wrong type).",
+        also_raised_by_the_client=True,
     ),
     E(
         41,

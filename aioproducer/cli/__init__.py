@@ -1,9 +1,11 @@
-"""The ``aioproducer`` command: produce lines of text, measure throughput, run the demo.
+"""The ``aioproducer`` command: produce lines of text, measure throughput, run the demo,
+create, describe and delete topics.
 
 Every subcommand talks to the cluster named by ``--bootstrap-servers`` (or
 ``bootstrap.servers`` in ``--producer-props`` / ``--producer.config``). When none is given,
-it starts a throwaway Tansu broker (:class:`aioproducer.embedded.EmbeddedBroker`), creates
-the topic on it, and stops the broker on exit, so every command works on a fresh machine.
+``produce``, ``perf`` and ``demo`` start a throwaway Tansu broker
+(:class:`aioproducer.embedded.EmbeddedBroker`), create the topic on it, and stop the broker
+on exit, so they work on a fresh machine; ``topics`` needs a cluster.
 
 Exit codes: 0 on success, 1 when a record was not delivered (or the broker could not be
 reached), 2 for usage errors, 130 on Ctrl+C.

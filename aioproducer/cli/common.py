@@ -317,11 +317,15 @@ def _count(number: int, noun: str) -> str:
 
 
 @contextlib.contextmanager
-def _cluster(props: dict[str, str], topic: str, partitions: int) -> Iterator[tuple[str, bool]]:
+def _cluster(
+    props: dict[str, str], topic: str, partitions: int, *, create: bool = True
+) -> Iterator[tuple[str, bool]]:
     """Yield ``(bootstrap_servers, embedded)``, starting an embedded broker when none is set.
 
-    The broker is stopped when the block exits, whatever the reason (errors, Ctrl+C, and
-    SIGTERM, which :func:`main` turns into ``SystemExit``).
+    On the embedded broker, ``topic`` is created with ``partitions`` unless ``create`` is
+    False (the command creates it itself). The broker is stopped when the block exits,
+    whatever the reason (errors, Ctrl+C, and SIGTERM, which :func:`main` turns into
+    ``SystemExit``).
     """
     bootstrap = _bootstrap_of(props)
     if bootstrap is not None:
@@ -334,13 +338,17 @@ def _cluster(props: dict[str, str], topic: str, partitions: int) -> Iterator[tup
     try:
         try:
             broker.start()
-            broker.create_topic(topic, partitions=partitions)
+            if create:
+                broker.create_topic(topic, partitions=partitions)
         except EmbeddedBrokerError as exc:
             raise DeliveryError(f"could not start the embedded broker: {exc}") from None
-        _note(
-            f"started an embedded Tansu broker at {broker.bootstrap_servers}; "
-            f"topic {topic} created with {_count(partitions, 'partition')}"
-        )
+        if create:
+            _note(
+                f"started an embedded Tansu broker at {broker.bootstrap_servers}; "
+                f"topic {topic} created with {_count(partitions, 'partition')}"
+            )
+        else:
+            _note(f"started an embedded Tansu broker at {broker.bootstrap_servers}")
         yield broker.bootstrap_servers, True
     finally:
         broker.stop()

@@ -19,6 +19,7 @@ from aioproducer.cli.common import (
 )
 from aioproducer.cli.perf import _cmd_perf
 from aioproducer.cli.produce import _cmd_produce
+from aioproducer.cli.topics import _cmd_topics
 
 # ---- argument parsing ----------------------------------------------------------------------
 
@@ -61,27 +62,35 @@ def _suggest(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     return ""
 
 
-def _common_options() -> _Parser:
+def _common_options(embedded: bool = True) -> _Parser:
+    """The options every command takes; ``embedded``: the command starts an embedded broker
+    when no cluster is given (and takes ``--partitions`` for its topic)."""
     common = _Parser(add_help=False, allow_abbrev=False)
     group = common.add_argument_group("cluster and producer")
+    without = (
+        "without it (and without bootstrap.servers in the producer configs) an embedded "
+        "Tansu broker is started for the run"
+        if embedded
+        else "required, here or as bootstrap.servers in the producer configs"
+    )
     group.add_argument(
         "--bootstrap-server",
         dest="bootstrap_servers",
         metavar="HOST:PORT[,...]",
         help="the Kafka cluster to use (also --bootstrap-servers, or Kafka's old "
-        "--broker-list); without it (and without bootstrap.servers in the producer configs) "
-        "an embedded Tansu broker is started for the run",
+        f"--broker-list); {without}",
     )
     for alias in ("--bootstrap-servers", "--broker-list"):  # in the help of --bootstrap-server
         group.add_argument(alias, dest="bootstrap_servers", help=argparse.SUPPRESS)
-    group.add_argument(
-        "--partitions",
-        type=int,
-        default=DEFAULT_PARTITIONS,
-        metavar="N",
-        help="partitions of the topic created on the embedded broker "
-        f"(default: {DEFAULT_PARTITIONS}; ignored with --bootstrap-server)",
-    )
+    if embedded:
+        group.add_argument(
+            "--partitions",
+            type=int,
+            default=DEFAULT_PARTITIONS,
+            metavar="N",
+            help="partitions of the topic created on the embedded broker "
+            f"(default: {DEFAULT_PARTITIONS}; ignored with --bootstrap-server)",
+        )
     group.add_argument(
         "--producer-property",
         dest="producer_props",
@@ -115,7 +124,8 @@ def _common_options() -> _Parser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``aioproducer`` argument parser with its ``produce``, ``perf`` and ``demo`` commands."""
+    """The ``aioproducer`` argument parser with its ``produce``, ``perf``, ``demo`` and
+    ``topics`` commands."""
     parser = _Parser(
         prog=PROG,
         description="An asyncio-native Apache Kafka producer. Without --bootstrap-server, "
@@ -174,6 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
         dest="reader_config_file",
         metavar="FILE",
         help="a Java properties file of --property settings; --property wins over it",
+    )
+    produce.add_argument(
+        "--create-topic",
+        metavar="PARTITIONS[:REPLICATION]",
+        help="make sure --topic exists before sending: create it with PARTITIONS partitions "
+        "and REPLICATION replicas (the broker's default replication factor without "
+        ":REPLICATION) unless it exists; a topic that exists is used as it is",
+    )
+    produce.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a config of the topic --create-topic creates (cleanup.policy=compact); repeat "
+        "for more",
     )
     produce.add_argument(
         "--sync",
@@ -238,8 +263,73 @@ def build_parser() -> argparse.ArgumentParser:
         transactional_id=None,
         transaction_duration_ms=None,
     )
-    parser.commands = {"produce": produce, "perf": perf, "demo": demo}
+    topics = commands.add_parser(
+        "topics",
+        parents=[_common_options(embedded=False)],
+        allow_abbrev=False,
+        help="create, describe or delete topics, like kafka-topics",
+        description="Create, describe or delete topics on the cluster, over a producer's "
+        "connections, with kafka-topics' options. Exits 1 if a topic could not be created, "
+        "described or deleted.",
+    )
+    _add_topics_options(topics)
+    topics.set_defaults(handler=_cmd_topics)
+    parser.commands = {"produce": produce, "perf": perf, "demo": demo, "topics": topics}
     return parser
+
+
+def _add_topics_options(topics: argparse.ArgumentParser) -> None:
+    action = topics.add_mutually_exclusive_group(required=True)
+    for name, meaning in (
+        ("create", "create the topics"),
+        ("describe", "print each topic's id, partitions, leaders, replicas and in-sync replicas"),
+        ("delete", "delete the topics and their records"),
+    ):
+        action.add_argument(
+            f"--{name}", dest="action", action="store_const", const=name, help=meaning
+        )
+    topics.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC",
+        help="a topic to act on; repeat for more",
+    )
+    topics.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="with --create: the partition count (default: the broker's num.partitions)",
+    )
+    topics.add_argument(
+        "--replication-factor",
+        type=int,
+        metavar="N",
+        help="with --create: the replication factor (default: the broker's "
+        "default.replication.factor)",
+    )
+    topics.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --create: a topic config (cleanup.policy=compact); repeat for more",
+    )
+    topics.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="with --create: a topic that exists already is no error",
+    )
+    topics.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="with --create: have the broker check the topics without creating them",
+    )
+    topics.add_argument(
+        "--include-configs",
+        action="store_true",
+        help="with --describe: also print every config of each topic",
+    )
 
 
 def _add_perf_options(perf: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from typing import IO, Final
 
 from aioproducer._core.appender import check_headers
 from aioproducer._core.futures import RecordFuture
+from aioproducer.admin import NewTopic
 from aioproducer.cli.common import (
     _CONFIG_NAME_SHAPE,
     _EXIT_DELIVERY,
@@ -36,6 +37,7 @@ from aioproducer.cli.common import (
     _describe,
     _Failures,
     _make_producer,
+    _note,
     _option_names,
     _parse_pairs,
     _producer_props,
@@ -363,6 +365,46 @@ class _ProduceReport:
         return "\n".join(lines)
 
 
+def _new_topic(args: argparse.Namespace) -> NewTopic | None:
+    """The topic ``--create-topic`` and ``--topic-config`` ask for, or None."""
+    spec = args.create_topic
+    if spec is None:
+        if args.topic_config:
+            raise UsageError("--topic-config configures the topic --create-topic creates")
+        return None
+    counts = spec.split(":")
+    try:
+        if len(counts) > 2 or not all(part.strip().isdigit() for part in counts):
+            raise ValueError
+        partitions = int(counts[0])
+        replication = int(counts[1]) if len(counts) == 2 else None
+    except ValueError:
+        raise UsageError(
+            f"--create-topic: expected PARTITIONS or PARTITIONS:REPLICATION (6, 6:3), got {spec!r}"
+        ) from None
+    configs = dict(_parse_pairs(args.topic_config, "--topic-config"))
+    try:
+        return NewTopic(args.topic, partitions, replication, configs)
+    except KafkaError as exc:
+        raise UsageError(f"--create-topic: {exc}") from None
+
+
+async def _ensure_topic(producer: Producer, topic: NewTopic) -> None:
+    """Make sure ``topic`` exists, saying on stderr whether it was created."""
+    try:
+        results = await producer.admin.ensure_topics([topic])
+    except KafkaError as exc:
+        raise DeliveryError(f"cannot create topic {topic.name}: {_describe(exc)}") from None
+    result = results[topic.name]
+    partitions = _count(result.num_partitions, "partition")
+    if result.created:
+        _note(f"topic {topic.name} created with {partitions}")
+    elif result.num_partitions < 0:  # not described in time: it exists all the same
+        _note(f"topic {topic.name} exists already; used as it is")
+    else:
+        _note(f"topic {topic.name} exists already, with {partitions}; used as it is")
+
+
 def _cmd_produce(args: argparse.Namespace) -> int:
     # Everything is checked before a broker is started or reached.
     _check_topic(args.topic)
@@ -383,14 +425,20 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     except InvalidArgumentError as exc:
         raise UsageError(str(exc)) from None
     _check_partitions(props, args.partitions)
+    new_topic = _new_topic(args)
     for path in args.files:
         if path != "-" and not os.path.isfile(path):
             raise UsageError(f"no such file: {path}")
-    with _cluster(props, args.topic, args.partitions) as (bootstrap, _embedded):
+    # With --create-topic, the command creates the topic, on an embedded broker too.
+    with _cluster(props, args.topic, args.partitions, create=new_topic is None) as (
+        bootstrap,
+        _embedded,
+    ):
         producer = _make_producer(props, bootstrap)
         report = _ProduceReport(args.topic)
         error = _run(
-            lambda: _produce(producer, args, line_format, headers, report), not args.no_uvloop
+            lambda: _produce(producer, args, line_format, headers, report, new_topic),
+            not args.no_uvloop,
         )
     print(report.summary(), flush=True)
     if error is not None:
@@ -406,13 +454,21 @@ async def _produce(
     line_format: _LineFormat,
     fixed_headers: list[tuple[str, bytes | None]],
     report: _ProduceReport,
+    new_topic: NewTopic | None = None,
 ) -> str | None:
-    """Send every line; return why sending stopped early, or None."""
+    """Send every line (after making sure ``new_topic`` exists, when given); return why
+    sending stopped early, or None."""
     fixed_key = _argument_bytes(args.key) if args.key is not None else None
     try:
         await producer.start()
     except KafkaError as exc:
         raise DeliveryError(_start_failure(producer, exc)) from None
+    if new_topic is not None:
+        try:
+            await _ensure_topic(producer, new_topic)
+        except BaseException:
+            await _close_quietly(producer, timeout=0)
+            raise
     stopped: str | None = None
     try:
         number = 0

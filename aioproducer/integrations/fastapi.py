@@ -15,7 +15,9 @@
 The producer is built and started inside the lifespan, on the server's running loop, and
 closed (after delivering what is buffered) when the app shuts down. Requests reach it through
 the :func:`get_producer` dependency. For publishing off the request path, see
-:func:`send_and_forget`.
+:func:`send_and_forget`. With ``topics=[NewTopic("orders", num_partitions=6)]`` the lifespan
+also makes sure the app's topics exist (creating those missing) before the app serves
+requests.
 
 In tests, replace the dependency and the lifespan connects to nothing: it uses the
 replacement (an :class:`~aioproducer.testing.InMemoryProducer`, say) instead::
@@ -31,13 +33,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
 
-from aioproducer import Producer, ProducerState, RecordFuture
+from aioproducer import NewTopic, Producer, ProducerState, RecordFuture
+from aioproducer.errors import InvalidArgumentTypeError
 
 __all__ = [
     "STATE_KEY",
@@ -86,6 +89,14 @@ class ProducerLifespan:
             **options)``: :class:`~aioproducer.Producer` by default;
             :class:`~aioproducer.testing.InMemoryProducer` for an app that runs without a
             broker (with the same options, so the same serializers).
+        topics: topics the app needs, each a :class:`~aioproducer.NewTopic`: once the
+            producer is started, those missing are created and those there are accepted as
+            they are (:meth:`TopicAdmin.ensure_topics <aioproducer.TopicAdmin.ensure_topics>`),
+            before the app serves requests. A topic that can be neither created nor found
+            (a replication factor the cluster cannot meet, no permission) stops the app
+            from starting. Also done on a replacement producer (an
+            :class:`~aioproducer.testing.InMemoryProducer` creates them in memory); not on a
+            replacement that is no :class:`~aioproducer.Producer`.
         **options: producer options by snake_case name; they win over ``config``.
     """
 
@@ -97,6 +108,7 @@ class ProducerLifespan:
         state_key: str = STATE_KEY,
         close_timeout: float | None = None,
         producer_factory: Callable[..., Producer] = Producer,
+        topics: Iterable[NewTopic] = (),
         **options: Any,
     ) -> None:
         self._config = dict(config) if config is not None else None
@@ -105,6 +117,12 @@ class ProducerLifespan:
         self._state_key = state_key
         self._close_timeout = close_timeout
         self._factory = producer_factory
+        self._topics = list(topics)
+        for topic in self._topics:
+            if not isinstance(topic, NewTopic):
+                raise InvalidArgumentTypeError(
+                    f"topics takes NewTopic objects, not {type(topic).__name__} {topic!r}"
+                )
 
     def __call__(self, app: Any) -> AbstractAsyncContextManager[Mapping[str, Any]]:
         """Return the async context manager Starlette enters on startup."""
@@ -126,6 +144,13 @@ class ProducerLifespan:
         started = isinstance(producer, Producer) and producer.state is ProducerState.CREATED
         if started:
             await producer.start()
+        if self._topics and isinstance(producer, Producer):
+            try:
+                await producer.admin.ensure_topics(self._topics)
+            except BaseException:
+                if started:
+                    await producer.close(0)
+                raise
         state: dict[str, Any] = {}
         if producer is not _NOTHING:
             setattr(app.state, self._state_key, producer)
@@ -200,18 +225,21 @@ def kafka_lifespan(
     lifespan: _Lifespan | None = None,
     close_timeout: float | None = None,
     producer_factory: Callable[..., Producer] = Producer,
+    topics: Iterable[NewTopic] = (),
     **options: Any,
 ) -> ProducerLifespan:
     """A lifespan that starts a producer with the app and closes it on shutdown.
 
-    ``FastAPI(lifespan=kafka_lifespan(bootstrap_servers="host:9092"))``; see
-    :class:`ProducerLifespan` for the arguments.
+    ``FastAPI(lifespan=kafka_lifespan(bootstrap_servers="host:9092"))``; with
+    ``topics=[NewTopic("orders", num_partitions=6)]`` it also makes sure the app's topics
+    exist before the app serves requests. See :class:`ProducerLifespan` for the arguments.
     """
     return ProducerLifespan(
         config,
         lifespan=lifespan,
         close_timeout=close_timeout,
         producer_factory=producer_factory,
+        topics=topics,
         **options,
     )
 

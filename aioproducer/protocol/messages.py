@@ -1,4 +1,5 @@
-"""Version-neutral requests and responses for the APIs a producer uses.
+"""Version-neutral requests and responses for the APIs a producer uses, and the few it
+administers topics with (CreateTopics, DeleteTopics, DescribeConfigs).
 
 Each request is a slotted dataclass whose fields are named after Kafka's JSON schemas (in
 snake_case). ``encode(version)`` writes the body for one version; ``decode_response(data,
@@ -60,9 +61,25 @@ __all__ = [
     "ApiVersionsResponse",
     "BatchIndexAndErrorMessage",
     "Coordinator",
+    "CreatableReplicaAssignment",
+    "CreatableTopic",
+    "CreatableTopicConfig",
+    "CreatableTopicConfigs",
+    "CreatableTopicResult",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "DeletableTopicResult",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResource",
+    "DescribeConfigsResourceResult",
+    "DescribeConfigsResponse",
+    "DescribeConfigsResult",
+    "DescribeConfigsSynonym",
     "DescribeTransactionsRequest",
     "DescribeTransactionsResponse",
     "DescribeTransactionsState",
@@ -1746,5 +1763,398 @@ class DescribeClusterRequest(Request[DescribeClusterResponse]):
             r.items(broker),
             r.int32(),
         )
+        r.skip_tags()
+        return response
+
+
+# ---- CreateTopics (19) --------------------------------------------------------------------
+
+# A topic entry of a CreateTopics answer carries, from v5 (KIP-525), every config of the topic
+# (about forty, each a name, a value and flags) and an error message; with room to spare.
+_CREATED_TOPIC_ALLOWANCE = 64 * 1024
+
+
+@dataclass(slots=True)
+class CreatableReplicaAssignment:
+    """The brokers to place one partition on (the first is its preferred leader)."""
+
+    partition_index: int
+    broker_ids: list[int]
+
+
+@dataclass(slots=True)
+class CreatableTopicConfig:
+    """A topic config to set at creation (``value`` None: the broker's default)."""
+
+    name: str
+    value: str | None
+
+
+@dataclass(slots=True)
+class CreatableTopic:
+    """One topic to create.
+
+    ``num_partitions`` and ``replication_factor`` are -1 for the broker's defaults
+    (``num.partitions``, ``default.replication.factor``; v4+, KIP-464) or when
+    ``assignments`` place every partition by hand.
+    """
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
+    configs: list[CreatableTopicConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreatableTopicConfigs:
+    """A config of a created topic, as the broker reports it (v5+)."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int = -1
+    is_sensitive: bool = False
+
+
+@dataclass(slots=True)
+class CreatableTopicResult:
+    """The outcome for one topic.
+
+    ``topic_id`` (v7+) is None when absent or zero. ``num_partitions``,
+    ``replication_factor`` and ``configs`` (v5+) describe the topic as created (or as it
+    would be, with ``validate_only``); ``configs`` is None when the broker sent none, and
+    then ``topic_config_error_code`` may say why (a tagged field). Before v5 they keep the
+    schema's defaults (-1, -1, empty).
+    """
+
+    name: str
+    error_code: int
+    error_message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: list[CreatableTopicConfigs] | None = field(default_factory=list)
+    topic_config_error_code: int = 0
+
+
+@dataclass(slots=True)
+class CreateTopicsResponse(Response):
+    """One result per topic of the request."""
+
+    throttle_time_ms: int
+    topics: list[CreatableTopicResult]
+
+
+def _encode_creatable_topic(w: _BodyWriter, topic: CreatableTopic) -> None:
+    def assignment(w: _BodyWriter, item: CreatableReplicaAssignment) -> None:
+        w.int32(item.partition_index)
+        w.int32_items(item.broker_ids)
+        w.tags()
+
+    def config(w: _BodyWriter, item: CreatableTopicConfig) -> None:
+        w.text(item.name)
+        w.nullable_text(item.value)
+        w.tags()
+
+    w.text(topic.name)
+    w.int32(topic.num_partitions)
+    w.int16(topic.replication_factor)
+    w.items(topic.assignments, assignment)
+    w.items(topic.configs, config)
+    w.tags()
+
+
+@dataclass(slots=True)
+class CreateTopicsRequest(Request[CreateTopicsResponse]):
+    """Create topics (v2-7). Brokers forward it to the active controller (KRaft).
+
+    ``timeout_ms`` is how long the broker may wait for the creation to complete before it
+    answers REQUEST_TIMED_OUT for a topic (which may still be created). ``validate_only``
+    checks the topics without creating anything.
+
+    v4 (KIP-464) lets a topic without ``assignments`` leave ``num_partitions`` or
+    ``replication_factor`` at -1 for the broker's defaults: below it such a topic raises
+    :class:`~aioproducer.errors.UnsupportedVersionError`, as Java's request builder does.
+    v5 is the first flexible version and returns the created topics' configs; v6 may
+    answer THROTTLING_QUOTA_EXCEEDED (KIP-599); v7 returns the topic ids.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.CREATE_TOPICS
+    MIN_VERSION: ClassVar[int] = 2
+    MAX_VERSION: ClassVar[int] = 7
+
+    topics: list[CreatableTopic]
+    timeout_ms: int = 60000
+    validate_only: bool = False
+
+    def response_size_limit(self) -> int | None:
+        """An entry per topic, each with the topic's configs (v5+)."""
+        return SMALL_RESPONSE_LIMIT + len(self.topics) * _CREATED_TOPIC_ALLOWANCE
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        if version < 4:
+            for topic in self.topics:
+                _require(
+                    bool(topic.assignments)
+                    or (topic.num_partitions != -1 and topic.replication_factor != -1),
+                    self,
+                    version,
+                    f"the broker's default partition count or replication factor (topic "
+                    f"{topic.name!r}; needs v4)",
+                )
+        w.items(self.topics, _encode_creatable_topic)
+        w.int32(self.timeout_ms)
+        w.boolean(self.validate_only)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> CreateTopicsResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def config(r: _BodyReader) -> CreatableTopicConfigs:
+            entry = CreatableTopicConfigs(
+                r.text(), r.nullable_text(), r.boolean(), r.int8(), r.boolean()
+            )
+            r.skip_tags()
+            return entry
+
+        def topic(r: _BodyReader) -> CreatableTopicResult:
+            entry = CreatableTopicResult(r.text(), 0)
+            if version >= 7:
+                entry.topic_id = _topic_id(r)
+            entry.error_code = r.int16()
+            entry.error_message = r.nullable_text()
+            if version >= 5:
+                entry.num_partitions = r.int32()
+                entry.replication_factor = r.int16()
+                # v5 is the first flexible version: the array is compact.
+                entry.configs = r.compact_nullable_array(config)
+                tags = r.tags()
+                if tags:
+                    code = _tagged(tags, 0, Reader.int16)
+                    entry.topic_config_error_code = 0 if code is None else code
+            else:
+                r.skip_tags()
+            return entry
+
+        response = CreateTopicsResponse(r.int32(), r.items(topic))
+        r.skip_tags()
+        return response
+
+
+# ---- DeleteTopics (20) --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DeletableTopicResult:
+    """The outcome for one topic; ``name`` is None (v6+) only for a topic asked for by id,
+    ``topic_id`` (v6+) None when absent or zero, ``error_message`` sent from v5."""
+
+    name: str | None
+    error_code: int
+    topic_id: uuid.UUID | None = None
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponse(Response):
+    """One result per topic of the request."""
+
+    throttle_time_ms: int
+    responses: list[DeletableTopicResult]
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequest(Request[DeleteTopicsResponse]):
+    """Delete topics by name (v1-6).
+
+    v6 names each topic in a struct with its topic id; this client deletes by name, so it
+    sends the zero id there, as Java's request builder does for names. ``timeout_ms`` is how
+    long the broker may wait for the deletions to complete.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.DELETE_TOPICS
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 6
+
+    topic_names: list[str]
+    timeout_ms: int = 60000
+
+    def response_size_limit(self) -> int | None:
+        """An entry per topic, each with an error message (v5+)."""
+        return _echo_limit(len(self.topic_names), 0, 0)
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+        if version >= 6:
+
+            def state(w: _BodyWriter, name: str) -> None:
+                w.nullable_text(name)
+                w.uuid(None)
+                w.tags()
+
+            w.items(self.topic_names, state)
+        else:
+            w.text_items(self.topic_names)
+        w.int32(self.timeout_ms)
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> DeleteTopicsResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def result(r: _BodyReader) -> DeletableTopicResult:
+            entry = DeletableTopicResult(r.nullable_text() if version >= 6 else r.text(), 0)
+            if version >= 6:
+                entry.topic_id = _topic_id(r)
+            entry.error_code = r.int16()
+            if version >= 5:
+                entry.error_message = r.nullable_text()
+            r.skip_tags()
+            return entry
+
+        response = DeleteTopicsResponse(r.int32(), r.items(result))
+        r.skip_tags()
+        return response
+
+
+# ---- DescribeConfigs (32) -----------------------------------------------------------------
+
+# A described resource holds every config (a topic has about forty; a broker a few hundred),
+# each with its synonyms (v1+) and documentation (v3+): room for the largest, a broker's.
+_DESCRIBED_RESOURCE_ALLOWANCE = 1 << 20
+
+
+@dataclass(slots=True)
+class DescribeConfigsResource:
+    """A resource whose configs to describe: ``resource_type`` 2 for a topic, 4 for a broker
+    (Java's ``ConfigResource.Type``); ``configuration_keys`` None for every config."""
+
+    resource_type: int
+    resource_name: str
+    configuration_keys: list[str] | None = None
+
+
+@dataclass(slots=True)
+class DescribeConfigsSynonym:
+    """Where else a config's value could come from, most specific first (v1+)."""
+
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(slots=True)
+class DescribeConfigsResourceResult:
+    """One config: its value (None when sensitive or unset), whether it is read-only or
+    sensitive, its source (v1+; Java's ``ConfigEntry.ConfigSource``: 1 a topic's own value,
+    5 the default, ...), and from v3 its type and documentation (None unless asked for;
+    the schema's default, empty, before v3)."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int = -1
+    is_sensitive: bool = False
+    synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
+    config_type: int = 0
+    documentation: str | None = ""
+
+
+@dataclass(slots=True)
+class DescribeConfigsResult:
+    """The configs of one resource, or its error."""
+
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: list[DescribeConfigsResourceResult]
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponse(Response):
+    """One result per resource of the request."""
+
+    throttle_time_ms: int
+    results: list[DescribeConfigsResult]
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequest(Request[DescribeConfigsResponse]):
+    """Describe the configs of topics or brokers (v1-4).
+
+    ``include_documentation`` needs v3+ (not ignorable). A topic's configs can be asked of
+    any broker; a broker's own (dynamic) configs of that broker.
+    """
+
+    API_KEY: ClassVar[int] = ApiKey.DESCRIBE_CONFIGS
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 4
+
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool = False
+    include_documentation: bool = False
+
+    def response_size_limit(self) -> int | None:
+        """Room for every config of each resource asked for."""
+        return SMALL_RESPONSE_LIMIT + len(self.resources) * _DESCRIBED_RESOURCE_ALLOWANCE
+
+    def encode(self, version: int) -> list[bytes | memoryview]:
+        """The request body for ``version``."""
+        w = _writer(self, version)
+
+        def resource(w: _BodyWriter, item: DescribeConfigsResource) -> None:
+            w.int8(item.resource_type)
+            w.text(item.resource_name)
+            if item.configuration_keys is None:
+                w.null_array()
+            else:
+                w.text_items(item.configuration_keys)
+            w.tags()
+
+        w.items(self.resources, resource)
+        w.boolean(self.include_synonyms)
+        if version >= 3:
+            w.boolean(self.include_documentation)
+        else:
+            _require(not self.include_documentation, self, version, "include_documentation")
+        w.tags()
+        return w.done()
+
+    def decode_response(self, data: memoryview, version: int) -> DescribeConfigsResponse:
+        """Decode the response body sent for ``version``."""
+        r = _reader(self, data, version)
+
+        def synonym(r: _BodyReader) -> DescribeConfigsSynonym:
+            entry = DescribeConfigsSynonym(r.text(), r.nullable_text(), r.int8())
+            r.skip_tags()
+            return entry
+
+        def config(r: _BodyReader) -> DescribeConfigsResourceResult:
+            entry = DescribeConfigsResourceResult(r.text(), r.nullable_text(), r.boolean())
+            entry.config_source = r.int8()
+            entry.is_sensitive = r.boolean()
+            entry.synonyms = r.items(synonym)
+            if version >= 3:
+                entry.config_type = r.int8()
+                entry.documentation = r.nullable_text()
+            r.skip_tags()
+            return entry
+
+        def result(r: _BodyReader) -> DescribeConfigsResult:
+            entry = DescribeConfigsResult(
+                r.int16(), r.nullable_text(), r.int8(), r.text(), r.items(config)
+            )
+            r.skip_tags()
+            return entry
+
+        response = DescribeConfigsResponse(r.int32(), r.items(result))
         r.skip_tags()
         return response

@@ -48,6 +48,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # kafka-python ships no type information: its classes are Any here.
+from kafka.protocol.admin import (  # type: ignore[import-untyped]
+    CreateTopicsRequest as KCreateTopicsRequest,
+)
+from kafka.protocol.admin import CreateTopicsResponse as KCreateTopicsResponse
+from kafka.protocol.admin import DeleteTopicsRequest as KDeleteTopicsRequest
+from kafka.protocol.admin import DeleteTopicsResponse as KDeleteTopicsResponse
 from kafka.protocol.metadata import (  # type: ignore[import-untyped]
     ApiVersionsResponse as KApiVersionsResponse,
 )
@@ -94,7 +100,10 @@ from kafka.record.memory_records import MemoryRecords  # type: ignore[import-unt
 __all__ = [
     "ADD_OFFSETS_TO_TXN",
     "ADD_PARTITIONS_TO_TXN",
+    "ADMIN_API_VERSIONS",
     "API_VERSIONS",
+    "CREATE_TOPICS",
+    "DELETE_TOPICS",
     "END_TXN",
     "FIND_COORDINATOR",
     "INIT_PRODUCER_ID",
@@ -114,6 +123,8 @@ PRODUCE = 0
 METADATA = 3
 FIND_COORDINATOR = 10
 API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
@@ -125,6 +136,10 @@ _CORRUPT_MESSAGE = 2
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _NOT_LEADER_OR_FOLLOWER = 6
 _UNSUPPORTED_VERSION = 35
+_TOPIC_ALREADY_EXISTS = 36
+_INVALID_PARTITIONS = 37
+_INVALID_REPLICATION_FACTOR = 38
+_NOT_CONTROLLER = 41
 _OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _DUPLICATE_SEQUENCE_NUMBER = 46
 _INVALID_PRODUCER_EPOCH = 47
@@ -181,6 +196,14 @@ TRANSACTION_API_VERSIONS: Mapping[int, tuple[int, int]] = {
     ADD_OFFSETS_TO_TXN: (0, 4),
     END_TXN: (0, 5),
     TXN_OFFSET_COMMIT: (0, 5),
+}
+
+#: What a Kafka 4 broker advertises for topic administration (CreateTopics v2-7,
+#: DeleteTopics v1-6), on top of :data:`DEFAULT_API_VERSIONS`.
+ADMIN_API_VERSIONS: Mapping[int, tuple[int, int]] = {
+    **DEFAULT_API_VERSIONS,
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
 }
 
 
@@ -343,6 +366,8 @@ class ScriptedBroker:
         starting up, or a load balancer with nothing behind it)."""
         self.connection_times: list[float] = []
         """The loop's clock at each accepted connection."""
+        self.cluster_id: str | None = None
+        """The cluster id this broker's Metadata answers give, when not the cluster's."""
 
     def push(self, api_key: int, *actions: Action) -> None:
         """Queue actions for the next requests of ``api_key`` to this broker."""
@@ -480,6 +505,18 @@ class ScriptedBroker:
                 writer.transport.abort()
 
 
+# The kinds of action under which a broker acts on a request (appends, creates, ...).
+_ACTING = frozenset(
+    {
+        ActionKind.NORMAL,
+        ActionKind.DELAY,
+        ActionKind.APPEND_THEN_DROP,
+        ActionKind.APPEND_THEN_DELAY,
+        ActionKind.APPEND_THEN_HOLD,
+        ActionKind.TRAILING,
+    }
+)
+
 _TRANSACTIONAL_APIS: Mapping[int, Any] = {
     FIND_COORDINATOR: KFindCoordinatorRequest,
     INIT_PRODUCER_ID: KInitProducerIdRequest,
@@ -555,6 +592,9 @@ class ScriptedCluster:
         """Exceptions the brokers' own code raised (a broken script, not a client fault)."""
         self.advertised: set[int] | None = None
         """Broker ids listed in Metadata answers; None lists every broker."""
+        self.cluster_id = "scripted"
+        """The cluster id Metadata answers give: two scripted clusters with the same id are
+        one cluster that moved to other addresses, as far as a client can tell."""
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._producer_ids = itertools.count(1000)
         self.transaction_version: int | None = None
@@ -564,6 +604,13 @@ class ScriptedCluster:
         """The finalized-features epoch sent with it."""
         self.coordinator = 1
         """The broker FindCoordinator names, for transactional ids and groups alike."""
+        self.controller: int | None = None
+        """The broker Metadata answers name as the controller; None names the lowest id
+        listed."""
+        self.active_controller: int | None = None
+        """The only broker that creates and deletes topics; the others answer
+        NOT_CONTROLLER, as brokers did before KRaft (a KRaft broker forwards the request to
+        the controller instead). None: every broker does."""
         self.transactions: list[Transaction] = []
         """Every transaction, in the order they began."""
         self.committed_offsets: dict[str, dict[tuple[str, int], int]] = {}
@@ -571,7 +618,8 @@ class ScriptedCluster:
         self.decoded: list[tuple[int, int, Any]] = []
         """(api key, version, request decoded by kafka-python) of every transactional request
         (FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
-        TxnOffsetCommit, EndTxn)."""
+        TxnOffsetCommit, EndTxn), Metadata request and topic administration request
+        (CreateTopics, DeleteTopics)."""
         self._transactional_ids: dict[str, _TransactionalId] = {}
 
     async def __aenter__(self) -> ScriptedCluster:
@@ -680,7 +728,7 @@ class ScriptedCluster:
         if api_key == API_VERSIONS:
             return self._api_versions(broker, version)
         if api_key == METADATA:
-            return self._metadata(frame, version)
+            return self._metadata(frame, version, broker)
         if api_key in _TRANSACTIONAL_APIS:
             request = _TRANSACTIONAL_APIS[api_key].decode(frame, version=version, header=True)
             self.decoded.append((api_key, version, request))
@@ -708,6 +756,10 @@ class ScriptedCluster:
             )
         if api_key == PRODUCE:
             return self._produce(broker, frame, version, action)
+        if api_key == CREATE_TOPICS:
+            return self._create_topics(broker, frame, version, action)
+        if api_key == DELETE_TOPICS:
+            return self._delete_topics(broker, frame, version, action)
         raise AssertionError(f"the scripted broker does not implement api key {api_key}")
 
     def _api_versions(self, broker: ScriptedBroker, version: int) -> Any:
@@ -736,8 +788,9 @@ class ScriptedCluster:
             ],
         )
 
-    def _metadata(self, frame: bytes, version: int) -> Any:
+    def _metadata(self, frame: bytes, version: int, broker: ScriptedBroker) -> Any:
         request = KMetadataRequest.decode(frame, version=version, header=True)
+        self.decoded.append((METADATA, version, request))
         R = KMetadataResponse
         T = R.MetadataResponseTopic
         P = T.MetadataResponsePartition
@@ -793,8 +846,10 @@ class ScriptedCluster:
         return R(
             throttle_time_ms=0,
             brokers=brokers,
-            cluster_id="scripted",
-            controller_id=min(listed) if listed else -1,
+            cluster_id=broker.cluster_id if broker.cluster_id is not None else self.cluster_id,
+            controller_id=(
+                self.controller if self.controller is not None else min(listed) if listed else -1
+            ),
             topics=topics,
             authorized_operations=set(),
         )
@@ -850,6 +905,102 @@ class ScriptedCluster:
         if request.acks == 0:
             return None
         return R(responses=topics, throttle_time_ms=0)
+
+    # ---- topic administration -------------------------------------------------------------
+
+    def _administers(self, broker: ScriptedBroker, action: Action) -> int:
+        """0 when ``broker`` acts on an admin request under ``action``, else the error code
+        every topic gets."""
+        if action.kind is ActionKind.ERROR:
+            return action.error or -1
+        if action.kind not in _ACTING:
+            return -1
+        if self.active_controller is not None and broker.node_id != self.active_controller:
+            return _NOT_CONTROLLER
+        return _NONE
+
+    def _create_topics(
+        self, broker: ScriptedBroker, frame: bytes, version: int, action: Action
+    ) -> Any:
+        """Create each topic as Kafka's controller does (counts checked against the
+        brokers), unless ``action`` or :attr:`active_controller` says otherwise."""
+        request = KCreateTopicsRequest.decode(frame, version=version, header=True)
+        self.decoded.append((CREATE_TOPICS, version, request))
+        refused = self._administers(broker, action)
+        R = KCreateTopicsResponse
+        results = []
+        for topic in request.topics:
+            name = topic.name
+            partitions = topic.num_partitions
+            if topic.assignments:
+                partitions = len(topic.assignments)
+            elif partitions == -1:
+                partitions = 1  # num.partitions
+            replication = 1 if topic.replication_factor == -1 else topic.replication_factor
+            code, message = refused, None
+            if code == _NONE:
+                if name in self.topics:
+                    code, message = _TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+                elif partitions < 1:
+                    code, message = _INVALID_PARTITIONS, "Number of partitions must be above 0."
+                elif not topic.assignments and replication > len(self.brokers):
+                    code, message = (
+                        _INVALID_REPLICATION_FACTOR,
+                        f"Unable to replicate the partition {replication} time(s): The target "
+                        f"replication factor of {replication} cannot be reached because only "
+                        f"{len(self.brokers)} broker(s) are registered.",
+                    )
+                elif not request.validate_only:
+                    self.topics[name] = partitions
+            created = code == _NONE
+            results.append(
+                R.CreatableTopicResult(
+                    name=name,
+                    topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, name) if created else uuid.UUID(int=0),
+                    error_code=code,
+                    error_message=message,
+                    topic_config_error_code=0,
+                    num_partitions=partitions if created else -1,
+                    replication_factor=replication if created else -1,
+                    configs=(
+                        [
+                            R.CreatableTopicResult.CreatableTopicConfigs(
+                                name=c.name,
+                                value=c.value,
+                                read_only=False,
+                                config_source=1,
+                                is_sensitive=False,
+                            )
+                            for c in topic.configs
+                        ]
+                        if created
+                        else None
+                    ),
+                )
+            )
+        return R(throttle_time_ms=0, topics=results)
+
+    def _delete_topics(
+        self, broker: ScriptedBroker, frame: bytes, version: int, action: Action
+    ) -> Any:
+        request = KDeleteTopicsRequest.decode(frame, version=version, header=True)
+        self.decoded.append((DELETE_TOPICS, version, request))
+        names = (
+            [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
+        )
+        refused = self._administers(broker, action)
+        R = KDeleteTopicsResponse
+        results = []
+        for name in names:
+            code = refused
+            if code == _NONE and self.topics.pop(name, None) is None:
+                code = _UNKNOWN_TOPIC_OR_PARTITION
+            results.append(
+                R.DeletableTopicResult(
+                    name=name, topic_id=uuid.UUID(int=0), error_code=code, error_message=None
+                )
+            )
+        return R(throttle_time_ms=0, responses=results)
 
     # ---- transactions ---------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ The rules a page follows (tests/integration/test_docs_code.py runs every page):
   in a process of their own: a later block may use what an earlier one defined, as in a
   notebook. Top-level ``await`` and ``async with`` are allowed, as in ``python -m asyncio``.
 - The broker is ``localhost:9092`` in the text; the runner points that address at a test
-  broker (the only change made to the code). Topics are created on first use. A Schema
+  broker (the only change made to the code): Tansu, where topics are created on first use,
+  or for the pages about creating topics an Apache Kafka node, where they are not. A Schema
   Registry is ``http://localhost:8081``, pointed at a test registry on pages that name it.
 - ``<!-- docs-test-hidden`` ... ``-->``: hidden Python run at that point: what a reader is
   assumed to have (a started producer, a consumer's messages), or cleaning up after.

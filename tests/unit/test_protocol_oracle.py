@@ -21,6 +21,16 @@ kp = pytest.importorskip("kafka.protocol")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+from kafka.protocol.admin import CreateTopicsRequest as KCreateTopicsRequest  # noqa: E402
+from kafka.protocol.admin import CreateTopicsResponse as KCreateTopicsResponse  # noqa: E402
+from kafka.protocol.admin import DeleteTopicsRequest as KDeleteTopicsRequest  # noqa: E402
+from kafka.protocol.admin import DeleteTopicsResponse as KDeleteTopicsResponse  # noqa: E402
+from kafka.protocol.admin import (  # noqa: E402
+    DescribeConfigsRequest as KDescribeConfigsRequest,
+)
+from kafka.protocol.admin import (  # noqa: E402
+    DescribeConfigsResponse as KDescribeConfigsResponse,
+)
 from kafka.protocol.admin import (  # noqa: E402
     DescribeTransactionsRequest as KDescribeTransactionsRequest,
 )
@@ -405,6 +415,206 @@ def _offset_fetch_response() -> Any:
     )
 
 
+def _create_topics(v: int) -> tuple[Request, Any]:
+    # Below v4 (KIP-464) every topic without an assignment names its counts.
+    partitions, replication = (-1, -1) if v >= 4 else (6, 3)
+    ours = m.CreateTopicsRequest(
+        [
+            m.CreatableTopic(
+                "alpha",
+                partitions,
+                replication,
+                [],
+                [m.CreatableTopicConfig("cleanup.policy", "compact")],
+            ),
+            m.CreatableTopic(
+                "beta",
+                -1,
+                -1,
+                [m.CreatableReplicaAssignment(0, [1, 2]), m.CreatableReplicaAssignment(1, [2, 3])],
+                [m.CreatableTopicConfig("retention.ms", None)],
+            ),
+        ],
+        30000,
+        validate_only=True,
+    )
+    T = KCreateTopicsRequest.CreatableTopic
+    theirs = KCreateTopicsRequest(
+        topics=[
+            T(
+                name="alpha",
+                num_partitions=partitions,
+                replication_factor=replication,
+                assignments=[],
+                configs=[T.CreatableTopicConfig(name="cleanup.policy", value="compact")],
+            ),
+            T(
+                name="beta",
+                num_partitions=-1,
+                replication_factor=-1,
+                assignments=[
+                    T.CreatableReplicaAssignment(partition_index=0, broker_ids=[1, 2]),
+                    T.CreatableReplicaAssignment(partition_index=1, broker_ids=[2, 3]),
+                ],
+                configs=[T.CreatableTopicConfig(name="retention.ms", value=None)],
+            ),
+        ],
+        timeout_ms=30000,
+        validate_only=True,
+    )
+    return ours, theirs
+
+
+def _delete_topics(v: int) -> tuple[Request, Any]:
+    ours = m.DeleteTopicsRequest(["alpha", "beta"], 15000)
+    if v >= 6:
+        S = KDeleteTopicsRequest.DeleteTopicState
+        theirs = KDeleteTopicsRequest(
+            topics=[
+                S(name="alpha", topic_id=uuid.UUID(int=0)),
+                S(name="beta", topic_id=uuid.UUID(int=0)),
+            ],
+            timeout_ms=15000,
+        )
+    else:
+        theirs = KDeleteTopicsRequest(topic_names=["alpha", "beta"], timeout_ms=15000)
+    return ours, theirs
+
+
+def _describe_configs(v: int) -> tuple[Request, Any]:
+    documentation = v >= 3
+    ours = m.DescribeConfigsRequest(
+        [m.DescribeConfigsResource(2, "alpha"), m.DescribeConfigsResource(4, "1", ["a", "b"])],
+        include_synonyms=True,
+        include_documentation=documentation,
+    )
+    R = KDescribeConfigsRequest.DescribeConfigsResource
+    theirs = KDescribeConfigsRequest(
+        resources=[
+            R(resource_type=2, resource_name="alpha", configuration_keys=None),
+            R(resource_type=4, resource_name="1", configuration_keys=["a", "b"]),
+        ],
+        include_synonyms=True,
+        include_documentation=documentation,
+    )
+    return ours, theirs
+
+
+def _create_topics_response() -> Any:
+    R = KCreateTopicsResponse
+    T = R.CreatableTopicResult
+    return R(
+        throttle_time_ms=9,
+        topics=[
+            T(
+                name="alpha",
+                topic_id=TOPIC_ID,
+                error_code=0,
+                error_message=None,
+                topic_config_error_code=0,
+                num_partitions=6,
+                replication_factor=3,
+                configs=[
+                    T.CreatableTopicConfigs(
+                        name="cleanup.policy",
+                        value="compact",
+                        read_only=False,
+                        config_source=1,
+                        is_sensitive=False,
+                    ),
+                    T.CreatableTopicConfigs(
+                        name="sasl.secret",
+                        value=None,
+                        read_only=True,
+                        config_source=5,
+                        is_sensitive=True,
+                    ),
+                ],
+            ),
+            T(
+                name="beta",
+                topic_id=uuid.UUID(int=0),
+                error_code=38,
+                error_message="Replication factor: 3 larger than available brokers: 1.",
+                topic_config_error_code=29,
+                num_partitions=-1,
+                replication_factor=-1,
+                configs=None,
+            ),
+        ],
+    )
+
+
+def _delete_topics_response() -> Any:
+    R = KDeleteTopicsResponse
+    D = R.DeletableTopicResult
+    return R(
+        throttle_time_ms=4,
+        responses=[
+            D(name="alpha", topic_id=TOPIC_ID, error_code=0, error_message=None),
+            D(
+                name="beta",
+                topic_id=uuid.UUID(int=0),
+                error_code=3,
+                error_message="This server does not host this topic-partition.",
+            ),
+        ],
+    )
+
+
+def _describe_configs_response() -> Any:
+    R = KDescribeConfigsResponse
+    X = R.DescribeConfigsResult
+    C = X.DescribeConfigsResourceResult
+    return R(
+        throttle_time_ms=2,
+        results=[
+            X(
+                error_code=0,
+                error_message=None,
+                resource_type=2,
+                resource_name="alpha",
+                configs=[
+                    C(
+                        name="cleanup.policy",
+                        value="compact",
+                        read_only=False,
+                        config_source=1,
+                        is_sensitive=False,
+                        synonyms=[
+                            C.DescribeConfigsSynonym(
+                                name="cleanup.policy", value="compact", source=1
+                            ),
+                            C.DescribeConfigsSynonym(
+                                name="log.cleanup.policy", value="delete", source=5
+                            ),
+                        ],
+                        config_type=7,
+                        documentation="what to do with old segments",
+                    ),
+                    C(
+                        name="secret",
+                        value=None,
+                        read_only=True,
+                        config_source=5,
+                        is_sensitive=True,
+                        synonyms=[],
+                        config_type=9,
+                        documentation=None,
+                    ),
+                ],
+            ),
+            X(
+                error_code=3,
+                error_message="unknown topic",
+                resource_type=2,
+                resource_name="gone",
+                configs=[],
+            ),
+        ],
+    )
+
+
 REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] = [
     (m.ProduceRequest, _produce),
     (m.MetadataRequest, _metadata),
@@ -423,6 +633,9 @@ REQUEST_CASES: list[tuple[type[Request], Callable[[int], tuple[Request, Any]]]] 
     (m.SaslHandshakeRequest, _sasl_handshake),
     (m.SaslAuthenticateRequest, _sasl_authenticate),
     (m.DescribeClusterRequest, _describe_cluster),
+    (m.CreateTopicsRequest, _create_topics),
+    (m.DeleteTopicsRequest, _delete_topics),
+    (m.DescribeConfigsRequest, _describe_configs),
 ]
 
 
@@ -735,6 +948,9 @@ RESPONSE_CASES: list[
         _describe_cluster_response,
         {"cluster_authorized_operations": "authorized_operations"},
     ),
+    (m.CreateTopicsRequest, _create_topics, _create_topics_response, {}),
+    (m.DeleteTopicsRequest, _delete_topics, _delete_topics_response, {}),
+    (m.DescribeConfigsRequest, _describe_configs, _describe_configs_response, {}),
 ]
 
 
