@@ -938,6 +938,9 @@ class Sender:
             self._last_metadata_error = failure
             self._metadata.update_failed(now, failure)
             return
+        if response.error_code:
+            self._metadata_refused(source, response.error_code, now)
+            return
         brokers, topics = metadata_from_response(response)
         if not brokers:
             self._last_metadata_error = KafkaConnectionError("metadata without brokers")
@@ -957,6 +960,18 @@ class Sender:
         )
         self._connections.set_brokers({b.node_id: (b.host, b.port) for b in brokers})
         self._check_ready()
+
+    def _metadata_refused(self, source: str, code: int, now: float) -> None:
+        """A Metadata answer with a top-level error (v13+): REBOOTSTRAP_REQUIRED sends the
+        next request to the bootstrap servers (KIP-1102); any other is a failed refresh."""
+        error = error_for_code(code, f"metadata from {source}")
+        self._last_metadata_error = error
+        self._metadata.update_failed(now, error)
+        if code == ErrorCode.REBOOTSTRAP_REQUIRED and self._rebootstrap_after is not None:
+            self._connections.rebootstrap(f"{source} answered REBOOTSTRAP_REQUIRED", now)
+            self._metadata.restart_failure_clock(now)
+        else:
+            log.warning("%s; asking again", error)
 
     def _maybe_init_producer_id(self, now: float) -> float:
         idempotence = self._idempotence

@@ -472,6 +472,9 @@ class MetadataResponse(Response):
     controller_id: int
     topics: list[MetadataResponseTopic]
     cluster_authorized_operations: int = _NO_AUTHORIZED_OPERATIONS
+    error_code: int = 0
+    """v13+: a top-level error; REBOOTSTRAP_REQUIRED asks the client to contact its
+    bootstrap servers again (KIP-1102)."""
 
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -524,13 +527,16 @@ def _decode_metadata(r: _BodyReader, version: int) -> MetadataResponse:
     )
     if 8 <= version <= 10:
         response.cluster_authorized_operations = r.int32()
+    if version >= 13:
+        response.error_code = r.int16()
     r.skip_tags()
     return response
 
 
 @dataclass(slots=True)
 class MetadataRequest(Request[MetadataResponse]):
-    """Ask for the brokers and for topics' partitions and leaders (v1-12).
+    """Ask for the brokers and for topics' partitions and leaders (v1-13; v13 is v12 with a
+    top-level error code in the answer).
 
     ``topics=None`` asks for every topic, ``[]`` for none (brokers only). From v10 each topic
     carries a topic id, sent as the zero UUID (topics are asked for by name).
@@ -539,7 +545,7 @@ class MetadataRequest(Request[MetadataResponse]):
 
     API_KEY: ClassVar[int] = ApiKey.METADATA
     MIN_VERSION: ClassVar[int] = 1
-    MAX_VERSION: ClassVar[int] = 12
+    MAX_VERSION: ClassVar[int] = 13
 
     topics: Sequence[str] | None
     allow_auto_topic_creation: bool = True

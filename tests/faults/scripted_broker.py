@@ -368,6 +368,9 @@ class ScriptedBroker:
         """The loop's clock at each accepted connection."""
         self.cluster_id: str | None = None
         """The cluster id this broker's Metadata answers give, when not the cluster's."""
+        self.metadata_error = 0
+        """The top-level error code of this broker's Metadata answers from v13 on (advertise
+        v13 in ``api_versions`` first): REBOOTSTRAP_REQUIRED is 129."""
 
     def push(self, api_key: int, *actions: Action) -> None:
         """Queue actions for the next requests of ``api_key`` to this broker."""
@@ -550,7 +553,24 @@ def _answer_bytes(
     return data
 
 
+@dataclass(frozen=True)
+class _TopLevelError:
+    """A Metadata answer of v13 or later: kafka-python's v12 answer and the top-level error
+    code v13 adds."""
+
+    response: Any
+    error_code: int
+
+
 def _frame(correlation_id: int, response: Any, api_key: int, version: int) -> bytes:
+    if isinstance(response, _TopLevelError):
+        # Metadata v13 (KIP-1102) is v12 with a top-level ErrorCode before the body's tagged
+        # fields; kafka-python encodes v12, the code goes in before its last byte (no tags).
+        data = bytearray(_frame(correlation_id, response.response, api_key, 12))
+        assert data[-1] == 0, "the v12 body ends with tagged fields"
+        data[-1:-1] = struct.pack(">h", response.error_code)
+        data[0:4] = struct.pack(">i", len(data) - 4)
+        return bytes(data)
     response.API_VERSION = version
     response.with_header(correlation_id=correlation_id)
     data = response.encode(header=True, framed=True)
@@ -789,7 +809,8 @@ class ScriptedCluster:
         )
 
     def _metadata(self, frame: bytes, version: int, broker: ScriptedBroker) -> Any:
-        request = KMetadataRequest.decode(frame, version=version, header=True)
+        # v13 is v12 with a top-level error code in the answer (see _frame).
+        request = KMetadataRequest.decode(frame, version=min(version, 12), header=True)
         self.decoded.append((METADATA, version, request))
         R = KMetadataResponse
         T = R.MetadataResponseTopic
@@ -843,7 +864,7 @@ class ScriptedCluster:
                     authorized_operations=set(),
                 )
             )
-        return R(
+        response = R(
             throttle_time_ms=0,
             brokers=brokers,
             cluster_id=broker.cluster_id if broker.cluster_id is not None else self.cluster_id,
@@ -853,6 +874,9 @@ class ScriptedCluster:
             topics=topics,
             authorized_operations=set(),
         )
+        if version >= 13:
+            return _TopLevelError(response, broker.metadata_error)
+        return response
 
     def _produce(self, broker: ScriptedBroker, frame: bytes, version: int, action: Action) -> Any:
         """Append each partition's records as Kafka does (the leader checks, then every

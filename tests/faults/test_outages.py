@@ -25,6 +25,9 @@ Scenarios and what each proves:
   another cluster (another cluster id) answers at a bootstrap address: the producer refuses
   its metadata, logs an ERROR naming both ids, delivers nothing there, and the records'
   errors say why.
+- ``test_rebootstrap_when_the_cluster_asks_for_it``: the known broker answers Metadata v13
+  with REBOOTSTRAP_REQUIRED: the producer asks the bootstrap servers at once (not after
+  the 5-minute trigger time) and delivers through them.
 - ``test_rebootstrap_after_the_trigger_time``: the known broker still accepts connections
   but gives no metadata (it answers another cluster's); after
   ``metadata_recovery_rebootstrap_trigger_ms`` the producer asks the bootstrap servers,
@@ -293,6 +296,38 @@ async def test_rebootstrap_refuses_another_cluster(caplog: pytest.LogCaptureFixt
         ]
         assert len(refusals) == 1, [r.message for r in refusals]
         assert "this producer works with cluster scripted" in refusals[0].message
+
+
+async def test_rebootstrap_when_the_cluster_asks_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="aioproducer")
+    topic = unique_topic("rebootstrap-required")
+    cluster = ScriptedCluster(2, topics={topic: 1})
+    cluster.leaders[(topic, 0)] = 2
+    for broker in cluster.brokers.values():
+        broker.api_versions[METADATA] = (1, 13)
+    async with cluster:
+        ledger = Ledger(topic)
+        cluster.advertised = {1}  # refreshes go to broker 1, which does not lead partition 0
+        options = fast_options(
+            cluster.broker(2).address, enable_idempotence=False, metadata_max_age_ms=100
+        )
+        async with Producer(**options) as producer:
+            await bounded(producer.partitions_for(topic))
+            cluster.broker(1).metadata_error = 129  # REBOOTSTRAP_REQUIRED
+            cluster.advertised = None
+            cluster.broker(2).drop_connections()
+            asked = len(cluster.requests_of(METADATA, 2))
+            await bounded(ledger.send(producer, 0))
+            await ledger.wait()
+            assert len(cluster.requests_of(METADATA, 2)) > asked
+        ledger.check({0: cluster.values(topic, 0)})
+        versions = {version for key, version, _ in cluster.decoded if key == METADATA}
+        assert 13 in versions, versions
+    assert any(
+        "answered REBOOTSTRAP_REQUIRED" in r.message for r in caplog.records
+    ), [r.message for r in caplog.records]
 
 
 async def test_rebootstrap_after_the_trigger_time(caplog: pytest.LogCaptureFixture) -> None:

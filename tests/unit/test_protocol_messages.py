@@ -161,7 +161,8 @@ GOLDEN: list[tuple[str, Request, list[int], str]] = [
     ("metadata", METADATA, [8], "00000001 0001 74 | 01 | 00 | 00"),
     ("metadata", METADATA, [9], "02 | 02 74 00 | 01 | 00 | 00 | 00"),  # flexible
     ("metadata", METADATA, [10], f"02 | {ZERO_UUID} 02 74 00 | 01 | 00 | 00 | 00"),  # topic id
-    ("metadata", METADATA, [11, 12], f"02 | {ZERO_UUID} 02 74 00 | 01 | 00 | 00"),  # no cluster ops
+    # v11+: no cluster authorized operations
+    ("metadata", METADATA, [11, 12, 13], f"02 | {ZERO_UUID} 02 74 00 | 01 | 00 | 00"),
     ("metadata-no-auto", METADATA_NO_AUTO, [4], "00000001 0001 74 | 00"),
     ("metadata-all", METADATA_ALL, [1, 2, 3], "ffffffff"),  # null array: every topic
     ("metadata-all", METADATA_ALL, [4], "ffffffff 01"),
@@ -288,7 +289,7 @@ def test_produce_passes_large_records_through_and_inlines_small_ones() -> None:
         (ProduceRequest(None, 1, 1, []), 2),  # below the implemented range
         (ProduceRequest(None, 1, 1, []), 13),
         (MetadataRequest(None), 0),
-        (MetadataRequest(None), 13),
+        (MetadataRequest(None), 14),
         (MetadataRequest(["t"], allow_auto_topic_creation=False), 3),
         (MetadataRequest(["t"], include_cluster_authorized_operations=True), 11),
         (MetadataRequest(["t"], include_topic_authorized_operations=True), 7),
@@ -495,6 +496,24 @@ def test_metadata_response_v12() -> None:
             MetadataResponseTopic(100, None, None, False, []),
         ],
     )
+
+
+def test_metadata_response_v13_has_a_top_level_error_code() -> None:
+    # KIP-1102: v13 adds ErrorCode after the topics; REBOOTSTRAP_REQUIRED (129) asks the
+    # client to contact its bootstrap servers again. The request is v12's.
+    response = decode(
+        METADATA,
+        13,
+        "00000000"
+        "| 01"  # no brokers
+        "| 03 6964"  # cluster id "id"
+        "| ffffffff"  # no controller
+        "| 01"  # no topics
+        "| 0081"  # error code 129
+        "| 00",  # body tags
+    )
+    assert response == MetadataResponse(0, [], "id", -1, [], error_code=129)
+    assert body(METADATA, 13) == body(METADATA, 12)
 
 
 PRODUCE_RESPONSE_TOPIC_V3 = (
