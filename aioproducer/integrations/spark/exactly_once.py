@@ -24,9 +24,9 @@ import re
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final, cast
 
 import crc32c
 
@@ -327,7 +327,7 @@ async def _produce_prepared(
             await producer.begin_transaction()
             sent = 0
             pending: deque[BatchResults] = deque()
-            for columns in _prepend(first, chunks):
+            async for columns in _read_off_the_loop(first, chunks):
                 if digest is not None:
                     digest.add(columns)
                 topic, items = _items(layout, sink.topic, columns)
@@ -361,6 +361,25 @@ async def _produce_prepared(
         raise _row_error(position + refused.index, refused.column, refused.error) from (
             refused.error
         )
+
+
+_END: Final = object()
+
+
+async def _read_off_the_loop(
+    first: Mapping[str, list[Any]], chunks: Iterator[Mapping[str, list[Any]]]
+) -> AsyncIterator[Mapping[str, list[Any]]]:
+    """``first``, then the chunks of ``chunks``, each read on a worker thread: Spark's input
+    may be slow to come (an upstream stage, a UDF), and read on the event loop it would stop
+    the producer sending what the task took before (and let its batches reach their delivery
+    timeout while the input waits). One thread reads at a time, in order."""
+    yield first
+    loop = asyncio.get_running_loop()
+    while True:
+        columns: object = await loop.run_in_executor(None, next, chunks, _END)
+        if columns is _END:
+            return
+        yield cast(Mapping[str, list[Any]], columns)
 
 
 def _attempt_number() -> int:
