@@ -1129,7 +1129,12 @@ class Producer:
         """
         if self._state is ProducerState.CREATED:
             return 0
-        return self._accumulator.undelivered_records() + self._reports.ready
+        reports = self._reports
+        if reports.outstanding:
+            # produce() records just done, whose futures' callbacks have not queued their
+            # reports yet: counted as reports now, not dropped between the two counts.
+            reports.collect()
+        return self._accumulator.undelivered_records() + reports.ready
 
     def __bool__(self) -> bool:
         return True
@@ -1161,7 +1166,10 @@ class Producer:
         self._check_running_state()
         sender = self._sender
         assert sender is not None
-        return sender.purge(in_flight)
+        purged = sender.purge(in_flight)
+        # The purged produce() records' reports are ready for the next poll() at once.
+        self._reports.collect()
+        return purged
 
     def _dropped_before_append(self, error: BaseException | None) -> None:
         # A record meant for this producer failed before it was appended (purged from a

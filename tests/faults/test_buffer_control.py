@@ -3,6 +3,9 @@ that holds its answers, so what is buffered and what is in flight is known exact
 
 Scenarios and what each proves:
 
+- ``test_len_and_poll_see_purged_produce_reports_at_once``: ``produce()`` records purged
+  count as reports not yet served, at once, so ``while len(producer): await
+  producer.poll(0.1)`` runs every delivery callback (each with PurgedError).
 - ``test_len_counts_buffered_and_in_flight_records``: with one request held in flight and
   more records buffered behind it, ``len()`` counts both; once the broker answers and the
   records are delivered it is 0. A producer with records is still true.
@@ -96,6 +99,31 @@ async def test_len_counts_buffered_and_in_flight_records() -> None:
             assert len(producer) == 0
         assert len(producer) == 0
         ledger.check({0: cluster.values(topic, 0)[1:]})
+
+
+async def test_len_and_poll_see_purged_produce_reports_at_once() -> None:
+    topic = unique_topic("len-produce")
+    async with ScriptedCluster(1, topics={topic: 1}) as cluster:
+        reports: list[BaseException | None] = []
+        options = {**_options(cluster), "linger_ms": 20000}
+        async with Producer(**options) as producer:
+            await bounded(producer.partitions_for(topic))
+            for index in range(3):
+                await producer.produce(
+                    topic,
+                    b"p%d" % index,
+                    partition=0,
+                    on_delivery=lambda err, msg: reports.append(err),
+                )
+            assert len(producer) == 3
+            assert producer.purge() == 3
+            # The confluent-kafka idiom: nothing is skipped between purge() and poll().
+            assert len(producer) == 3
+            while len(producer):
+                await producer.poll(0.1)
+            assert len(reports) == 3
+            assert all(isinstance(error, e.PurgedError) for error in reports), reports
+        assert cluster.values(topic, 0) == []
 
 
 async def test_purge_fails_buffered_records_and_the_producer_goes_on() -> None:
