@@ -252,7 +252,9 @@ JAVA_ONLY: Final[Mapping[str, JavaOnly]] = {
         "start() waits for a bootstrap server up to max_block_ms"
     ),
     "metadata.cluster.check.enable": _java_only(
-        "the cluster id is always checked: metadata from another cluster is refused", "true"
+        "the client does not send the cluster and node it expects for brokers to check "
+        "(KIP-1242); it refuses metadata from another cluster itself",
+        "false",
     ),
     "buffer.memory.allocation.strategy": _java_only(
         "buffer_memory is one pool shared by every partition"

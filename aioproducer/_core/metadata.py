@@ -350,7 +350,8 @@ class Metadata:
         self.cluster = Cluster(
             brokers={b.node_id: b for b in brokers},
             topics=topic_map,
-            cluster_id=cluster_id,
+            # An answer without one (a very old broker) does not forget the id known.
+            cluster_id=cluster_id if cluster_id is not None else before.cluster_id,
             controller_id=controller_id,
         )
         _log_changes(before, self.cluster)

@@ -94,6 +94,7 @@ class _Connection(Protocol):
 
     api_versions: dict[int, tuple[int, int]]
     description: str
+    node_id: int
 
     def can_send(self) -> bool: ...
 
@@ -117,7 +118,7 @@ class _Connections(Protocol):
 
     def auth_error(self, node_id: int) -> tuple[KafkaError, float] | None: ...
 
-    def least_loaded(self, now: float) -> _Connection | None: ...
+    def least_loaded(self, now: float, for_metadata: bool = False) -> _Connection | None: ...
 
     def ensure_any_connecting(self, now: float) -> None: ...
 
@@ -125,9 +126,16 @@ class _Connections(Protocol):
 
     def close_idle(self, now: float) -> None: ...
 
-    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
+    def set_brokers(
+        self, brokers: Mapping[int, tuple[str, int]], *, from_metadata: bool = True
+    ) -> None: ...
 
     def rebootstrap(self, reason: str, now: float) -> None: ...
+
+    def distrust(self, node_id: int) -> None: ...
+
+    @property
+    def bootstrap_only(self) -> bool: ...
 
 
 log = logging.getLogger("aioproducer.sender")
@@ -321,6 +329,8 @@ class Sender:
         self._no_connection_wait = max(
             config.reconnect_backoff_ms / 1000.0, self._backoff_base, _NO_CONNECTION_WAIT_MIN
         )
+        # The top-level Metadata error last logged (0: none since an answer was accepted).
+        self._metadata_error_logged = 0
         # KIP-1102: how long the known brokers may give no metadata before the bootstrap
         # servers are asked again (None: never, metadata_recovery_strategy "none").
         self._rebootstrap_after: float | None = (
@@ -897,7 +907,8 @@ class Sender:
         if (
             self._rebootstrap_after is not None
             and metadata.cluster.brokers
-            and metadata.failing_for(now) >= self._rebootstrap_after
+            and not self._connections.bootstrap_only
+            and metadata.failing_for(now) > self._rebootstrap_after
         ):
             # KIP-1102: the known brokers gave no metadata for that long, though some can
             # still be connected to (they may be another cluster's now, or half gone).
@@ -907,7 +918,7 @@ class Sender:
                 now,
             )
             metadata.restart_failure_clock(now)
-        connection = self._connections.least_loaded(now)
+        connection = self._connections.least_loaded(now, for_metadata=True)
         if connection is None:
             metadata.no_broker(now)
             self._connections.ensure_any_connecting(now)
@@ -918,7 +929,9 @@ class Sender:
             self._sent(
                 connection,
                 request,
-                functools.partial(self._on_metadata_response, connection.description),
+                functools.partial(
+                    self._on_metadata_response, connection.description, connection.node_id
+                ),
             )
         except KafkaError as exc:
             self._last_metadata_error = exc
@@ -929,6 +942,7 @@ class Sender:
     def _on_metadata_response(
         self,
         source: str,
+        node_id: int,
         response: MetadataResponse | None,
         error: BaseException | None,
         now: float,
@@ -950,7 +964,9 @@ class Sender:
         if refused is not None:
             self._last_metadata_error = refused
             self._metadata.update_failed(now, refused)
+            self._connections.distrust(node_id)
             return
+        self._metadata_error_logged = 0
         self._metadata.update(
             brokers,
             topics,
@@ -970,8 +986,10 @@ class Sender:
         if code == ErrorCode.REBOOTSTRAP_REQUIRED and self._rebootstrap_after is not None:
             self._connections.rebootstrap(f"{source} answered REBOOTSTRAP_REQUIRED", now)
             self._metadata.restart_failure_clock(now)
-        else:
-            log.warning("%s; asking again", error)
+        elif code != self._metadata_error_logged:
+            # Once per error until an answer is accepted: refreshes come every backoff.
+            self._metadata_error_logged = code
+            log.warning("%s; asking again (further answers with it are not logged)", error)
 
     def _maybe_init_producer_id(self, now: float) -> float:
         idempotence = self._idempotence
@@ -1415,7 +1433,8 @@ class Sender:
             moved = self._metadata.update_leaders(leaders, endpoints)
             if moved and endpoints:
                 self._connections.set_brokers(
-                    {b.node_id: (b.host, b.port) for b in self._metadata.cluster.brokers.values()}
+                    {b.node_id: (b.host, b.port) for b in self._metadata.cluster.brokers.values()},
+                    from_metadata=False,
                 )
         for batch in batches:
             if batch.final:

@@ -156,8 +156,13 @@ class ConnectionManager:
         # there is metadata.
         self._may_rebootstrap = config.metadata_recovery_strategy == "rebootstrap"
         self._metadata_known = False
-        # Between rebootstrap() and the next metadata: only the bootstrap servers are asked.
+        # Between rebootstrap() and the next metadata: only the bootstrap servers are asked
+        # for metadata (unless each of them failed, or answered for another cluster).
         self._bootstrap_only = False
+        self._rebootstrap_failed: set[int] = set()
+        # Nodes whose Metadata answer was refused (another cluster's): asked nothing until the
+        # next accepted metadata (or, for a bootstrap server, the next rebootstrap).
+        self._distrusted: set[int] = set()
         # Whether the fallback to the bootstrap servers was logged since the last metadata.
         self._rebootstrap_logged = False
         for index, (host, port) in enumerate(config.bootstrap_addresses()):
@@ -312,16 +317,18 @@ class ConnectionManager:
                 latest = node
         return None if latest is None else latest.auth_error
 
-    def least_loaded(self, now: float) -> BrokerConnection | None:
+    def least_loaded(self, now: float, for_metadata: bool = False) -> BrokerConnection | None:
         """The ready connection with the fewest requests in flight that can take one more.
 
         Bootstrap connections count, but a broker from the metadata wins a tie. None when no
-        connection can send; then :meth:`ensure_any_connecting` starts one.
+        connection can send; then :meth:`ensure_any_connecting` starts one. ``for_metadata``:
+        for a Metadata request, which after :meth:`rebootstrap` goes to a bootstrap server
+        (other requests keep to the brokers they know).
         """
         best: BrokerConnection | None = None
         best_load = 0
         for node in self._nodes.values():
-            if not self._may_ask(node):
+            if not self._may_ask(node, for_metadata):
                 continue
             connection = node.connection
             if connection is None or not connection.can_send():
@@ -366,7 +373,7 @@ class ConnectionManager:
             return
         candidates: list[_Node] = []
         for node in self._nodes.values():
-            if not self._may_ask(node):
+            if not self._may_ask(node, True):
                 continue
             if node.task is not None:
                 return
@@ -389,18 +396,30 @@ class ConnectionManager:
             )
         self._start_connect(min(pool, key=lambda n: (n.failed_attempts, n.next_attempt_at)))
 
-    def _may_ask(self, node: _Node) -> bool:
-        """Whether ``node`` may be connected to for metadata and other cluster-wide
-        requests now: after :meth:`rebootstrap`, only the bootstrap servers; with
-        ``metadata_recovery_strategy`` "none" and metadata known, only the brokers."""
-        if node.node_id < 0:
+    def _may_ask(self, node: _Node, for_metadata: bool) -> bool:
+        """Whether ``node`` may be asked a cluster-wide request now: never one whose
+        metadata was refused; with ``metadata_recovery_strategy`` "none" and metadata known,
+        only the brokers; after :meth:`rebootstrap`, for metadata, only the bootstrap
+        servers."""
+        node_id = node.node_id
+        if node_id in self._distrusted:
+            return False
+        if node_id < 0:
             return self._may_rebootstrap or not self._metadata_known
-        return not self._bootstrap_only
+        return not (for_metadata and self._bootstrap_only)
+
+    @property
+    def bootstrap_only(self) -> bool:
+        """Whether metadata is asked of the bootstrap servers only (after
+        :meth:`rebootstrap`, until an answer is accepted or every one of them failed)."""
+        return self._bootstrap_only
 
     def rebootstrap(self, reason: str, now: float) -> None:
         """Ask the bootstrap servers, and only them, for the next metadata (KIP-1102): the
-        known brokers gave none for too long. Their connections are closed so that each
-        host name is resolved again; the next Metadata answer ends this."""
+        known brokers gave none for too long, or one asked for it. Their connections are
+        closed so that each host name is resolved again (an attempt under way resolved it
+        already, and goes on). An accepted Metadata answer ends this; so does every
+        bootstrap server failing, or answering for another cluster."""
         if self._closed or not self._may_rebootstrap:
             return
         log.info(
@@ -410,10 +429,27 @@ class ConnectionManager:
         )
         self._bootstrap_only = True
         self._rebootstrap_logged = True
+        self._rebootstrap_failed.clear()
         for node in self._bootstrap_nodes:
-            self._drop(node, KafkaConnectionError(f"{node.address}: rebootstrapping"))
-            node.failed_attempts = 0
-            node.next_attempt_at = now
+            self._distrusted.discard(node.node_id)
+            if node.task is None:
+                self._drop(node, KafkaConnectionError(f"{node.address}: rebootstrapping"))
+                node.failed_attempts = 0
+                node.next_attempt_at = now
+        self._notify()
+
+    def distrust(self, node_id: int) -> None:
+        """``node_id`` answered a Metadata request for another cluster: ask it nothing more
+        until metadata is accepted again (a bootstrap server: until the next rebootstrap).
+        A rebootstrap that finds another cluster at a bootstrap address ends there: the
+        known brokers may be asked again."""
+        self._distrusted.add(node_id)
+        if node_id < 0 and self._bootstrap_only:
+            self._end_bootstrap_only("a bootstrap server answered for another cluster")
+
+    def _end_bootstrap_only(self, why: str) -> None:
+        self._bootstrap_only = False
+        log.info("rebootstrap ended: %s; the known brokers are asked again", why)
         self._notify()
 
     def _start_connect(self, node: _Node) -> asyncio.Task[BrokerConnection | None]:
@@ -445,12 +481,16 @@ class ConnectionManager:
         try:
             await connection.connect(setup_timeout_ms)
         except asyncio.CancelledError:
-            node.task = None
+            # The node may have a new attempt already (a rebootstrap dropped this one and
+            # started another on the same node): only this attempt's traces go.
+            if node.task is asyncio.current_task():
+                node.task = None
             if node.connection is connection:
                 node.connection = None
             raise
         except Exception as exc:
-            node.task = None
+            if node.task is asyncio.current_task():
+                node.task = None
             if node.connection is connection:
                 node.connection = None
             node.last_error = exc
@@ -507,6 +547,12 @@ class ConnectionManager:
         delay_ms = self._backoff.backoff_ms(node.failed_attempts)
         node.failed_attempts += 1
         node.next_attempt_at = self._clock() + delay_ms / 1000.0
+        if self._bootstrap_only and node.node_id < 0:
+            self._rebootstrap_failed.add(node.node_id)
+            if len(self._rebootstrap_failed) >= len(self._bootstrap_nodes):
+                # Not one bootstrap server could be reached since the rebootstrap: the known
+                # brokers may be back, so they may be asked again too.
+                self._end_bootstrap_only("no bootstrap server could be reached")
 
     def _connection_closed(
         self, node: _Node, connection: BrokerConnection, cause: BaseException | None
@@ -770,16 +816,21 @@ class ConnectionManager:
 
     # ---- metadata --------------------------------------------------------------------------------
 
-    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+    def set_brokers(
+        self, brokers: Mapping[int, tuple[str, int]], *, from_metadata: bool = True
+    ) -> None:
         """Adopt the brokers of a Metadata response: ``{node_id: (host, port)}``.
 
         Connections to brokers that left the cluster, or whose address changed, are closed
-        (their in-flight requests fail as retriable). Bootstrap connections are kept. Ends a
-        :meth:`rebootstrap`.
+        (their in-flight requests fail as retriable). Bootstrap connections are kept. An
+        accepted Metadata answer (``from_metadata``; not the endpoints a Produce answer
+        names, KIP-951) ends a :meth:`rebootstrap`.
         """
-        self._metadata_known = True
-        self._bootstrap_only = False
-        self._rebootstrap_logged = False
+        if from_metadata:
+            self._metadata_known = True
+            self._bootstrap_only = False
+            self._rebootstrap_logged = False
+            self._distrusted.clear()
         for node_id, node in list(self._nodes.items()):
             if node_id < 0:
                 continue

@@ -29,9 +29,17 @@ Scenarios and what each proves:
   with REBOOTSTRAP_REQUIRED: the producer asks the bootstrap servers at once (not after
   the 5-minute trigger time) and delivers through them.
 - ``test_rebootstrap_after_the_trigger_time``: the known broker still accepts connections
-  but gives no metadata (it answers another cluster's); after
+  but gives no metadata (a top-level error in every answer, logged once); after
   ``metadata_recovery_rebootstrap_trigger_ms`` the producer asks the bootstrap servers,
-  which lead to the right cluster, and delivers there.
+  which answer, and delivers there.
+- ``test_a_rebootstrap_that_finds_another_cluster_goes_back_to_the_known_brokers``: after
+  the trigger time, the bootstrap address (a proxy, now leading to another cluster) is
+  asked; its answer is refused once, the rebootstrap ends, and when the known brokers give
+  metadata again a new topic's records are delivered: the producer is not left asking the
+  other cluster only.
+- ``test_a_healthy_producer_with_a_zero_trigger_does_not_rebootstrap``: with
+  ``metadata_recovery_rebootstrap_trigger_ms=0`` and refreshes every 50 ms, a producer
+  whose refreshes succeed never rebootstraps.
 - ``test_reconnects_back_off``: a broker that accepts connections and drops them at once is
   retried again and again, no faster than ``reconnect_backoff_ms`` doubling (lower bounds
   only), and the record waiting for it is delivered once it behaves. (How soon an attempt
@@ -93,6 +101,7 @@ from tests.faults.checks import (
     wait_until,
 )
 from tests.faults.scripted_broker import METADATA, PRODUCE, Action, ScriptedCluster
+from tests.support.kafka_proxy import KafkaProxy
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 
 pytestmark = pytest.mark.mock_cluster
@@ -335,6 +344,8 @@ async def test_rebootstrap_after_the_trigger_time(caplog: pytest.LogCaptureFixtu
     topic = unique_topic("rebootstrap-trigger")
     cluster = ScriptedCluster(2, topics={topic: 1})
     cluster.leaders[(topic, 0)] = 2
+    for broker in cluster.brokers.values():
+        broker.api_versions[METADATA] = (1, 13)
     async with cluster:
         ledger = Ledger(topic)
         # Bootstrap through broker 2; the metadata names broker 1 only, so that later
@@ -349,12 +360,12 @@ async def test_rebootstrap_after_the_trigger_time(caplog: pytest.LogCaptureFixtu
         )
         async with Producer(**options) as producer:
             await bounded(producer.partitions_for(topic))
-            # Broker 1 now answers for another cluster: it can be connected to, but gives
-            # no metadata this producer can use. Broker 2 would, once asked again.
-            cluster.broker(1).cluster_id = "impostor"
+            # Broker 1 can be connected to but gives no metadata (a top-level error in every
+            # answer); broker 2, the bootstrap server, would, once asked again.
+            cluster.broker(1).metadata_error = 15  # COORDINATOR_NOT_AVAILABLE, say
             cluster.advertised = None
             cluster.broker(2).drop_connections()
-            impostor_since = asyncio.get_running_loop().time()
+            failing_since = asyncio.get_running_loop().time()
             refreshes = len(cluster.requests_of(METADATA, 1))
             await cluster.wait_for(
                 lambda: len(cluster.requests_of(METADATA, 1)) >= refreshes + 3, timeout=10
@@ -365,13 +376,83 @@ async def test_rebootstrap_after_the_trigger_time(caplog: pytest.LogCaptureFixtu
             # Broker 2 was asked again, and not before the trigger time had passed.
             again = cluster.requests_of(METADATA, 2)[asked_2:]
             assert again, "the bootstrap server was never asked again"
-            assert again[0].at - impostor_since >= 2.0 - 0.05, again[0].at - impostor_since
+            assert again[0].at - failing_since >= 2.0 - 0.05, again[0].at - failing_since
         ledger.check({0: cluster.values(topic, 0)})
         assert any(
             "rebootstrapping: no metadata for" in r.message
             and "metadata_recovery_rebootstrap_trigger_ms" in r.message
             for r in caplog.records
         ), [r.message for r in caplog.records]
+        warned = [r for r in caplog.records if "COORDINATOR_NOT_AVAILABLE" in r.message]
+        assert len(warned) == 1, "the same metadata error is logged once"
+
+
+async def test_a_rebootstrap_that_finds_another_cluster_goes_back_to_the_known_brokers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="aioproducer")
+    topic = unique_topic("rebootstrap-back")
+    later = unique_topic("rebootstrap-later")
+    known = ScriptedCluster(2, topics={topic: 1})
+    other = ScriptedCluster(1, topics={topic: 1})
+    other.cluster_id = "other"
+    for broker in known.brokers.values():
+        broker.api_versions[METADATA] = (1, 13)
+    async with known, other:
+        # The bootstrap address is a proxy: it leads to the known cluster, then to another.
+        async with KafkaProxy(("127.0.0.1", known.broker(1).port)) as proxy:
+            options = fast_options(
+                proxy.bootstrap_servers,
+                enable_idempotence=False,
+                metadata_max_age_ms=100,
+                metadata_recovery_rebootstrap_trigger_ms=1000,
+            )
+            async with Producer(**options) as producer:
+                await bounded(producer.partitions_for(topic))
+                proxy.upstream = ("127.0.0.1", other.broker(1).port)
+                await proxy.drop_connections()
+                # The known brokers give no metadata for a while: the trigger time passes,
+                # the bootstrap address is asked, and answers for another cluster.
+                for broker in known.brokers.values():
+                    broker.metadata_error = 15  # COORDINATOR_NOT_AVAILABLE, say
+                await known.wait_for(
+                    lambda: "rebootstrap ended: a bootstrap server answered for another cluster"
+                    in caplog.text,
+                    timeout=20,
+                )
+                # The known brokers recover: the producer asks them again, not only the
+                # address that leads elsewhere, and a new topic's metadata comes.
+                for broker in known.brokers.values():
+                    broker.metadata_error = 0
+                known.topics[later] = 1
+                ledger = Ledger(later)
+                await bounded(ledger.send(producer, 0))
+                await ledger.wait()
+        ledger.check({0: known.values(later, 0)})
+        assert other.requests_of(PRODUCE) == []
+        refused = [r for r in caplog.records if "answered for cluster other" in r.message]
+        assert len(refused) == 1, [r.message for r in refused]
+
+
+async def test_a_healthy_producer_with_a_zero_trigger_does_not_rebootstrap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="aioproducer")
+    topic = unique_topic("rebootstrap-zero")
+    async with ScriptedCluster(2, topics={topic: 2}) as cluster:
+        ledger = Ledger(topic)
+        options = fast_options(
+            cluster.bootstrap_servers,
+            metadata_max_age_ms=50,
+            metadata_recovery_rebootstrap_trigger_ms=0,
+        )
+        async with Producer(**options) as producer:
+            for _ in range(10):
+                await bounded(ledger.send_many(producer, [0, 1], 5))
+                await asyncio.sleep(0.05)
+            await ledger.wait()
+        ledger.check({p: cluster.values(topic, p) for p in (0, 1)})
+    assert not [r for r in caplog.records if "rebootstrapping" in r.message]
 
 
 async def test_reconnects_back_off() -> None:

@@ -288,7 +288,7 @@ class FakeConnections:
     def auth_error(self, node_id: int) -> tuple[KafkaError, float] | None:
         return None
 
-    def least_loaded(self, now: float) -> FakeConnection | None:
+    def least_loaded(self, now: float, for_metadata: bool = False) -> FakeConnection | None:
         usable = [c for n in self.nodes if (c := self.ready(n)) is not None and c.can_send()]
         return min(usable, key=lambda c: c.in_flight_count()) if usable else None
 
@@ -303,11 +303,20 @@ class FakeConnections:
     def close_idle(self, now: float) -> None:
         return None
 
-    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+    def set_brokers(
+        self, brokers: Mapping[int, tuple[str, int]], *, from_metadata: bool = True
+    ) -> None:
         return None
 
     def rebootstrap(self, reason: str, now: float) -> None:
         return None  # the simulated brokers never move
+
+    def distrust(self, node_id: int) -> None:
+        return None
+
+    @property
+    def bootstrap_only(self) -> bool:
+        return False
 
     def in_flight_total(self) -> int:
         return sum(len(c.in_flight) for c in self.connections.values() if not c.closed)

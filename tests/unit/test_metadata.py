@@ -77,3 +77,31 @@ async def test_a_topic_that_does_not_exist_is_asked_about_again_only_for_a_waiti
     electing = TopicInfo("t", (), ErrorCode.LEADER_NOT_AVAILABLE)
     metadata.update(BROKERS, [electing], 1.0)
     assert metadata.update_requested
+
+
+async def test_an_answer_without_a_cluster_id_keeps_the_one_known() -> None:
+    # A broker that sends no cluster id must not turn the check of later answers off.
+    metadata = await _metadata()
+    metadata.update(BROKERS, [], 0.0, cluster_id="A")
+    assert metadata.check_cluster("B", "node 1") is not None
+    metadata.update(BROKERS, [], 1.0, cluster_id=None)
+    assert metadata.cluster.cluster_id == "A"
+    refused = metadata.check_cluster("B", "node 2")
+    assert refused is not None and "cluster B" in str(refused) and "cluster A" in str(refused)
+    assert metadata.check_cluster("A", "node 2") is None
+
+
+async def test_the_failure_clock_runs_only_while_refreshes_fail() -> None:
+    # KIP-1102's trigger counts from the first failed refresh, and an accepted answer stops
+    # it: a healthy producer is never 'failing' (a trigger of 0 must not rebootstrap it).
+    metadata = await _metadata()
+    metadata.update(BROKERS, [], 0.0, cluster_id="A")
+    assert metadata.failing_for(100.0) == 0.0
+    metadata.update_started(10.0)
+    metadata.update_failed(10.5, RuntimeError("lost"))
+    assert metadata.failing_for(12.0) == 2.0
+    metadata.update_started(13.0)
+    metadata.update_failed(13.5, RuntimeError("lost"))
+    assert metadata.failing_for(14.0) == 4.0  # still from the first failure
+    metadata.update(BROKERS, [], 15.0, cluster_id="A")
+    assert metadata.failing_for(20.0) == 0.0

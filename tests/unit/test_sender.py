@@ -251,15 +251,24 @@ class FakeConnections:
     def ensure_any_connecting(self, now: float) -> None:
         self.any_connecting_calls += 1
 
-    def least_loaded(self, now: float) -> FakeConnection | None:
+    def least_loaded(self, now: float, for_metadata: bool = False) -> FakeConnection | None:
         usable = [self.nodes[n] for n in sorted(self.connected) if self.nodes[n].can_send()]
         return min(usable, key=lambda c: c.in_flight_count()) if usable else None
 
-    def set_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+    def set_brokers(
+        self, brokers: Mapping[int, tuple[str, int]], *, from_metadata: bool = True
+    ) -> None:
         self.brokers_set.append(dict(brokers))
 
     def rebootstrap(self, reason: str, now: float) -> None:
         self.rebootstraps.append((reason, now))
+
+    def distrust(self, node_id: int) -> None:
+        return None
+
+    @property
+    def bootstrap_only(self) -> bool:
+        return False
 
     def check_request_timeouts(self, now: float) -> None:
         self.timeout_checks.append(now)
