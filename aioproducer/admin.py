@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from aioproducer._core.backoff import ExponentialBackoff
 from aioproducer._core.futures import error_copy
@@ -740,77 +740,90 @@ class _BrokerTopics:
     async def create(
         self, topics: Sequence[NewTopic], validate_only: bool, deadline: float
     ) -> dict[str, TopicCreation]:
-        pending = {topic.name: topic for topic in topics}
-        results: dict[str, TopicCreation] = {}
-        # Topics an earlier attempt sent without an answer: the controller may have created
-        # them, and the retry is then answered TOPIC_ALREADY_EXISTS.
-        unanswered: set[str] = set()
-        attempts = 0
-        refresh = False
-        while pending:
-            what = f"CreateTopics for {', '.join(pending)}"
-            request = CreateTopicsRequest(
-                [topic._creatable() for topic in pending.values()],
+        by_name = {topic.name: topic for topic in topics}
+        answers, unanswered = await self._controller_rounds(
+            list(by_name),
+            lambda pending: CreateTopicsRequest(
+                [by_name[name]._creatable() for name in pending],
                 self._broker_timeout_ms(deadline),
                 validate_only,
-            )
-            try:
-                response = await self._to_controller(request, refresh, deadline, what)
-            except _Sent as sent:
-                unanswered.update(pending)
-                refresh = True
-                attempts = await self._retry_after(sent.error, attempts, deadline, what)
-                continue
-            refresh = False
-            throttled = False
-            for result in response.topics:
-                topic = pending.get(result.name)
-                if topic is None:
-                    continue  # a topic not asked for (or answered twice): nothing to say
-                code = result.error_code
-                if code == ErrorCode.NOT_CONTROLLER:
-                    refresh = True
-                    continue
-                if code == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._time_for(
-                    response.throttle_time_ms / 1000.0, deadline
-                ):
-                    throttled = True
-                    continue
-                del pending[result.name]
-                results[result.name] = _creation(result, validate_only, result.name in unanswered)
-            for name in [name for name in pending if name not in _names_of(response.topics)]:
-                # The broker did not answer for it: as Java's Admin, that fails it.
-                del pending[name]
-                results[name] = TopicCreation(
-                    name,
-                    False,
-                    UnknownServerError(
-                        f"the answer to CreateTopics did not mention topic {name!r}"
-                    ),
-                )
-            if pending:
-                if throttled:
-                    attempts = await self._wait_throttle(
-                        response.throttle_time_ms, attempts, deadline, what
-                    )
-                    continue
-                attempts = await self._retry_after(
-                    error_for_code(ErrorCode.NOT_CONTROLLER), attempts, deadline, what
-                )
+            ),
+            lambda response: (
+                response.throttle_time_ms,
+                [(result.name, result.error_code, result) for result in response.topics],
+            ),
+            "CreateTopics",
+            deadline,
+        )
+        results: dict[str, TopicCreation] = {}
+        for name, answer in answers.items():
+            if isinstance(answer, KafkaError):
+                results[name] = TopicCreation(name, False, answer)
+            else:
+                # Sent before without an answer: the controller may have created it, and
+                # the retry is then answered TOPIC_ALREADY_EXISTS.
+                results[name] = _creation(answer, validate_only, name in unanswered)
         self._topics_changed(results)
         return results
 
     async def delete(self, names: Sequence[str], deadline: float) -> dict[str, KafkaError | None]:
-        pending = list(names)
+        answers, unanswered = await self._controller_rounds(
+            list(names),
+            lambda pending: DeleteTopicsRequest(list(pending), self._broker_timeout_ms(deadline)),
+            lambda response: (
+                response.throttle_time_ms,
+                [(result.name, result.error_code, result) for result in response.responses],
+            ),
+            "DeleteTopics",
+            deadline,
+        )
         results: dict[str, KafkaError | None] = {}
+        for name, answer in answers.items():
+            if isinstance(answer, KafkaError):
+                results[name] = answer
+                continue
+            code = answer.error_code
+            error = None
+            if code != 0:
+                error = error_for_code(code, answer.error_message, where=f"topic {name!r}")
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and name in unanswered:
+                    error = _with_note(
+                        error,
+                        "a DeleteTopics sent earlier got no answer, and may have deleted it",
+                    )
+            results[name] = error
+        self._topics_changed({name: None for name, error in results.items() if error is None})
+        return results
+
+    async def _controller_rounds(
+        self,
+        names: Sequence[str],
+        request_for: Callable[[list[str]], Request[_R]],
+        answers_of: Callable[[_R], tuple[int, list[tuple[str | None, int, Any]]]],
+        api: str,
+        deadline: float,
+    ) -> tuple[dict[str, Any], set[str]]:
+        """Send ``request_for(pending names)`` to the controller until each of ``names`` has
+        its answer: NOT_CONTROLLER looks the controller up again and retries, a quota
+        throttle (KIP-599) is waited out within ``deadline``, a request that got no answer
+        is sent again. ``answers_of`` gives a response's throttle time and its (name, error
+        code, per-topic result) entries.
+
+        Returns each name's per-topic result, in the order they were settled (an
+        UnknownServerError for a name the answer did not mention, as Java's Admin), and the
+        names sent at least once without an answer.
+        """
+        pending = list(names)
+        results: dict[str, Any] = {}
         unanswered: set[str] = set()
         attempts = 0
         refresh = False
         while pending:
-            what = f"DeleteTopics for {', '.join(pending)}"
-            request = DeleteTopicsRequest(list(pending), self._broker_timeout_ms(deadline))
+            what = f"{api} for {', '.join(pending)}"
             try:
-                response = await self._to_controller(request, refresh, deadline, what)
+                response = await self._to_controller(
+                    request_for(pending), refresh, deadline, what
+                )
             except _Sent as sent:
                 unanswered.update(pending)
                 refresh = True
@@ -818,47 +831,37 @@ class _BrokerTopics:
                 continue
             refresh = False
             throttled = False
+            throttle_time_ms, entries = answers_of(response)
             answered: set[str] = set()
-            for result in response.responses:
-                name = result.name
+            for name, code, result in entries:
                 if name is None or name not in pending:
-                    continue
+                    continue  # a topic not asked for (or answered twice): nothing to say
                 answered.add(name)
-                code = result.error_code
                 if code == ErrorCode.NOT_CONTROLLER:
                     refresh = True
                     continue
                 if code == ErrorCode.THROTTLING_QUOTA_EXCEEDED and self._time_for(
-                    response.throttle_time_ms / 1000.0, deadline
+                    throttle_time_ms / 1000.0, deadline
                 ):
                     throttled = True
                     continue
                 pending.remove(name)
-                error = None
-                if code != 0:
-                    error = error_for_code(code, result.error_message, where=f"topic {name!r}")
-                    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and name in unanswered:
-                        error = _with_note(
-                            error,
-                            "a DeleteTopics sent earlier got no answer, and may have deleted it",
-                        )
-                results[name] = error
+                results[name] = result
             for name in [name for name in pending if name not in answered]:
                 pending.remove(name)
                 results[name] = UnknownServerError(
-                    f"the answer to DeleteTopics did not mention topic {name!r}"
+                    f"the answer to {api} did not mention topic {name!r}"
                 )
             if pending:
                 if throttled:
                     attempts = await self._wait_throttle(
-                        response.throttle_time_ms, attempts, deadline, what
+                        throttle_time_ms, attempts, deadline, what
                     )
                     continue
                 attempts = await self._retry_after(
                     error_for_code(ErrorCode.NOT_CONTROLLER), attempts, deadline, what
                 )
-        self._topics_changed({name: None for name, error in results.items() if error is None})
-        return results
+        return results, unanswered
 
     async def describe(
         self, names: Sequence[str], include_configs: bool, deadline: float
@@ -1136,10 +1139,6 @@ class _Sent(Exception):
     def __init__(self, error: KafkaError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _names_of(results: Iterable[CreatableTopicResult]) -> set[str]:
-    return {result.name for result in results}
 
 
 def _creation(result: CreatableTopicResult, validate_only: bool, unanswered: bool) -> TopicCreation:
