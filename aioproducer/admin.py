@@ -1034,7 +1034,33 @@ class _BrokerTopics:
                 raise _Sent(exc) from exc
             raise
         assert response is not None  # every admin request expects an answer
+        if isinstance(response, MetadataResponse):
+            self._check_metadata(response, connection, what)
         return response
+
+    def _check_metadata(
+        self, response: MetadataResponse, connection: BrokerConnection, what: str
+    ) -> None:
+        """Refuse a Metadata answer the producer would refuse: one with a top-level error
+        (v13+) or one from another cluster. Either is retried on another broker; the
+        producer's own refresh meets the same answer and acts on it (REBOOTSTRAP_REQUIRED
+        sends it back to the bootstrap servers; another cluster is logged as an ERROR).
+
+        Raises:
+            _NotSent: the answer is refused (retriable).
+        """
+        source = connection.description
+        refused: KafkaError | None
+        if response.error_code != 0:
+            refused = error_for_code(response.error_code, f"metadata from {source}")
+        else:
+            refused = self._metadata.check_cluster(response.cluster_id, source)
+            if refused is not None:
+                self._connections.distrust(connection.node_id)
+        if refused is not None:
+            self._metadata.request_update()
+            self._wake_sender()
+            raise _NotSent(str(refused)) from refused
 
     async def _connection(self, node: int | None, deadline: float, what: str) -> BrokerConnection:
         """A connection to ``node`` (None: the least loaded) that can take a request now,
@@ -1078,6 +1104,10 @@ class _BrokerTopics:
 
     def _unreachable(self) -> str:
         summary = self._connections.unreachable_summary()
+        refusal = self._metadata.refusal
+        if refusal is not None:
+            # The brokers that answered for another cluster are asked nothing more.
+            summary = f"{summary}; {refusal}" if summary else str(refusal)
         return f"; {summary}" if summary else ""
 
     # ---- timing ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from aioproducer._core.transactions import CoordinatorType
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import (
     ConfigurationError,
+    KafkaConnectionError,
     KafkaError,
     RequestTimedOutError,
     error_for_code,
@@ -147,6 +148,13 @@ class _CoordinatorClient:
         connection = await self._manager.bootstrap(self.deadline)
         if not self._brokers:
             metadata = await self.request(connection, MetadataRequest([], False), "Metadata")
+            if metadata.error_code != 0:
+                # A top-level error (v13+; REBOOTSTRAP_REQUIRED among them): this broker's
+                # view is of no use; the attempt is retried, on another connection.
+                source = f"metadata from {connection.description}"
+                error = error_for_code(metadata.error_code, source)
+                connection.close(KafkaConnectionError(str(error)))
+                raise KafkaConnectionError(f"{error}; asking again")
             self._brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
             self._manager.set_brokers(self._brokers)
         return connection

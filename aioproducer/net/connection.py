@@ -57,7 +57,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Union, cast
 
@@ -188,6 +188,91 @@ def _current_task() -> asyncio.Task[Any] | None:
         return None
 
 
+#: Resolves ``(host, port)`` to ``(address family, address)`` pairs, in the order to try.
+Resolver = Callable[[str, int], Awaitable[list[tuple[int, str]]]]
+
+
+async def _resolve(host: str, port: int) -> list[tuple[int, str]]:
+    """Every address ``host`` resolves to, through the event loop's resolver."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(int(family), str(sockaddr[0])) for family, _, _, _, sockaddr in infos]
+
+
+class ResolvedAddresses:
+    """The addresses a broker's host name resolves to, in the resolver's order, and the one
+    the next connection attempt starts from (``client.dns.lookup=use_all_dns_ips``).
+
+    An attempt tries the addresses in turn from its start, all within one
+    ``socket_connection_setup_timeout_ms``. One that refuses or does not answer in time
+    moves the start past it: an address that drops packets costs one attempt, not every
+    attempt. Once the last address failed, the next attempt resolves the name again; so
+    does the first attempt after an established connection is lost (the broker may have
+    moved), and after a rebootstrap.
+    """
+
+    def __init__(self, host: str, port: int, resolver: Resolver | None = None) -> None:
+        self.host = host
+        self.port = port
+        self._resolver = resolver if resolver is not None else _resolve
+        # (address family, address) in the resolver's order; empty: resolve at next use.
+        self._addresses: list[tuple[int, str]] = []
+        self._start = 0
+
+    @property
+    def addresses(self) -> list[str]:
+        """The addresses of the last resolution still in use (empty once forgotten)."""
+        return [address for _, address in self._addresses]
+
+    @property
+    def start(self) -> str | None:
+        """The address the next attempt tries first (None: the name is resolved first)."""
+        return self._addresses[self._start][1] if self._addresses else None
+
+    async def candidates(self) -> list[tuple[int, str]]:
+        """The addresses the next attempt tries, in order, resolving the name if needed.
+
+        Raises:
+            OSError: the name does not resolve (``socket.gaierror``), or to no address.
+        """
+        if not self._addresses:
+            found: list[tuple[int, str]] = []
+            for entry in await self._resolver(self.host, self.port):
+                if entry not in found:
+                    found.append(entry)
+            if not found:
+                raise OSError(f"{self.host} resolves to no address")
+            self._addresses = found
+            self._start = 0
+        return self._addresses[self._start :]
+
+    def failed(self, address: str) -> None:
+        """``address`` refused or did not answer in time: start after it next time (past
+        the last address: resolve again)."""
+        index = self._index(address)
+        if index < 0:
+            return
+        self._start = index + 1
+        if self._start >= len(self._addresses):
+            self.forget()
+
+    def connected(self, address: str) -> None:
+        """``address`` took the connection: the next attempt starts from it."""
+        index = self._index(address)
+        if index >= 0:
+            self._start = index
+
+    def forget(self) -> None:
+        """Resolve the name again at the next attempt."""
+        self._addresses = []
+        self._start = 0
+
+    def _index(self, address: str) -> int:
+        for index, (_, known) in enumerate(self._addresses):
+            if known == address:
+                return index
+        return -1
+
+
 class BrokerConnection(asyncio.Protocol):
     """A pipelined connection to one broker, with the ApiVersions handshake.
 
@@ -283,6 +368,8 @@ class BrokerConnection(asyncio.Protocol):
         self._close_cause: BaseException | None = None
         self._failed_at_close = 0
         self._lost: asyncio.Future[None] | None = None
+        # The address the connection attempt is trying (None once connected).
+        self._trying: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -364,12 +451,16 @@ class BrokerConnection(asyncio.Protocol):
 
     # ---- connecting --------------------------------------------------------------------------
 
-    async def connect(self, setup_timeout_ms: float | None = None) -> None:
+    async def connect(
+        self, setup_timeout_ms: float | None = None, addresses: ResolvedAddresses | None = None
+    ) -> None:
         """Open the connection, run the ApiVersions handshake and :meth:`authenticate`.
 
-        The TCP (and TLS) setup is bounded by ``setup_timeout_ms`` (by default
-        ``socket_connection_setup_timeout_ms``; the connection manager grows it after
-        failures); the handshake's requests by ``request_timeout_ms``.
+        The name resolution and TCP (and TLS) setup are bounded by ``setup_timeout_ms`` (by
+        default ``socket_connection_setup_timeout_ms``; the connection manager grows it
+        after failures); the handshake's requests by ``request_timeout_ms``. The host's
+        addresses are tried in turn from where ``addresses`` (which the caller keeps from
+        one attempt to the next) says to start; without it, from the first.
 
         Raises:
             KafkaConnectionError: the broker is unreachable, did not answer in time or
@@ -394,16 +485,11 @@ class BrokerConnection(asyncio.Protocol):
         except ConfigurationError as exc:
             self._fail_connect(exc)
             raise
+        if addresses is None:
+            addresses = ResolvedAddresses(self.host, self.port)
         try:
             await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: self,
-                    self.host,
-                    self.port,
-                    ssl=ssl_context,
-                    server_hostname=self.host if ssl_context is not None else None,
-                ),
-                setup_timeout_ms / 1000.0,
+                self._open(loop, addresses, ssl_context), setup_timeout_ms / 1000.0
             )
         except asyncio.CancelledError:
             self._fail_connect(KafkaConnectionError(f"connecting to {self.description} cancelled"))
@@ -414,9 +500,14 @@ class BrokerConnection(asyncio.Protocol):
                 # A plaintext listener takes the ClientHello for the start of a huge request
                 # and waits for the rest: the TLS handshake never completes.
                 hint = " (a listener that does not speak TLS also ends this way)"
+            tried = self._trying
+            if tried is not None:
+                # The next attempt starts after the address that did not answer.
+                addresses.failed(tried)
+            where = f" at {tried}" if tried is not None and tried != self.host else ""
             error = KafkaConnectionError(
-                f"could not connect to {self.description} within {setup_timeout_ms:.0f} ms "
-                f"(socket_connection_setup_timeout_ms){hint}"
+                f"could not connect to {self.description}{where} within "
+                f"{setup_timeout_ms:.0f} ms (socket_connection_setup_timeout_ms){hint}"
             )
             self._fail_connect(error)
             raise error from exc
@@ -584,6 +675,41 @@ class BrokerConnection(asyncio.Protocol):
         if isinstance(cause, ssl.SSLError) and not isinstance(cause, _SSL_NETWORK_ERRORS):
             return cause
         return None
+
+    async def _open(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        addresses: ResolvedAddresses,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        """Connect to the first of the host's addresses that takes the connection, from
+        where ``addresses`` starts; a TLS failure ends the attempt at that address."""
+        self._trying = None
+        last_error: OSError | None = None
+        for family, address in await addresses.candidates():
+            self._trying = address
+            try:
+                await loop.create_connection(
+                    lambda: self,
+                    address,
+                    self.port,
+                    family=family,
+                    ssl=ssl_context,
+                    server_hostname=self.host if ssl_context is not None else None,
+                )
+            except ssl.SSLError:
+                raise
+            except OSError as exc:
+                addresses.failed(address)
+                last_error = exc
+                if self._state is ConnectionState.CLOSED:
+                    raise
+                continue
+            addresses.connected(address)
+            self._trying = None
+            return
+        assert last_error is not None
+        raise last_error
 
     def _fail_connect(self, error: KafkaError) -> None:
         if not self.closed:

@@ -28,7 +28,12 @@ from aioproducer.errors import (
     KafkaConnectionError,
     KafkaError,
 )
-from aioproducer.net.connection import BrokerConnection, ConnectionState, FinalizedFeatures
+from aioproducer.net.connection import (
+    BrokerConnection,
+    ConnectionState,
+    FinalizedFeatures,
+    ResolvedAddresses,
+)
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
 
 if TYPE_CHECKING:
@@ -73,6 +78,8 @@ class _Node:
     # on re-authentication); cleared when a connection succeeds again.
     auth_error: KafkaError | None = None
     auth_failed_at: float = 0.0
+    # The host's addresses and where the next attempt starts (use_all_dns_ips).
+    resolved: ResolvedAddresses | None = None
     # When a connection to it was lost (clock seconds), until one is up again.
     lost_at: float = -1.0
 
@@ -432,6 +439,8 @@ class ConnectionManager:
         self._rebootstrap_failed.clear()
         for node in self._bootstrap_nodes:
             self._distrusted.discard(node.node_id)
+            if node.resolved is not None:
+                node.resolved.forget()
             if node.task is None:
                 self._drop(node, KafkaConnectionError(f"{node.address}: rebootstrapping"))
                 node.failed_attempts = 0
@@ -466,20 +475,26 @@ class ConnectionManager:
         )
         node.connection = connection
         setup_timeout_ms = self._setup_timeout.backoff_ms(node.failed_attempts)
+        if node.resolved is None:
+            node.resolved = ResolvedAddresses(node.host, node.port)
         task = asyncio.get_running_loop().create_task(
-            self._connect(node, connection, setup_timeout_ms),
+            self._connect(node, connection, setup_timeout_ms, node.resolved),
             name=f"aioproducer-connect-{node.node_id}",
         )
         node.task = task
         return task
 
     async def _connect(
-        self, node: _Node, connection: BrokerConnection, setup_timeout_ms: float
+        self,
+        node: _Node,
+        connection: BrokerConnection,
+        setup_timeout_ms: float,
+        addresses: ResolvedAddresses,
     ) -> BrokerConnection | None:
         # Returns None on failure (recorded on the node) rather than raising, so a task nobody
         # awaits never logs "exception was never retrieved".
         try:
-            await connection.connect(setup_timeout_ms)
+            await connection.connect(setup_timeout_ms, addresses)
         except asyncio.CancelledError:
             # The node may have a new attempt already (a rebootstrap dropped this one and
             # started another on the same node): only this attempt's traces go.
@@ -563,6 +578,10 @@ class ConnectionManager:
             return  # still connecting: _connect records the failure
         node.connection = None
         node.last_error = cause
+        if node.resolved is not None:
+            # An established connection ended: the broker may have moved, so the next
+            # attempt resolves its name again.
+            node.resolved.forget()
         self._closed_count += 1
         self._reauthentications_closed += connection.reauthentications
         if _refused(cause):

@@ -8,10 +8,17 @@ mapped to ``127.0.0.3``, and the broker starts again there (the same data, the s
 cluster, the same port). The producer, which knew the broker at ``127.0.0.2`` only, must find
 it again through the bootstrap name, resolved anew.
 
+After the move the name maps to two addresses: first ``127.0.0.2``, where a listener whose
+accept queue is full now drops every connection's first packet (as a firewall that drops
+packets does), then ``127.0.0.3``. Every address a name resolves to is tried
+(``client.dns.lookup=use_all_dns_ips``), and an address that does not answer costs one
+connection attempt: the next one starts at the address after it.
+
 ``test_a_moved_cluster_is_found_again_through_the_bootstrap_name`` proves: every record the
 producer reported acknowledged, before and after the move, is in the topic exactly once and
 in order (read back with confluent-kafka), no record failed, records were acknowledged after
-the move, and the producer logged that it rebootstrapped.
+the move, and the producer logged that it rebootstrapped and that an attempt timed out at
+the silent address.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.blackhole import SilentAddress
 from tests.support.kafka import KafkaBroker
 from tests.support.passes import refuse_java
 from tests.support.readback import read_back
@@ -51,6 +59,7 @@ PRODUCER = textwrap.dedent(
     from aioproducer import Producer, stop_on_signals
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger("aioproducer.net").setLevel(logging.DEBUG)
 
 
     async def main() -> None:
@@ -72,6 +81,8 @@ PRODUCER = textwrap.dedent(
             request_timeout_ms=10000,
             reconnect_backoff_ms=100,
             reconnect_backoff_max_ms=1000,
+            socket_connection_setup_timeout_ms=2000,
+            socket_connection_setup_timeout_max_ms=4000,
         ) as producer:
             with stop_on_signals():
                 number = 0
@@ -95,8 +106,9 @@ PRODUCER = textwrap.dedent(
 )
 
 
-def _hosts(address: str) -> str:
-    return f"127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n{address} {NAME}\n"
+def _hosts(*addresses: str) -> str:
+    names = "".join(f"{address} {NAME}\n" for address in addresses)
+    return f"127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n{names}"
 
 
 def _namespaced(hosts: Path, command: list[str]) -> list[str]:
@@ -145,6 +157,7 @@ async def test_a_moved_cluster_is_found_again_through_the_bootstrap_name(tmp_pat
             APP_STATUS=str(status),
             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
         )
+        silent = SilentAddress("127.0.0.2", broker.port)
         with log.open("wb") as log_file:
             process = subprocess.Popen(
                 _namespaced(hosts, [sys.executable, str(script)]),
@@ -152,9 +165,12 @@ async def test_a_moved_cluster_is_found_again_through_the_bootstrap_name(tmp_pat
             )
             try:
                 before = await _wait_status(status, lambda s: s["acked"] >= 30, 60, log)
-                # The whole cluster moves: the old address dies, the name follows the new one.
-                hosts.write_text(_hosts("127.0.0.3"))
-                await asyncio.to_thread(broker.relocate, "127.0.0.3")
+                # The whole cluster moves. The name now resolves to the old address first,
+                # where packets are dropped from now on, then to the new one.
+                hosts.write_text(_hosts("127.0.0.2", "127.0.0.3"))
+                await asyncio.to_thread(
+                    broker.relocate, "127.0.0.3", while_stopped=silent.__enter__
+                )
                 moved_at = int(before["acked"])
                 await _wait_status(status, lambda s: s["acked"] >= moved_at + 60, 180, log)
                 process.send_signal(signal.SIGTERM)
@@ -163,6 +179,7 @@ async def test_a_moved_cluster_is_found_again_through_the_bootstrap_name(tmp_pat
                 if process.poll() is None:
                     process.kill()
                     process.wait()
+                silent.close()
         output = log.read_text()
         final = json.loads(status.read_text())
         assert process.returncode == 0, output[-4000:]
@@ -177,3 +194,6 @@ async def test_a_moved_cluster_is_found_again_through_the_bootstrap_name(tmp_pat
     assert values == sorted(acked), (len(values), len(acked))
     assert len(set(values)) == len(values)
     assert "rebootstrapping" in output, output[-4000:]
+    # The silent address was tried and passed over.
+    timed_out = f"could not connect to bootstrap server {NAME}:{broker.port} at 127.0.0.2 within"
+    assert timed_out in output, output[-4000:]

@@ -1341,15 +1341,24 @@ class KafkaBroker(_Administration):
             preexec_fn=_die_with_parent(),
         )
 
-    def relocate(self, client_host: str, *, grace: float = 20.0) -> None:
+    def relocate(
+        self,
+        client_host: str,
+        *,
+        grace: float = 20.0,
+        while_stopped: Callable[[], None] | None = None,
+    ) -> None:
         """Stop the node and start it again with its PLAINTEXT listener on
         ``client_host`` (the same port, the same data: the same cluster, elsewhere), then
-        wait until it answers there.
+        wait until it answers there. ``while_stopped`` runs between the two (with the old
+        address free, before the new one listens).
 
         Raises:
             KafkaBrokerError: the node did not come back within ``startup_timeout``.
         """
         self._kill(grace)
+        if while_stopped is not None:
+            while_stopped()
         node = self.node
         self._client_host = client_host
         self._node = dataclasses.replace(

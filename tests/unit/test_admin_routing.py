@@ -218,3 +218,40 @@ async def test_a_controller_that_cannot_be_reached_is_passed_over(
         brokers = _admin_brokers(cluster, CREATE_TOPICS)
         assert len(brokers) == 1 and brokers[0] != 2
         assert cluster.topics["orders"] == 1
+
+
+async def test_describe_refuses_another_clusters_answer(cluster: ScriptedCluster) -> None:
+    options = fast_options(cluster.bootstrap_servers, metadata_recovery_rebootstrap_trigger_ms=500)
+    async with Producer(**options) as producer:
+        await bounded(producer.partitions_for("existing"))
+        # Every broker now answers for another cluster (its addresses were given to one).
+        for broker in cluster.brokers.values():
+            broker.cluster_id = "another-cluster"
+        started = time.monotonic()
+        with pytest.raises(e.RequestTimedOutError, match="another-cluster") as caught:
+            await bounded(producer.admin.describe_topics(["existing"], timeout=1.0))
+        assert time.monotonic() - started < 3.0
+        assert "works with cluster scripted" in str(caught.value)
+        # The same brokers answering for this cluster again are believed again, once the
+        # producer goes back to its bootstrap servers (no metadata for the trigger time).
+        for broker in cluster.brokers.values():
+            broker.cluster_id = None
+        described = await bounded(producer.admin.describe_topics(["existing"], timeout=10.0))
+        assert described["existing"].num_partitions == 2
+
+
+async def test_describe_retries_a_metadata_answer_with_a_top_level_error(
+    cluster: ScriptedCluster,
+) -> None:
+    for broker in cluster.brokers.values():
+        broker.api_versions[METADATA] = (1, 13)
+    async with Producer(**fast_options(cluster.bootstrap_servers)) as producer:
+        await bounded(producer.partitions_for("existing"))
+        for broker in cluster.brokers.values():
+            broker.metadata_error = 15  # COORDINATOR_NOT_AVAILABLE, say
+        with pytest.raises(e.RequestTimedOutError, match="COORDINATOR_NOT_AVAILABLE"):
+            await bounded(producer.admin.describe_topics(["existing"], timeout=1.0))
+        for broker in cluster.brokers.values():
+            broker.metadata_error = 0
+        described = await bounded(producer.admin.describe_topics(["existing"], timeout=10.0))
+        assert described["existing"].num_partitions == 2

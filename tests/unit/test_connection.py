@@ -33,6 +33,7 @@ from aioproducer.errors import (
 )
 from aioproducer.net import BrokerConnection, ConnectionManager, ConnectionState, ExponentialBackoff
 from aioproducer.net import writers as writers_module
+from aioproducer.net.connection import ResolvedAddresses
 from aioproducer.protocol.api import SMALL_RESPONSE_LIMIT, ApiKey
 from aioproducer.protocol.messages import (
     ApiVersionsRequest,
@@ -43,6 +44,7 @@ from aioproducer.protocol.messages import (
     ProduceRequest,
     ProduceTopicData,
 )
+from tests.support.blackhole import SilentAddress
 from tests.support.echo import EchoRequest
 
 if TYPE_CHECKING:
@@ -1464,6 +1466,102 @@ def test_ensure_any_connecting_prefers_known_brokers(run: Runner[None], refused_
             await changes.wait_until(lambda: manager.least_loaded(0.0) is not None)
             assert manager.least_loaded(0.0) is manager.ready(5)
             await manager.close()
+
+    run(scenario())
+
+
+# ---- every address a name resolves to (use_all_dns_ips) ----------------------------------
+
+
+class FixedResolver:
+    """Resolves any name to ``addresses`` (IPv4), counting the lookups."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = list(addresses)
+        self.lookups = 0
+
+    async def __call__(self, host: str, port: int) -> list[tuple[int, str]]:
+        self.lookups += 1
+        return [(int(socket.AF_INET), address) for address in self.addresses]
+
+
+def test_an_address_that_drops_packets_costs_one_attempt_and_the_next_starts_past_it(
+    run: Runner[None],
+) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            with SilentAddress("127.0.0.2", broker.port):
+                resolver = FixedResolver("127.0.0.2", HOST)
+                addresses = ResolvedAddresses("brokers.test", broker.port, resolver)
+                config = make_config(broker.port)
+                first = BrokerConnection(1, "brokers.test", broker.port, config)
+                started = time.monotonic()
+                with pytest.raises(KafkaConnectionError) as caught:
+                    await first.connect(400, addresses)
+                waited = time.monotonic() - started
+                # The attempt hung at the silent address until its setup timeout.
+                assert 0.35 <= waited < PATIENCE, waited
+                assert "at 127.0.0.2 within 400 ms" in str(caught.value)
+                assert caught.value.retriable
+                assert addresses.start == HOST
+                # The next attempt starts at the address after it, and reaches the broker.
+                second = BrokerConnection(1, "brokers.test", broker.port, config)
+                await second.connect(400, addresses)
+                assert second.is_ready and resolver.lookups == 1
+                # A later attempt starts where the last one connected.
+                assert addresses.start == HOST
+                second.close()
+                await second.wait_closed()
+                # Forgotten (an established connection was lost): resolved anew, from the top.
+                addresses.forget()
+                third = BrokerConnection(1, "brokers.test", broker.port, config)
+                with pytest.raises(KafkaConnectionError):
+                    await third.connect(400, addresses)
+                assert resolver.lookups == 2 and addresses.start == HOST
+
+    run(scenario())
+
+
+def test_a_refused_address_falls_through_to_the_next_within_one_attempt(
+    run: Runner[None],
+) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+            # Nothing listens on 127.0.0.3 at the broker's port: refused at once.
+            resolver = FixedResolver("127.0.0.3", HOST)
+            addresses = ResolvedAddresses("brokers.test", broker.port, resolver)
+            connection = BrokerConnection(1, "brokers.test", broker.port, make_config(broker.port))
+            await connection.connect(PATIENCE * 1000, addresses)
+            assert connection.is_ready
+            assert addresses.start == HOST and resolver.lookups == 1
+            connection.close()
+            await connection.wait_closed()
+
+    run(scenario())
+
+
+def test_once_every_address_failed_the_name_is_resolved_again(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        with socket.socket() as bound:
+            bound.bind(("127.0.0.3", 0))
+            port = bound.getsockname()[1]
+            resolver = FixedResolver("127.0.0.3", "127.0.0.4")
+            addresses = ResolvedAddresses("brokers.test", port, resolver)
+            for attempt in (1, 2):
+                connection = BrokerConnection(1, "brokers.test", port, make_config(port))
+                with pytest.raises(KafkaConnectionError) as caught:
+                    await connection.connect(PATIENCE * 1000, addresses)
+                assert caught.value.retriable
+                assert resolver.lookups == attempt and addresses.start is None
+            # The name now resolves to a broker: the next attempt finds it.
+            async with FakeBroker() as broker:
+                resolver.addresses = [HOST]
+                addresses.port = broker.port
+                connection = BrokerConnection(1, "brokers.test", broker.port, make_config(port))
+                await connection.connect(PATIENCE * 1000, addresses)
+                assert connection.is_ready and resolver.lookups == 3
+                connection.close()
+                await connection.wait_closed()
 
     run(scenario())
 
