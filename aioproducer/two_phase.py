@@ -145,19 +145,26 @@ class _CoordinatorClient:
         return remaining
 
     async def _any(self) -> BrokerConnection:
-        connection = await self._manager.bootstrap(self.deadline)
-        if not self._brokers:
+        attempts = 0
+        while True:
+            connection = await self._manager.bootstrap(self.deadline)
+            if self._brokers:
+                return connection
             metadata = await self.request(connection, MetadataRequest([], False), "Metadata")
-            if metadata.error_code != 0:
-                # A top-level error (v13+; REBOOTSTRAP_REQUIRED among them): this broker's
-                # view is of no use; the attempt is retried, on another connection.
-                source = f"metadata from {connection.description}"
-                error = error_for_code(metadata.error_code, source)
-                connection.close(KafkaConnectionError(str(error)))
-                raise KafkaConnectionError(f"{error}; asking again")
-            self._brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
-            self._manager.set_brokers(self._brokers)
-        return connection
+            if metadata.error_code == 0:
+                self._brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+                self._manager.set_brokers(self._brokers)
+                return connection
+            # A top-level error (v13+; REBOOTSTRAP_REQUIRED among them): this broker's view
+            # is of no use; ask again, on another connection, until the deadline.
+            error = error_for_code(
+                metadata.error_code, f"metadata from {connection.description}"
+            )
+            connection.close(KafkaConnectionError(str(error)))
+            if time.monotonic() >= self.deadline:
+                raise KafkaConnectionError(f"no usable metadata in the time given: {error}")
+            log.debug("%s; asking again", error)
+            attempts = await self.backoff(attempts, "Metadata")
 
     async def brokers(self) -> list[int]:
         """The node ids of the cluster's brokers (from one Metadata answer)."""

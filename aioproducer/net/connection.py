@@ -195,7 +195,14 @@ Resolver = Callable[[str, int], Awaitable[list[tuple[int, str]]]]
 async def _resolve(host: str, port: int) -> list[tuple[int, str]]:
     """Every address ``host`` resolves to, through the event loop's resolver."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [(int(family), str(sockaddr[0])) for family, _, _, _, sockaddr in infos]
+    found: list[tuple[int, str]] = []
+    for family, _, _, _, sockaddr in infos:
+        address = str(sockaddr[0])
+        if family == socket.AF_INET6 and len(sockaddr) >= 4 and sockaddr[3] and "%" not in address:
+            # A link-local address is reachable only through its interface (scope id).
+            address = f"{address}%{sockaddr[3]}"
+        found.append((int(family), address))
+    return found
 
 
 class ResolvedAddresses:
@@ -203,11 +210,11 @@ class ResolvedAddresses:
     the next connection attempt starts from (``client.dns.lookup=use_all_dns_ips``).
 
     An attempt tries the addresses in turn from its start, all within one
-    ``socket_connection_setup_timeout_ms``. One that refuses or does not answer in time
-    moves the start past it: an address that drops packets costs one attempt, not every
-    attempt. Once the last address failed, the next attempt resolves the name again; so
-    does the first attempt after an established connection is lost (the broker may have
-    moved), and after a rebootstrap.
+    ``socket_connection_setup_timeout_ms``. One that refuses, does not answer in time or
+    fails the handshake moves the start past it: an address that drops packets costs one
+    attempt, not every attempt. Once the last address failed, the next attempt resolves
+    the name again; so does the first attempt after an established connection is lost
+    (the broker may have moved), and after a rebootstrap.
     """
 
     def __init__(self, host: str, port: int, resolver: Resolver | None = None) -> None:
@@ -302,6 +309,8 @@ class BrokerConnection(asyncio.Protocol):
         node_id: the broker's node id.
         host: the broker's host.
         port: the broker's port.
+        address: the address (of those ``host`` resolves to) the connection reached;
+            ``host`` before that.
         finalized_features: ``{feature name: finalized max version level}`` from the same
             answer (ApiVersions v3+; empty before v3 or from brokers without features).
         finalized_features_epoch: the epoch of those features, -1 when none were sent.
@@ -370,6 +379,9 @@ class BrokerConnection(asyncio.Protocol):
         self._lost: asyncio.Future[None] | None = None
         # The address the connection attempt is trying (None once connected).
         self._trying: str | None = None
+        #: The address (of those ``host`` resolves to) the connection reached; ``host``
+        #: until then.
+        self.address: str = host
 
     def __repr__(self) -> str:
         return (
@@ -535,8 +547,11 @@ class BrokerConnection(asyncio.Protocol):
             error = KafkaConnectionError(f"could not connect to {self.description}: {reason}")
             self._fail_connect(error)
             raise error from exc
+        # Reached over TCP; it counts as connected once the handshake is done too.
+        reached = self.address
         if self._state is ConnectionState.CLOSED:
             # Lost between connection_made and here (the broker hung up at once).
+            addresses.failed(reached)
             raise self._connection_error("the connection closed during setup")
         self._state = ConnectionState.HANDSHAKING
         try:
@@ -550,6 +565,10 @@ class BrokerConnection(asyncio.Protocol):
             self.finalized_features_epoch = versions.finalized_features_epoch
             await self.authenticate()
         except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                # An address that takes connections but fails the handshake (a load
+                # balancer with nothing behind it, a broker going down) costs one attempt.
+                addresses.failed(reached)
             if not self.closed:
                 self.close(exc)
             rejection = self._tls_rejection()
@@ -562,7 +581,9 @@ class BrokerConnection(asyncio.Protocol):
                 raise
             raise self._connection_error(f"handshake failed: {exc!r}") from exc
         if self._state is ConnectionState.CLOSED:
+            addresses.failed(reached)
             raise self._connection_error("the connection closed during the handshake")
+        addresses.connected(reached)
         self._state = ConnectionState.READY
         self._start_writer()
         self._schedule_reauthentication(loop)
@@ -683,9 +704,10 @@ class BrokerConnection(asyncio.Protocol):
         ssl_context: ssl.SSLContext | None,
     ) -> None:
         """Connect to the first of the host's addresses that takes the connection, from
-        where ``addresses`` starts; a TLS failure ends the attempt at that address."""
+        where ``addresses`` starts (setting :attr:`address`); a TLS failure ends the
+        attempt at that address. When every address refused, the error names each."""
         self._trying = None
-        last_error: OSError | None = None
+        errors: list[tuple[str, OSError]] = []
         for family, address in await addresses.candidates():
             self._trying = address
             try:
@@ -698,18 +720,22 @@ class BrokerConnection(asyncio.Protocol):
                     server_hostname=self.host if ssl_context is not None else None,
                 )
             except ssl.SSLError:
+                addresses.failed(address)
                 raise
             except OSError as exc:
                 addresses.failed(address)
-                last_error = exc
                 if self._state is ConnectionState.CLOSED:
                     raise
+                errors.append((address, exc))
                 continue
-            addresses.connected(address)
             self._trying = None
+            self.address = address
             return
-        assert last_error is not None
-        raise last_error
+        if len(errors) == 1:
+            raise errors[0][1]
+        raise OSError(
+            "every address failed: " + "; ".join(f"{where}: {exc}" for where, exc in errors)
+        ) from errors[-1][1]
 
     def _fail_connect(self, error: KafkaError) -> None:
         if not self.closed:

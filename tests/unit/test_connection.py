@@ -1540,6 +1540,54 @@ def test_a_refused_address_falls_through_to_the_next_within_one_attempt(
     run(scenario())
 
 
+def test_an_address_that_fails_the_handshake_costs_one_attempt(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        async with FakeBroker() as broker:
+
+            async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                writer.close()
+
+            # 127.0.0.3 takes connections and hangs up at once (a load balancer with nothing
+            # behind it): TCP succeeds there, the handshake does not.
+            hanging_up = await asyncio.start_server(hang_up, "127.0.0.3", broker.port)
+            try:
+                resolver = FixedResolver("127.0.0.3", HOST)
+                addresses = ResolvedAddresses("brokers.test", broker.port, resolver)
+                config = make_config(broker.port)
+                first = BrokerConnection(1, "brokers.test", broker.port, config)
+                with pytest.raises(KafkaConnectionError) as caught:
+                    await first.connect(PATIENCE * 1000, addresses)
+                assert caught.value.retriable
+                assert addresses.start == HOST
+                second = BrokerConnection(1, "brokers.test", broker.port, config)
+                await second.connect(PATIENCE * 1000, addresses)
+                assert second.is_ready and second.address == HOST
+                assert resolver.lookups == 1
+                second.close()
+                await second.wait_closed()
+            finally:
+                hanging_up.close()
+
+    run(scenario())
+
+
+def test_every_refused_address_is_named(run: Runner[None]) -> None:
+    async def scenario() -> None:
+        with socket.socket() as bound:
+            bound.bind(("127.0.0.3", 0))
+            port = bound.getsockname()[1]
+            addresses = ResolvedAddresses(
+                "brokers.test", port, FixedResolver("127.0.0.3", "127.0.0.4")
+            )
+            connection = BrokerConnection(1, "brokers.test", port, make_config(port))
+            with pytest.raises(KafkaConnectionError) as caught:
+                await connection.connect(PATIENCE * 1000, addresses)
+            message = str(caught.value)
+            assert "127.0.0.3" in message and "127.0.0.4" in message, message
+
+    run(scenario())
+
+
 def test_once_every_address_failed_the_name_is_resolved_again(run: Runner[None]) -> None:
     async def scenario() -> None:
         with socket.socket() as bound:
