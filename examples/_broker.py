@@ -17,17 +17,26 @@ from aioproducer.embedded import EmbeddedBroker
 
 @contextlib.contextmanager
 def cluster(
-    default_topic: str, description: str, partitions: int = 3, embedded_note: str | None = None
+    default_topic: str,
+    description: str,
+    partitions: int = 3,
+    embedded_note: str | None = None,
+    needs_kafka: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Parse the command line; yield ``(bootstrap_servers, topic)``. ``embedded_note`` is
-    printed when the example runs on the embedded broker (what it cannot show there)."""
+    printed when the example runs on the embedded broker (what it cannot show there);
+    with ``needs_kafka``, the example never runs there: without ``--bootstrap-servers`` it
+    stops with that message."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--bootstrap-servers", help="a Kafka cluster (default: an embedded broker)")
+    default = "required" if needs_kafka else "default: an embedded broker"
+    parser.add_argument("--bootstrap-servers", help=f"a Kafka cluster ({default})")
     parser.add_argument("--topic", default=default_topic, help=f"default: {default_topic}")
     args = parser.parse_args()
     if args.bootstrap_servers:
         yield args.bootstrap_servers, args.topic
         return
+    if needs_kafka:
+        parser.error(needs_kafka)
     with EmbeddedBroker() as broker:
         broker.create_topic(args.topic, partitions=partitions)
         print(

@@ -3,10 +3,9 @@
     python examples/spark_exactly_once.py [--bootstrap-servers HOST:PORT] [--topic NAME]
 
 Needs PySpark 4 (``pip install -e '.[spark]'`` in a clone), Java 17 or newer, and Apache
-Kafka (``--bootstrap-servers``). Without ``--bootstrap-servers`` it starts the embedded
-broker (``pip install -e '.[spark,embedded]'``), which runs the same code but does not
-hide aborted records from consumers reading committed data: there the write succeeds, but
-nothing about the guarantee can be seen.
+Kafka 3.0 or later (``--bootstrap-servers``): ``exactly_once`` lists and describes the
+write's transactions (KIP-664), which the embedded broker cannot, so this example does not
+run there.
 
 It starts a local Spark session that tries a failed task again (``local[2,3]``), and
 writes orders with ``delivery.guarantee`` ``exactly_once``: each partition task writes in
@@ -84,12 +83,12 @@ def main(bootstrap_servers: str, topic: str) -> None:
 
 
 if __name__ == "__main__":
-    note = (
-        "note: the embedded broker does not hide aborted transactions from read_committed "
-        "consumers, so the rows of the failed attempt stay visible there; run against Apache "
-        "Kafka (--bootstrap-servers) to see the guarantee"
+    needs = (
+        "this example needs Apache Kafka 3.0 or later (--bootstrap-servers HOST:PORT): "
+        "delivery.guarantee exactly_once lists and describes the write's transactions, "
+        "which the embedded broker cannot"
     )
     with cluster(
-        "orders", "Write a Spark DataFrame to Kafka exactly once.", embedded_note=note
+        "orders", "Write a Spark DataFrame to Kafka exactly once.", needs_kafka=needs
     ) as (servers, name):
         main(servers, name)

@@ -8,9 +8,10 @@
 - ``mock_cluster_process``: the same, in a child process.
 - ``kafka``: one real Apache Kafka node (:class:`~tests.support.kafka.KafkaBroker`) for
   the whole session, formatted with Kafka's default ``transaction.version`` (2);
-  ``kafka_tv1``: another, formatted with ``transaction.version=1``. Each starts on first
-  use. Without Java 17+ (or Maven, to fetch the jars) they skip, unless ``CI`` is set:
-  then they fail.
+  ``kafka_tv1``: another, formatted with ``transaction.version=1``; ``kafka_3_9``,
+  ``kafka_3_6`` and ``kafka_2_8``: older Kafka versions (the last on ZooKeeper). Each
+  starts on first use. Without Java 17+ (or Maven, to fetch the jars) they skip, unless
+  ``CI`` is set: then they fail.
 - ``kafka_cluster``: three real Apache Kafka nodes forming one KRaft quorum
   (:class:`~tests.support.kafka.KafkaCluster`) shared by every test of the run, started on
   first use; skipped or failed as ``kafka`` is. Tests that pause, stop or move things on it
@@ -67,6 +68,9 @@ _FIXTURE_MARKERS = {
     "kafka_tv1": "kafka",
     "kafka_cluster": "kafka",
     "kafka_secure": "kafka",
+    "kafka_3_9": "kafka",
+    "kafka_3_6": "kafka",
+    "kafka_2_8": "kafka",
     "schema_registry": "registry",
     "spark_connect": "spark",
 }
@@ -140,7 +144,8 @@ def _kafka_logs(item: pytest.Item) -> list[tuple[str, Path]]:
     """``(label, log file)`` of each real Kafka node the test used."""
     funcargs: dict[str, Any] = getattr(item, "funcargs", {})
     logs: list[tuple[str, Path]] = []
-    for name in ("kafka", "kafka_tv1", "kafka_secure", "kafka_cluster"):
+    names = ("kafka", "kafka_tv1", "kafka_secure", "kafka_cluster", "any_kafka", "broker")
+    for name in (*names, "kafka_3_9", "kafka_3_6", "kafka_2_8"):
         fixture = funcargs.get(name)
         if fixture is None:
             continue
@@ -148,8 +153,9 @@ def _kafka_logs(item: pytest.Item) -> list[tuple[str, Path]]:
             logs += [(f"{name} node {node}", fixture.log_path(node)) for node in fixture.node_ids]
             continue
         broker = fixture.broker if name == "kafka_secure" else fixture
-        if broker.log_path is not None:
-            logs.append((name, broker.log_path))
+        log_path = getattr(broker, "log_path", None)  # "broker" may be another kind
+        if isinstance(log_path, Path) and log_path not in [path for _, path in logs]:
+            logs.append((name, log_path))
     return [(label, path) for label, path in logs if path.is_file()]
 
 
@@ -255,6 +261,30 @@ def kafka_tv1() -> Iterator[KafkaBroker]:
     from tests.support.kafka import KafkaBroker
 
     yield from _started_kafka(KafkaBroker(transaction_version=1))
+
+
+def _older_kafka(name: str) -> Iterator[KafkaBroker]:
+    from tests.support.kafka import OLDER_KAFKA, KafkaBroker
+
+    yield from _started_kafka(KafkaBroker(version=OLDER_KAFKA[name]))
+
+
+@pytest.fixture(scope="session")
+def kafka_3_9() -> Iterator[KafkaBroker]:
+    """An Apache Kafka 3.9 node (KRaft) for the whole session."""
+    yield from _older_kafka("kafka_3_9")
+
+
+@pytest.fixture(scope="session")
+def kafka_3_6() -> Iterator[KafkaBroker]:
+    """An Apache Kafka 3.6 node (KRaft, a static voters list) for the whole session."""
+    yield from _older_kafka("kafka_3_6")
+
+
+@pytest.fixture(scope="session")
+def kafka_2_8() -> Iterator[KafkaBroker]:
+    """An Apache Kafka 2.8 broker on ZooKeeper (both started here) for the whole session."""
+    yield from _older_kafka("kafka_2_8")
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,15 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
 
 
+#: The Kafka release that first offered an API, for the APIs this client uses that brokers
+#: still in service may lack (older ones are in every broker it can speak to): named when a
+#: broker does not support one.
+ADDED_IN: dict[int, str] = {
+    ApiKey.DESCRIBE_CLUSTER: "2.8 (KIP-700)",
+    ApiKey.DESCRIBE_TRANSACTIONS: "3.0 (KIP-664)",
+    ApiKey.LIST_TRANSACTIONS: "3.0 (KIP-664)",
+}
+
 NEVER_FLEXIBLE = 1 << 15
 """A first-flexible version no real version reaches: the API has no flexible versions."""
 

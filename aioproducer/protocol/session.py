@@ -52,6 +52,7 @@ from aioproducer.errors import (
     UnsupportedVersionError,
 )
 from aioproducer.protocol.api import (
+    ADDED_IN,
     CLIENT_THROTTLES_FROM,
     SMALL_RESPONSE_LIMIT,
     ApiKey,
@@ -250,8 +251,10 @@ class Session(Generic[W]):
         name = request_type.__name__
         broker_range = self.api_versions.get(request_type.API_KEY)
         if broker_range is None:
+            since = ADDED_IN.get(request_type.API_KEY)
             raise UnsupportedVersionError(
-                f"{self.description} does not support {name} (api key {request_type.API_KEY})"
+                f"{self.description} does not support {name} (api key {request_type.API_KEY}"
+                + (f"; brokers offer it from Kafka {since} on)" if since else ")")
             )
         broker_min, broker_max = broker_range
         high = min(request_type.MAX_VERSION, broker_max)

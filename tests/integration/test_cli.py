@@ -318,6 +318,13 @@ def test_examples_are_all_tested() -> None:
     assert scripts == set(EXAMPLE_CASES) | KAFKA_EXAMPLES
 
 
+def test_the_exactly_once_example_says_it_needs_kafka_without_bootstrap_servers() -> None:
+    result = run([sys.executable, str(EXAMPLES / "spark_exactly_once.py")])
+    assert result.returncode == 2, explain(result)
+    assert "needs Apache Kafka 3.0 or later (--bootstrap-servers" in result.stderr
+    assert EMBEDDED_NOTE.search(result.stderr) is None  # no broker was started
+
+
 def test_example_starts_its_own_broker_without_bootstrap_servers() -> None:
     result = run([sys.executable, str(EXAMPLES / "basic_send.py"), "--topic", "own-broker"])
     assert result.returncode == 0, explain(result)

@@ -29,7 +29,7 @@ from aioproducer.errors import (
 )
 from aioproducer.net.connection import BrokerConnection
 from aioproducer.protocol.messages import InitProducerIdRequest
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker, older_kafka_params
 from tests.support.readback import read_back
 from tests.support.wire import Send, intercept_send_for
 
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.kafka
 _HANG = 60.0  # only turns a hang into a failure
 
 
-@pytest.fixture(params=["kafka", "kafka_tv1"])
+@pytest.fixture(params=["kafka", "kafka_tv1", *older_kafka_params()])
 def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
     """Each Kafka node in turn: transaction.version 2 (the default), then 1."""
     broker: KafkaBroker = request.getfixturevalue(request.param)
@@ -105,7 +105,7 @@ async def test_a_transaction_with_split_batches_commits(
     assert [r.value for r in consumed] == values
 
 
-@pytest.mark.parametrize("broker_name", ["kafka", "kafka_tv1"])
+@pytest.mark.parametrize("broker_name", ["kafka", "kafka_tv1", *older_kafka_params()])
 async def test_a_stale_instance_is_the_one_fenced(
     broker_name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,7 +166,7 @@ async def test_a_stale_instance_is_the_one_fenced(
             async with newer.transaction():
                 await newer.send(topic, b"newer-1")
             newer_started.set()
-            if broker_name == "kafka_tv1":
+            if broker.finalized_features().get("transaction.version", 0) < 2:
                 with pytest.raises(ProducerFencedError):
                     await asyncio.wait_for(aborting, _HANG)
                 assert held, "the abort bumped no epoch"

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from aioproducer import Producer, RecordMetadata
-from tests.support.kafka import KafkaBroker, KafkaBrokerError
+from tests.support.kafka import KafkaBroker, KafkaBrokerError, older_kafka_params
 from tests.support.readback import ConsumedRecord, read_back
 
 pytestmark = pytest.mark.kafka
@@ -34,9 +34,16 @@ async def _within_limit(awaitable: Awaitable[T]) -> T:
     return await asyncio.wait_for(awaitable, _HANG)
 
 
-@pytest.fixture(params=["kafka", "kafka_tv1"])
+@pytest.fixture(params=["kafka", "kafka_tv1", *older_kafka_params()])
 def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
     """Each Kafka node in turn: transaction.version 2 (the default), then 1."""
+    broker: KafkaBroker = request.getfixturevalue(request.param)
+    return broker
+
+
+@pytest.fixture(params=["kafka", *older_kafka_params()])
+def each_version(request: pytest.FixtureRequest) -> KafkaBroker:
+    """Each Kafka version in turn: 4.4 (the session's ``kafka``), then the older ones."""
     broker: KafkaBroker = request.getfixturevalue(request.param)
     return broker
 
@@ -76,9 +83,10 @@ def test_transaction_versions(kafka: KafkaBroker, kafka_tv1: KafkaBroker) -> Non
 # -- aioproducer on Kafka ----------------------------------------------------------------
 
 
-async def test_round_trip(kafka: KafkaBroker, new_topic: NewTopic) -> None:
+async def test_round_trip(each_version: KafkaBroker, new_topic: NewTopic) -> None:
     """Keys, values (empty, None, binary), headers (repeated, None, non-ASCII names) and
     timestamps (given or not) come back exactly as sent, where the metadata said."""
+    kafka = each_version
     topic = new_topic(kafka, partitions=3)
     day_ago = int(time.time() * 1000) - 86_400_000
     # (partition, key, value, headers, timestamp_ms)
@@ -119,9 +127,12 @@ async def test_round_trip(kafka: KafkaBroker, new_topic: NewTopic) -> None:
             assert record.timestamp_ms == ts
 
 
-async def test_idempotent_producer_five_in_flight(kafka: KafkaBroker, new_topic: NewTopic) -> None:
+async def test_idempotent_producer_five_in_flight(
+    each_version: KafkaBroker, new_topic: NewTopic
+) -> None:
     """The default (idempotent) producer with 5 requests in flight and small batches:
     every record is written exactly once, in order, at consecutive offsets."""
+    kafka = each_version
     topic = new_topic(kafka, partitions=3)
     count = 3000
 
@@ -151,6 +162,34 @@ async def test_idempotent_producer_five_in_flight(kafka: KafkaBroker, new_topic:
         expected = [b"%05d" % i + b"." * 80 for i in range(partition, count, 3)]
         assert by_partition[partition] == expected
         assert [r.offset for r in records if r.partition == partition] == list(range(count // 3))
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_every_codec_round_trips(
+    each_version: KafkaBroker, new_topic: NewTopic, codec: str
+) -> None:
+    """Each compression codec, with keys and headers, is stored as sent (zstd needs Kafka
+    2.1 or later, Produce v7), in order, read back by another client."""
+    kafka = each_version
+    topic = new_topic(kafka, partitions=1)
+    sent = [
+        (b"k%03d" % i, b"value %03d " % i + b"x" * (i * 7), [("n", b"%d" % i)]) for i in range(60)
+    ]
+
+    async def produce() -> None:
+        async with Producer(
+            bootstrap_servers=kafka.bootstrap_servers, compression_type=codec, linger_ms=20
+        ) as producer:
+            futures = [
+                await producer.send(topic, value, key=key, headers=headers)
+                for key, value, headers in sent
+            ]
+            await asyncio.gather(*futures)
+
+    await _within_limit(produce())
+    records = read_back(kafka.bootstrap_servers, topic, expected=len(sent), extra_wait=0.3)
+    assert [(r.key, r.value, r.headers) for r in records] == sent
+    assert [r.offset for r in records] == list(range(len(sent)))
 
 
 async def test_transactions_commit_and_abort(any_kafka: KafkaBroker, new_topic: NewTopic) -> None:

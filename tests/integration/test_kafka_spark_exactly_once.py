@@ -52,7 +52,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker, older_kafka_params
 from tests.support.readback import read_back
 from tests.support.spark import ONCE_PER_CI_RUN, ROOT, local_spark
 from tests.support.spark_crash import CRASH_FLAG, KEYS
@@ -194,6 +194,29 @@ def test_a_task_that_fails_once_leaves_every_row_exactly_once(
     everything = _counts(kafka, topic, "read_uncommitted")
     assert sum(everything.values()) >= _ROWS
     assert set(everything) == expected
+
+
+@pytest.mark.parametrize("older", older_kafka_params()[-1:])
+def test_exactly_once_refuses_kafka_before_3_0_and_at_least_once_writes(
+    spark: Any, older: str, request: pytest.FixtureRequest, new_topic: NewTopic
+) -> None:
+    # Kafka 2.8 cannot list or describe transactions: the driver could not check that
+    # every partition's transaction is still open before committing any, so a write whose
+    # first transactions outlived their timeout would commit the others (half the rows).
+    from pyspark.errors import PySparkException
+
+    kafka: KafkaBroker = request.getfixturevalue(older)
+    topic = new_topic(kafka, partitions=2)
+    df = spark.range(0, 1000, 1, 2).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(PySparkException) as caught:
+        _write(df, kafka, topic, "exactly_once")
+    message = str(caught.value)
+    assert "exactly_once needs Kafka 3.0 or later" in message, message
+    assert "at_least_once" in message
+    assert read_back(kafka.bootstrap_servers, topic, expected=1, timeout=3.0) == []
+    _write(df, kafka, topic, "at_least_once")
+    records = read_back(kafka.bootstrap_servers, topic, expected=1000, extra_wait=0.5)
+    assert {r.value for r in records} == {b"%d" % i for i in range(1000)}
 
 
 @ONCE_PER_CI_RUN

@@ -57,7 +57,7 @@ from aioproducer.protocol.messages import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker, older_kafka_params
 from tests.support.readback import ConsumedRecord, read_back
 from tests.support.wire import Send, intercept_send_for
 
@@ -74,7 +74,7 @@ _HANG = 60.0
 _ABORT_DEADLINE = 30.0
 
 
-@pytest.fixture(params=["kafka", "kafka_tv1"])
+@pytest.fixture(params=["kafka", "kafka_tv1", *older_kafka_params()])
 def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
     """Each Kafka node in turn: transaction.version 2 (the default), then 1."""
     broker: KafkaBroker = request.getfixturevalue(request.param)
@@ -82,7 +82,8 @@ def any_kafka(request: pytest.FixtureRequest) -> KafkaBroker:
 
 
 def _transactions_v2(broker: KafkaBroker) -> bool:
-    return bool(broker.finalized_features()["transaction.version"] >= 2)
+    # Brokers before 4.0 finalize no transaction.version: transactions v1.
+    return bool(broker.finalized_features().get("transaction.version", 0) >= 2)
 
 
 def _transactional_id(label: str) -> str:

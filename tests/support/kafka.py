@@ -168,6 +168,38 @@ logger.state.level = WARN
 """
 
 
+#: The older Kafka versions the end-to-end, idempotence and transaction suites also run
+#: against, by the name of their session fixture (tests/conftest.py): the last 3.x with
+#: KRaft, a 3.x whose KRaft quorum is a static voters list, and a 2.x on ZooKeeper.
+OLDER_KAFKA: Mapping[str, str] = {
+    "kafka_3_9": "3.9.1",
+    "kafka_3_6": "3.6.2",
+    "kafka_2_8": "2.8.2",
+}
+
+
+def older_kafka_params() -> list[Any]:
+    """``pytest.param`` for each fixture of :data:`OLDER_KAFKA`, run in the compiled pass
+    only (the protocol spoken to a broker is the same in both builds)."""
+    import pytest
+
+    from tests.support.passes import compiled_pass_only
+
+    mark = compiled_pass_only("older brokers are spoken to the same way by both builds")
+    return [pytest.param(name, marks=mark) for name in OLDER_KAFKA]
+
+
+_LOG4J1_PROPERTIES = """\
+# Kafka before 4.0 logs through log4j 1 (reload4j): everything to stdout, as above.
+log4j.rootLogger={level}, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+"""
+
+
 class KafkaUnavailableError(RuntimeError):
     """Kafka cannot run here: Java or Maven is missing, or the jars cannot be fetched."""
 
@@ -193,8 +225,11 @@ def _pom_version() -> str:
     return (node.text or "").strip()
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def _pom_digest(version: str | None = None) -> str:
+    digest = hashlib.sha256(POM.read_bytes())
+    if version is not None:
+        digest.update(f"\nkafka.version={version}".encode())
+    return digest.hexdigest()
 
 
 def _cache_root() -> Path:
@@ -202,23 +237,28 @@ def _cache_root() -> Path:
     return Path(base) / "aioproducer"
 
 
-def _libs_dir() -> Path:
+def _libs_dir(version: str | None = None) -> Path:
     override = os.environ.get(LIBS_ENV)
-    if override:
+    if override and version is None:
         return Path(override).expanduser().resolve()
-    return _cache_root() / f"kafka-{kafka_version()}"
+    return _cache_root() / f"kafka-{version or kafka_version()}"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"3.9.1"`` as ``(3, 9, 1)``, for comparing versions."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def _has_kafka_jars(folder: Path) -> bool:
     return any(folder.glob("kafka_2.1*.jar"))
 
 
-def _libs_ready(folder: Path) -> bool:
+def _libs_ready(folder: Path, version: str | None = None) -> bool:
     """Whether ``folder`` holds the jars: fetched from this very pom, or put there by hand
     (no stamp, but Kafka's jars)."""
     stamp = folder / _STAMP
     if stamp.is_file():
-        return stamp.read_text().strip() == _pom_digest()
+        return stamp.read_text().strip() == _pom_digest(version)
     return _has_kafka_jars(folder)
 
 
@@ -238,8 +278,9 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def kafka_libs() -> Path:
-    """The folder holding the broker's jars, fetched with Maven on first use.
+def kafka_libs(version: str | None = None) -> Path:
+    """The folder holding the broker's jars, fetched with Maven on first use: those of
+    ``version`` (the pom's ``kafka.version`` overridden), or by default of the pom's.
 
     The jars go to ``$AIOPRODUCER_KAFKA_LIBS`` or ``~/.cache/aioproducer/kafka-<version>``:
     into a staging folder first, renamed into place once complete, under a lock, so an
@@ -250,18 +291,18 @@ def kafka_libs() -> Path:
         KafkaUnavailableError: Maven is missing or failed (its output is in the message),
             or the folder exists with other files in it.
     """
-    target = _libs_dir()
-    if _libs_ready(target):
+    target = _libs_dir(version)
+    if _libs_ready(target, version):
         return target
     mvn = shutil.which("mvn")
     if mvn is None:
         raise KafkaUnavailableError(
-            f"Maven (`mvn`) is needed to fetch the Kafka {kafka_version()} jars into {target} "
-            f"(or set {LIBS_ENV} to a folder holding them)"
+            f"Maven (`mvn`) is needed to fetch the Kafka {version or kafka_version()} jars "
+            f"into {target} (or set {LIBS_ENV} to a folder holding them)"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
-        if _libs_ready(target):  # another process fetched them while we waited
+        if _libs_ready(target, version):  # another process fetched them while we waited
             return target
         if target.exists() and not (target / _STAMP).is_file() and any(target.iterdir()):
             raise KafkaUnavailableError(
@@ -269,8 +310,8 @@ def kafka_libs() -> Path:
             )
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
-            _maven_copy_dependencies(mvn, staging)
-            (staging / _STAMP).write_text(_pom_digest() + "\n")
+            _maven_copy_dependencies(mvn, staging, version)
+            (staging / _STAMP).write_text(_pom_digest(version) + "\n")
             if target.exists():
                 # Ours (stamped by an older pom) or empty: safe to replace.
                 shutil.rmtree(target)
@@ -281,7 +322,7 @@ def kafka_libs() -> Path:
     return target
 
 
-def _maven_copy_dependencies(mvn: str, output: Path) -> None:
+def _maven_copy_dependencies(mvn: str, output: Path, version: str | None = None) -> None:
     command = [
         mvn,
         "-B",
@@ -289,6 +330,7 @@ def _maven_copy_dependencies(mvn: str, output: Path) -> None:
         "-Dstyle.color=never",
         "-f",
         str(POM),
+        *([f"-Dkafka.version={version}"] if version is not None else []),
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={output}",
@@ -304,7 +346,7 @@ def _maven_copy_dependencies(mvn: str, output: Path) -> None:
     if result.returncode != 0 or not _has_kafka_jars(output):
         output_tail = (result.stdout + result.stderr).strip()[-3000:]
         raise KafkaUnavailableError(
-            f"Maven could not fetch the Kafka {kafka_version()} jars "
+            f"Maven could not fetch the Kafka {version or kafka_version()} jars "
             f"(exit code {result.returncode}): {' '.join(command)}\n{output_tail}"
         )
 
@@ -781,12 +823,16 @@ class _Resources:
     process: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
     temporary_dir: Path | None = None
+    # The ZooKeeper server of a broker in ZooKeeper mode (Kafka before 3.3).
+    zookeeper: subprocess.Popen[bytes] | None = None
 
 
 def _release(resources: _Resources) -> None:
     """Last resort when a KafkaBroker is garbage collected, or at interpreter exit."""
     if resources.process is not None:
         _terminate(resources.process, grace=5.0)
+    if resources.zookeeper is not None:
+        _terminate(resources.zookeeper, grace=5.0)
     if resources.log_file is not None:
         resources.log_file.close()
     if resources.temporary_dir is not None:
@@ -1069,7 +1115,11 @@ class KafkaBroker(_Administration):
         jvm_options: Sequence[str] = BROKER_JVM_OPTIONS,
         proxy_port: int | None = None,
         client_host: str = HOST,
+        version: str | None = None,
     ) -> None:
+        self._version = version
+        if version is not None and transaction_version is not None:
+            raise ValueError("transaction_version is for the default Kafka version only")
         self._client_host = client_host
         self._broker_command: list[str] = []
         self._jvm_options = tuple(jvm_options)
@@ -1101,6 +1151,24 @@ class KafkaBroker(_Administration):
         if self._node is None:
             raise KafkaBrokerError("the Kafka broker has not been started")
         return self._node
+
+    @property
+    def version(self) -> str:
+        """The Kafka version this broker runs."""
+        return self._version or kafka_version()
+
+    @property
+    def mode(self) -> str:
+        """How the node keeps its metadata: ``"kraft"`` (3.9 on: a quorum found through
+        ``controller.quorum.bootstrap.servers``, storage formatted ``--standalone``),
+        ``"kraft-voters"`` (3.3 to 3.8: a static ``controller.quorum.voters``) or
+        ``"zookeeper"`` (before 3.3: a ZooKeeper server the fixture starts too)."""
+        version = version_tuple(self.version)
+        if version >= (3, 9):
+            return "kraft"
+        if version >= (3, 3):
+            return "kraft-voters"
+        return "zookeeper"
 
     @property
     def host(self) -> str:
@@ -1174,7 +1242,7 @@ class KafkaBroker(_Administration):
             raise KafkaUnavailableError(reason)
         java = _java()
         assert java is not None  # kafka_available() checked
-        libs = self._libs if self._libs is not None else kafka_libs()
+        libs = self._libs if self._libs is not None else kafka_libs(self._version)
         began = time.monotonic()
         if self._work_dir is None:
             self._work_dir = Path(tempfile.mkdtemp(prefix="aioproducer-kafka-"))
@@ -1255,10 +1323,16 @@ class KafkaBroker(_Administration):
         log4j = work_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2_PROPERTIES.format(level=self._log_level))
         common = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
+        if self._version is not None:
+            # Kafka before 4.0 logs through log4j 1 (reload4j): give it the same setup.
+            log4j1 = work_dir / "log4j.properties"
+            log4j1.write_text(_LOG4J1_PROPERTIES.format(level=self._log_level))
+            common.insert(0, f"-Dlog4j.configuration=file:{log4j1}")
 
         # Class-data sharing: map the archive if there is one, else have this JVM
-        # write one as it exits (kept by _kill() if it exits cleanly).
-        archive = _class_archive(java, libs)
+        # write one as it exits (kept by _kill() if it exits cleanly). Only for the
+        # default version: the others start a few times per run.
+        archive = _class_archive(java, libs) if self._version is None else None
         share: list[str] = []
         dump: list[str] = []
         if archive is not None and archive.is_file():
@@ -1269,10 +1343,29 @@ class KafkaBroker(_Administration):
             self._archive_pending = (partial, archive)
             dump = [f"-XX:ArchiveClassesAtExit={partial}"]
 
+        if self.mode == "zookeeper":
+            self._start_zookeeper(java, libs, common, controller_port)
+        else:
+            self._format(java, [*share, *common], server_properties)
+
+        self._broker_command = [
+            java,
+            *self._jvm_options,
+            *share,
+            *dump,
+            *common,
+            "kafka.Kafka",
+            str(server_properties),
+        ]
+        self._start_jvm()
+
+    def _format(self, java: str, common: list[str], server_properties: Path) -> None:
+        log_file = self._resources.log_file
+        assert log_file is not None
+        security = self._security
         format_command = [
             java,
             *TOOL_JVM_OPTIONS,
-            *share,
             *common,
             "kafka.tools.StorageTool",
             "format",
@@ -1280,8 +1373,9 @@ class KafkaBroker(_Administration):
             _cluster_id(),
             "--config",
             str(server_properties),
-            "--standalone",
         ]
+        if self.mode == "kraft":
+            format_command.append("--standalone")
         if self._transaction_version is not None:
             format_command += ["--feature", f"transaction.version={self._transaction_version}"]
         if security is not None:
@@ -1301,24 +1395,76 @@ class KafkaBroker(_Administration):
                 f"log {self._log_path}:\n{self.log_tail()}"
             )
 
-        self._broker_command = [
+    def _start_zookeeper(self, java: str, libs: Path, common: list[str], port: int) -> None:
+        """Start a standalone ZooKeeper server on ``port`` (from the jars Kafka depends
+        on) and wait until it takes connections."""
+        work_dir, log_file = self._work_dir, self._resources.log_file
+        assert work_dir is not None and log_file is not None
+        if self._resources.zookeeper is not None:
+            _terminate(self._resources.zookeeper, grace=5.0)
+        data = work_dir / f"zookeeper-{port}"
+        data.mkdir(parents=True, exist_ok=True)
+        command = [
             java,
-            *self._jvm_options,
-            *share,
-            *dump,
+            *TOOL_JVM_OPTIONS,
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.4lw.commands.whitelist=*",
             *common,
-            "kafka.Kafka",
-            str(server_properties),
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(port),
+            str(data),
         ]
-        self._start_jvm()
+        _log_command(log_file, command)
+        process = self._resources.zookeeper = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),
+        )
+        deadline = time.monotonic() + 60.0
+        while True:
+            if process.poll() is not None:
+                raise KafkaBrokerError(
+                    f"ZooKeeper exited with code {process.returncode}; log {self._log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            try:
+                with socket.create_connection((HOST, port), timeout=1.0) as probe:
+                    probe.sendall(b"ruok")
+                    if probe.recv(4) == b"imok":
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise KafkaBrokerError(f"ZooKeeper did not start on port {port} within 60 s")
+            time.sleep(0.2)
 
     def _write_properties(self) -> Path:
         work_dir = self._work_dir
         assert work_dir is not None
         node = self.node
         security = self._security
+        controller = node.listener(node.controller_listener)
+        own = node.properties(quorum=[controller])
+        if self.mode != "kraft":
+            del own["controller.quorum.bootstrap.servers"]
+        if self.mode == "kraft-voters":
+            own["controller.quorum.voters"] = f"{node.node_id}@{controller.address}"
+        if self.mode == "zookeeper":
+            # The controller listener's port is ZooKeeper's; the broker has no such listener.
+            for key in ("process.roles", "node.id", "controller.listener.names"):
+                del own[key]
+            clients = [listener for listener in node.listeners if listener is not controller]
+            own["listeners"] = ",".join(listener.endpoint for listener in clients)
+            own["listener.security.protocol.map"] = ",".join(
+                f"{listener.name}:{listener.security_protocol}" for listener in clients
+            )
+            own["broker.id"] = str(node.node_id)
+            own["zookeeper.connect"] = controller.address
         properties = {
-            **node.properties(quorum=[node.listener(node.controller_listener)]),
+            **own,
             **cluster_properties(brokers=1),
             **(security.properties(work_dir) if security is not None else {}),
             **self._config,
@@ -1411,9 +1557,13 @@ class KafkaBroker(_Administration):
     def _kill(self, grace: float = 20.0) -> None:
         self._admin = None  # it knows the old ports
         process, self._resources.process = self._resources.process, None
+        zookeeper, self._resources.zookeeper = self._resources.zookeeper, None
+        if process is not None:
+            _terminate(process, grace)
+        if zookeeper is not None:
+            _terminate(zookeeper, grace)
         if process is None:
             return
-        _terminate(process, grace)
         pending, self._archive_pending = self._archive_pending, None
         _keep_class_archive(process, pending)
 

@@ -11,7 +11,8 @@ import pickle
 import pytest
 
 from aioproducer import PreparedTransaction
-from aioproducer.errors import ConfigurationError
+from aioproducer.embedded import EmbeddedBroker
+from aioproducer.errors import ConfigurationError, UnsupportedVersionError
 from aioproducer.integrations.spark.exactly_once import (
     _DECISION_CHUNK,
     TransactionalBatchWriter,
@@ -269,3 +270,23 @@ def test_what_became_of_a_transaction_is_told_by_its_epoch(
     other = TransactionDescription("p-0", state, 43, epoch, 60_000, -1, {})
     assert _outcome(prepared, other) == "unknown"
     assert _outcome(prepared, None) == "unknown"
+
+
+def test_exactly_once_refuses_a_broker_that_cannot_list_or_describe_transactions(
+    tansu: EmbeddedBroker,
+) -> None:
+    # Tansu, as Kafka before 3.0, has neither ListTransactions nor DescribeTransactions:
+    # both writers refuse it on the driver, before any task starts.
+    sink = SinkOptions.parse(
+        {
+            "kafka.bootstrap.servers": tansu.bootstrap_servers,
+            "topic": "t",
+            "delivery.guarantee": "exactly_once",
+        }
+    )
+    for writer in (TransactionalBatchWriter(sink, LAYOUT), TransactionalStreamWriter(sink, LAYOUT)):
+        with pytest.raises(UnsupportedVersionError) as caught:
+            writer.check_cluster()
+        message = str(caught.value)
+        assert "exactly_once needs Kafka 3.0 or later" in message
+        assert "ListTransactions" in message and "at_least_once" in message

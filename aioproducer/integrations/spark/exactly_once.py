@@ -449,6 +449,35 @@ async def _complete_all(
     return failures
 
 
+async def _check_cluster(sink: SinkOptions) -> None:
+    """Refuse, before any row is written, a cluster whose brokers cannot list and describe
+    transactions (Kafka before 3.0, KIP-664). Without DescribeTransactions the commit cannot
+    check that every partition's transaction is still open before committing any (one that
+    outlived its timeout would leave the others committed: half the rows); without
+    ListTransactions it cannot find what lost attempts left open. A cluster that cannot be
+    asked now is not refused: the write itself then reports what fails.
+
+    Raises:
+        UnsupportedVersionError: a broker of the cluster is older than Kafka 3.0.
+    """
+    try:
+        await list_transactions(
+            states=("Ongoing",),
+            transactional_id_prefix=f"aioproducer-check-{uuid.uuid4().hex}-",
+            config=_completion_config(sink),
+        )
+    except UnsupportedVersionError as exc:
+        raise UnsupportedVersionError(
+            "delivery.guarantee exactly_once needs Kafka 3.0 or later: before committing "
+            "any partition's transaction the sink checks that every one is still open "
+            "(DescribeTransactions), and it finds the transactions lost attempts left open "
+            f"(ListTransactions, KIP-664). This cluster cannot: {exc}. Nothing was written; "
+            "with this cluster, use delivery.guarantee at_least_once"
+        ) from exc
+    except KafkaError as exc:
+        log.debug("could not ask the cluster for its transactions before the write: %s", exc)
+
+
 async def _left_open(
     sink: SinkOptions, prefix: str, messages: list[Any], keep: frozenset[str]
 ) -> list[str]:
@@ -1104,6 +1133,14 @@ class TransactionalBatchWriter(KafkaBatchWriter):
         if self.sink.transactional_id_prefix:
             self.recovered = _run(_recover(self.sink, self.prefix, self.decision_topic))
 
+    def check_cluster(self) -> None:
+        """Refuse a cluster older than Kafka 3.0 before any task starts (see the module).
+
+        Raises:
+            UnsupportedVersionError: its brokers cannot list or describe transactions.
+        """
+        _run(_check_cluster(self.sink))
+
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
         """Send the partition's rows in a transaction and prepare it.
 
@@ -1242,6 +1279,14 @@ class TransactionalStreamWriter(KafkaStreamWriter):
         # None: each task derives it from the query's id (see _derived_prefix).
         self.prefix = sink.transactional_id_prefix
         self.marker_topic = marker
+
+    def check_cluster(self) -> None:
+        """Refuse a cluster older than Kafka 3.0 before the query starts (see the module).
+
+        Raises:
+            UnsupportedVersionError: its brokers cannot list or describe transactions.
+        """
+        _run(_check_cluster(self.sink))
 
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
         """Send the partition's rows of the micro-batch in a transaction, with its marker,

@@ -55,6 +55,7 @@ class KafkaDataSource(DataSource):
         sink, layout = self._writer_parts(schema, overwrite)
         if sink.delivery_guarantee == "exactly_once":
             writer = TransactionalBatchWriter(sink, layout)
+            writer.check_cluster()
             writer.recover()
             return writer
         return KafkaBatchWriter(sink, layout)
@@ -63,7 +64,9 @@ class KafkaDataSource(DataSource):
         """The streaming writer; validates options and columns on the driver."""
         sink, layout = self._writer_parts(schema, overwrite)
         if sink.delivery_guarantee == "exactly_once":
-            return TransactionalStreamWriter(sink, layout)
+            stream_writer = TransactionalStreamWriter(sink, layout)
+            stream_writer.check_cluster()
+            return stream_writer
         return KafkaStreamWriter(sink, layout)
 
 
