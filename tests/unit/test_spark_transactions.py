@@ -12,12 +12,17 @@ import pytest
 
 from aioproducer import PreparedTransaction
 from aioproducer.embedded import EmbeddedBroker
-from aioproducer.errors import ConfigurationError, UnsupportedVersionError
+from aioproducer.errors import (
+    ConfigurationError,
+    TransactionAbortedError,
+    UnsupportedVersionError,
+)
 from aioproducer.integrations.spark.exactly_once import (
     _DECISION_CHUNK,
     TransactionalBatchWriter,
     TransactionalCommitMessage,
     TransactionalStreamWriter,
+    _check_prepared,
     _Decision,
     _decision_groups,
     _derived_prefix,
@@ -34,6 +39,7 @@ from aioproducer.integrations.spark.options import (
     SinkOptions,
     _Layout,
 )
+from aioproducer.integrations.spark.producers import _run
 
 LAYOUT = _Layout(
     key=None, value="binary", topic=False, partition=False, headers=None, timestamp=None
@@ -275,8 +281,9 @@ def test_what_became_of_a_transaction_is_told_by_its_epoch(
 def test_exactly_once_refuses_a_broker_that_cannot_list_or_describe_transactions(
     tansu: EmbeddedBroker,
 ) -> None:
-    # Tansu, as Kafka before 3.0, has neither ListTransactions nor DescribeTransactions:
-    # both writers refuse it on the driver, before any task starts.
+    # Tansu, as Kafka before 3.0, has neither ListTransactions nor DescribeTransactions. A
+    # batch write refuses it on the driver before any task starts; a commit that meets it
+    # (a streaming micro-batch, or a broker that came back older) commits nothing.
     sink = SinkOptions.parse(
         {
             "kafka.bootstrap.servers": tansu.bootstrap_servers,
@@ -284,9 +291,18 @@ def test_exactly_once_refuses_a_broker_that_cannot_list_or_describe_transactions
             "delivery.guarantee": "exactly_once",
         }
     )
-    for writer in (TransactionalBatchWriter(sink, LAYOUT), TransactionalStreamWriter(sink, LAYOUT)):
-        with pytest.raises(UnsupportedVersionError) as caught:
-            writer.check_cluster()
-        message = str(caught.value)
-        assert "exactly_once needs Kafka 3.0 or later" in message
-        assert "ListTransactions" in message and "at_least_once" in message
+    with pytest.raises(UnsupportedVersionError) as caught:
+        TransactionalBatchWriter(sink, LAYOUT).check_cluster()
+    message = str(caught.value)
+    assert "exactly_once needs Kafka 3.0 or later" in message
+    assert "ListTransactions" in message and "at_least_once" in message
+
+    prepared = [
+        TransactionalCommitMessage(n, 10, PreparedTransaction(f"p-{n}", 7 + n, 0, False))
+        for n in range(2)
+    ]
+    with pytest.raises(TransactionAbortedError) as refused:
+        _run(_check_prepared(sink, list(prepared), "micro-batch 0"))
+    message = str(refused.value)
+    assert message.startswith("micro-batch 0: nothing was committed")
+    assert "needs Kafka 3.0 or later" in message and "DescribeTransactions" in message

@@ -455,16 +455,19 @@ async def _check_cluster(sink: SinkOptions) -> None:
     check that every partition's transaction is still open before committing any (one that
     outlived its timeout would leave the others committed: half the rows); without
     ListTransactions it cannot find what lost attempts left open. A cluster that cannot be
-    asked now is not refused: the write itself then reports what fails.
+    asked now (within ``request_timeout_ms``) is not refused here: the commit checks every
+    transaction again, and refuses to commit any on a broker that cannot describe them.
 
     Raises:
         UnsupportedVersionError: a broker of the cluster is older than Kafka 3.0.
     """
+    config = _completion_config(sink)
     try:
         await list_transactions(
             states=("Ongoing",),
             transactional_id_prefix=f"aioproducer-check-{uuid.uuid4().hex}-",
-            config=_completion_config(sink),
+            config=config,
+            timeout=min(config.max_block_ms, config.request_timeout_ms) / 1000.0,
         )
     except UnsupportedVersionError as exc:
         raise UnsupportedVersionError(
@@ -607,13 +610,14 @@ async def _check_prepared(sink: SinkOptions, messages: list[Any], what: str) -> 
             config=_completion_config(sink),
         )
     except UnsupportedVersionError as exc:
-        log.warning(
-            "%s: the cluster cannot describe transactions (Kafka before 3.0: %s); "
-            "committing without checking that every prepared transaction is still open",
-            what,
-            exc,
-        )
-        return
+        # Committing unchecked would write half the rows when one transaction outlived its
+        # timeout: nothing is committed.
+        raise TransactionAbortedError(
+            f"{what}: nothing was committed, and every prepared transaction is aborted: "
+            "delivery.guarantee exactly_once needs Kafka 3.0 or later, whose brokers "
+            f"describe transactions (KIP-664), and a broker of this cluster cannot ({exc}); "
+            "with this cluster, use delivery.guarantee at_least_once"
+        ) from exc
     refusals = [
         reason
         for m in prepared
@@ -1003,9 +1007,9 @@ async def _complete(sink: SinkOptions, prefix: str, decision: _Decision) -> None
             found = await describe_transactions(
                 [p.transactional_id for p, _ in failed.values()], config=config
             )
-        except UnsupportedVersionError:
-            found = {}
         except KafkaError as exc:
+            # A cluster that cannot describe them now (a broker before Kafka 3.0 among
+            # them, say) leaves the decision standing: a later run completes it.
             raise _not_completed(prefix, decision, failed, exc) from exc
         for partition, (p, error) in failed.items():
             d = found.get(p.transactional_id)
@@ -1280,13 +1284,6 @@ class TransactionalStreamWriter(KafkaStreamWriter):
         self.prefix = sink.transactional_id_prefix
         self.marker_topic = marker
 
-    def check_cluster(self) -> None:
-        """Refuse a cluster older than Kafka 3.0 before the query starts (see the module).
-
-        Raises:
-            UnsupportedVersionError: its brokers cannot list or describe transactions.
-        """
-        _run(_check_cluster(self.sink))
 
     def write(self, iterator: Iterator[Any]) -> TransactionalCommitMessage:
         """Send the partition's rows of the micro-batch in a transaction, with its marker,

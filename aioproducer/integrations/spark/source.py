@@ -64,9 +64,10 @@ class KafkaDataSource(DataSource):
         """The streaming writer; validates options and columns on the driver."""
         sink, layout = self._writer_parts(schema, overwrite)
         if sink.delivery_guarantee == "exactly_once":
-            stream_writer = TransactionalStreamWriter(sink, layout)
-            stream_writer.check_cluster()
-            return stream_writer
+            # No cluster check here: Spark calls this before every commit too. A cluster
+            # before Kafka 3.0 is refused by the first micro-batch's commit, which then
+            # commits nothing.
+            return TransactionalStreamWriter(sink, layout)
         return KafkaStreamWriter(sink, layout)
 
 
