@@ -71,6 +71,8 @@ class SaslOptions(Protocol):
     @property
     def sasl_jaas_config(self) -> str | None: ...
     @property
+    def sasl_kerberos_service_name(self) -> str: ...
+    @property
     def sasl_oauthbearer_token_endpoint_url(self) -> str | None: ...
     @property
     def sasl_login_callback_handler_class(self) -> str | None: ...
@@ -133,9 +135,9 @@ def _java_only(instead: str, *harmless: str) -> JavaOnly:
     return JavaOnly(frozenset(harmless) if harmless else None, instead)
 
 
-_NO_KERBEROS = _java_only(
-    "Kerberos (GSSAPI) is not supported; use sasl_mechanism PLAIN, SCRAM-SHA-256, "
-    "SCRAM-SHA-512 or OAUTHBEARER"
+_KERBEROS_RENEWAL = (
+    "tickets got from a keytab (sasl_kerberos_keytab) are got again by the Kerberos library "
+    "when they expire; a ticket cache is renewed by whoever fills it (kinit -R, k5start)"
 )
 _NO_JAVA_LOGIN = _java_only(
     "Java login and callback classes cannot run here; for OAUTHBEARER give "
@@ -153,16 +155,11 @@ _TLS_BY_CONTEXT = "pass an ssl.SSLContext as ssl_context to choose TLS versions 
 #: values is refused: a security setting (a TLS version, a Kerberos principal) that is
 #: silently dropped would leave a connection less protected than its configuration says.
 JAVA_ONLY: Final[Mapping[str, JavaOnly]] = {
-    **{
-        name: _NO_KERBEROS
-        for name in (
-            "sasl.kerberos.service.name",
-            "sasl.kerberos.kinit.cmd",
-            "sasl.kerberos.min.time.before.relogin",
-            "sasl.kerberos.ticket.renew.jitter",
-            "sasl.kerberos.ticket.renew.window.factor",
-        )
-    },
+    # Java's defaults are accepted (they describe what happens here too); others refused.
+    "sasl.kerberos.kinit.cmd": _java_only(_KERBEROS_RENEWAL, "/usr/bin/kinit"),
+    "sasl.kerberos.min.time.before.relogin": _java_only(_KERBEROS_RENEWAL, "60000"),
+    "sasl.kerberos.ticket.renew.jitter": _java_only(_KERBEROS_RENEWAL, "0.05"),
+    "sasl.kerberos.ticket.renew.window.factor": _java_only(_KERBEROS_RENEWAL, "0.8", "0.80"),
     **{
         name: _NO_JAVA_LOGIN
         for name in (
@@ -445,10 +442,20 @@ def apply_java_sasl(config: SaslOptions, label: Callable[[str], str]) -> None:
         scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
         urlencode_header=config.sasl_oauthbearer_header_urlencode,
     )
+    service = settings.kerberos_service_name
+    if service is not None and service != config.sasl_kerberos_service_name:
+        raise ConfigurationError(
+            f"sasl_jaas_config (sasl.jaas.config) names serviceName {service!r}, but "
+            f"sasl_kerberos_service_name (sasl.kerberos.service.name) is "
+            f"{config.sasl_kerberos_service_name!r}; set the service name there"
+        )
     for name, derived in (
         ("sasl_plain_username", settings.username),
         ("sasl_plain_password", settings.password),
         ("sasl_oauth_token_provider", settings.token_provider),
+        ("sasl_kerberos_principal", settings.kerberos_principal),
+        ("sasl_kerberos_keytab", settings.kerberos_keytab),
+        ("sasl_kerberos_ccache", settings.kerberos_ccache),
     ):
         if derived is None:
             continue

@@ -222,6 +222,12 @@ def _non_empty_optional_str(name: str, value: Any) -> str | None:
     raise _invalid(name, "must be a non-empty string or None", value)
 
 
+def _non_empty_string(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise _invalid(name, "must be a non-empty string", value)
+
+
 def _string(name: str, value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -404,13 +410,10 @@ def _token_provider(name: str, value: Any) -> Any:
 
 
 def _sasl_mechanism(name: str, value: Any) -> str:
-    if isinstance(value, str) and value.strip().upper() == "GSSAPI":
-        raise ConfigurationError(
-            f"{_label(name)} 'GSSAPI': Kerberos is not supported; use SCRAM-SHA-256, "
-            "SCRAM-SHA-512, PLAIN or OAUTHBEARER instead"
-        )
     return str(
-        _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", upper=True)(name, value)
+        _one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", upper=True)(
+            name, value
+        )
     )
 
 
@@ -956,7 +959,8 @@ class ProducerConfig:
         default="PLAIN",
         metadata=_meta(
             java="sasl.mechanism",
-            doc="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
+            doc="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI (Kerberos; "
+            "needs the kerberos extra).",
             check=_sasl_mechanism,
         ),
     )
@@ -986,6 +990,53 @@ class ProducerConfig:
             doc="For OAUTHBEARER: an object whose token() returns (or awaits) the bearer "
             "token, or such a callable itself.",
             check=_token_provider,
+        ),
+    )
+    sasl_kerberos_service_name: str = field(
+        default="kafka",
+        metadata=_meta(
+            java="sasl.kerberos.service.name",
+            doc="For GSSAPI: the primary of the brokers' Kerberos principal (their "
+            "sasl.kerberos.service.name); the service principal is <this>/<broker host>.",
+            check=_non_empty_string,
+        ),
+    )
+    sasl_kerberos_principal: str | None = field(
+        default=None,
+        metadata=_meta(
+            java=None,
+            aliases=("sasl.kerberos.principal",),
+            doc="For GSSAPI: the client's principal (alice@EXAMPLE.COM); needed with "
+            "sasl_kerberos_keytab. Without a keytab: the ticket cache's default principal.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    sasl_kerberos_keytab: str | None = field(
+        default=None,
+        metadata=_meta(
+            java=None,
+            aliases=("sasl.kerberos.keytab",),
+            doc="For GSSAPI: a keytab holding sasl_kerberos_principal's key; tickets are "
+            "got from it, and got again when they expire. Without it, a ticket cache.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    sasl_kerberos_ccache: str | None = field(
+        default=None,
+        metadata=_meta(
+            java=None,
+            doc="For GSSAPI without a keytab: the ticket cache (FILE:/tmp/krb5cc_1000, say) "
+            "that kinit fills; by default the one KRB5CCNAME names.",
+            check=_non_empty_optional_str,
+        ),
+    )
+    sasl_kerberos_domain_name: str | None = field(
+        default=None,
+        metadata=_meta(
+            java=None,
+            doc="For GSSAPI: the host name of the brokers' service principal, when it is not "
+            "the host name each broker is reached by.",
+            check=_non_empty_optional_str,
         ),
     )
     # Java SASL settings, turned into the sasl_* options above (aioproducer/jaas.py)
@@ -1201,7 +1252,15 @@ class ProducerConfig:
                         "no ssl_certfile, ssl_keystore_location or ssl_keystore_key"
                     )
             check_stores(self, _label)
-        sasl_fields = ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
+        sasl_fields = (
+            "sasl_plain_username",
+            "sasl_plain_password",
+            "sasl_oauth_token_provider",
+            "sasl_kerberos_principal",
+            "sasl_kerberos_keytab",
+            "sasl_kerberos_ccache",
+            "sasl_kerberos_domain_name",
+        )
         if not protocol.startswith("SASL"):
             for name in sasl_fields:
                 if getattr(self, name) is not None:
@@ -1210,7 +1269,9 @@ class ProducerConfig:
                         "use 'SASL_PLAINTEXT' or 'SASL_SSL' to authenticate with SASL"
                     )
             return
-        if self.sasl_mechanism == "OAUTHBEARER":
+        if self.sasl_mechanism == "GSSAPI":
+            self._check_kerberos()
+        elif self.sasl_mechanism == "OAUTHBEARER":
             if self.sasl_oauth_token_provider is None:
                 raise ConfigurationError(
                     "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_token_provider"
@@ -1220,6 +1281,34 @@ class ProducerConfig:
                 f"sasl_mechanism {self.sasl_mechanism!r} needs sasl_plain_username and "
                 "sasl_plain_password"
             )
+
+    def _check_kerberos(self) -> None:
+        """GSSAPI: a keytab needs its principal and must be readable; the gssapi package
+        must be installed (say so now, not at the first connection)."""
+        keytab = self.sasl_kerberos_keytab
+        if keytab is not None:
+            if self.sasl_kerberos_principal is None:
+                raise ConfigurationError(
+                    "sasl_kerberos_keytab is set but sasl_kerberos_principal is not: name the "
+                    "principal whose key the keytab holds (alice@EXAMPLE.COM)"
+                )
+            if not os.path.isfile(keytab) or not os.access(keytab, os.R_OK):
+                raise ConfigurationError(
+                    f"sasl_kerberos_keytab {keytab!r} is not a readable file"
+                )
+            if self.sasl_kerberos_ccache is not None:
+                raise ConfigurationError(
+                    "give sasl_kerberos_keytab or sasl_kerberos_ccache, not both: with a "
+                    "keytab, tickets are kept in memory"
+                )
+        try:
+            import gssapi  # noqa: F401
+        except ImportError:
+            raise ConfigurationError(
+                "sasl_mechanism GSSAPI needs Kerberos: install the gssapi package (pip install "
+                "'aioproducer[kerberos]'), which builds against the MIT Kerberos libraries "
+                "(Debian: libkrb5-dev; Red Hat: krb5-devel)"
+            ) from None
 
     @classmethod
     def from_options(
@@ -1316,11 +1405,6 @@ def option_field_name(key: Any) -> str:
     if foreign is not None:
         raise ConfigurationError(
             f"unknown option {key!r} (another client's name); use {foreign} instead"
-        )
-    if key.startswith("sasl.kerberos."):
-        raise ConfigurationError(
-            f"unknown option {key!r}: Kerberos (GSSAPI) is not supported; use SCRAM, PLAIN or "
-            "OAUTHBEARER instead"
         )
     known = list(_SPECS) + list(_ALIASES)
     close = difflib.get_close_matches(key, known, n=1)

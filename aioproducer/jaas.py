@@ -23,7 +23,14 @@ exactly one login module.
   ``unsecuredLogin*`` options, an :class:`~aioproducer.oauth.UnsecuredTokenProvider` (Kafka's
   unsecured tokens, for development).
 
-Kerberos (``Krb5LoginModule``, ``GSSAPI``) is not supported. A malformed line is a
+- ``Krb5LoginModule`` (Kerberos, ``GSSAPI``): ``useKeyTab=true keyTab="..."
+  principal="..."`` sets ``sasl_kerberos_keytab`` and ``sasl_kerberos_principal``;
+  ``useTicketCache=true`` (with ``ticketCache="..."``, and ``principal`` if given) sets
+  ``sasl_kerberos_ccache`` and ``sasl_kerberos_principal``. ``storeKey``, ``doNotPrompt``
+  and ``debug`` change nothing here; ``serviceName`` must agree with
+  ``sasl_kerberos_service_name``.
+
+A malformed line is a
 :class:`~aioproducer.errors.ConfigurationError` that says what is wrong and at which column,
 never what the line holds: it carries a password.
 """
@@ -48,6 +55,7 @@ _KERBEROS_MODULES: Final = (
     "com.ibm.security.auth.module.Krb5LoginModule",
 )
 _MODULE_MECHANISMS: Final[Mapping[str, tuple[str, ...]]] = {
+    **{module: ("GSSAPI",) for module in _KERBEROS_MODULES},
     PLAIN_MODULE: ("PLAIN",),
     SCRAM_MODULE: ("SCRAM-SHA-256", "SCRAM-SHA-512"),
     OAUTHBEARER_MODULE: ("OAUTHBEARER",),
@@ -316,11 +324,20 @@ class JaasSettings:
         token_provider: ``sasl_oauth_token_provider`` (OAUTHBEARER), or None when the line
             names no way to get a token (the one given as ``sasl_oauth_token_provider`` is
             then used).
+        kerberos_principal: ``sasl_kerberos_principal`` (GSSAPI), or None.
+        kerberos_keytab: ``sasl_kerberos_keytab`` (GSSAPI, ``useKeyTab``), or None.
+        kerberos_ccache: ``sasl_kerberos_ccache`` (GSSAPI, ``useTicketCache`` with
+            ``ticketCache``), or None.
+        kerberos_service_name: the line's ``serviceName``, or None.
     """
 
     username: str | None = None
     password: str | None = None
     token_provider: Any = None
+    kerberos_principal: str | None = None
+    kerberos_keytab: str | None = None
+    kerberos_ccache: str | None = None
+    kerberos_service_name: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -328,6 +345,43 @@ class JaasSettings:
             f"password={'***' if self.password is not None else None!r}, "
             f"token_provider={type(self.token_provider).__name__ if self.token_provider else None})"
         )
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigurationError(f"{_LABEL}: Krb5LoginModule's {name} must be true or false")
+    return value == "true"
+
+
+def _kerberos_settings(options: Mapping[str, str]) -> JaasSettings:
+    """A Krb5LoginModule line: a keytab with its principal, or a ticket cache."""
+    principal = options.get("principal") or None
+    service = options.get("serviceName") or None
+    if _flag(options, "useKeyTab"):
+        missing = [name for name in ("keyTab", "principal") if not options.get(name)]
+        if missing:
+            raise ConfigurationError(
+                f"{_LABEL}: Krb5LoginModule with useKeyTab=true needs {' and '.join(missing)}"
+            )
+        return JaasSettings(
+            kerberos_principal=principal,
+            kerberos_keytab=options["keyTab"],
+            kerberos_service_name=service,
+        )
+    if _flag(options, "useTicketCache"):
+        cache = options.get("ticketCache") or None
+        if cache is not None and ":" not in cache.split("/", 1)[0]:
+            cache = f"FILE:{cache}"
+        return JaasSettings(
+            kerberos_principal=principal,
+            kerberos_ccache=cache,
+            kerberos_service_name=service,
+        )
+    raise ConfigurationError(
+        f"{_LABEL}: Krb5LoginModule needs useKeyTab=true (with keyTab and principal) or "
+        "useTicketCache=true: a Java client without either would prompt for a password"
+    )
 
 
 def resolve_jaas(
@@ -384,11 +438,6 @@ def resolve_jaas(
         return JaasSettings()
     entry = parse_jaas_config(text)
     module = _module_of(entry.login_module)
-    if module in _KERBEROS_MODULES:
-        raise ConfigurationError(
-            f"{_LABEL} names Krb5LoginModule: Kerberos (GSSAPI) is not supported; "
-            + _NOT_SUPPORTED_HINT
-        )
     if module is None:
         raise ConfigurationError(
             f"{_LABEL} names the login module {entry.login_module!r}, which is not supported; "
@@ -402,6 +451,8 @@ def resolve_jaas(
             f"{' or '.join(mechanisms)}, but sasl_mechanism is {mechanism!r}"
         )
     options = entry.options
+    if module in _KERBEROS_MODULES:
+        return _kerberos_settings(options)
     if module != OAUTHBEARER_MODULE:
         if token_endpoint_url is not None:
             raise ConfigurationError(

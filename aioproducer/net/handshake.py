@@ -66,6 +66,8 @@ class HandshakeConnection(Protocol):
 
     description: str
     session_lifetime_ms: int
+    #: The broker's host name as given (GSSAPI builds the service principal from it).
+    host: str
 
     def negotiate(self, request_type: type[Request[Any]], highest: int | None = None) -> int:
         """The version of ``request_type`` to send to this broker."""
@@ -197,13 +199,26 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
                 username=config.sasl_plain_username,
                 password=config.sasl_plain_password,
                 token_provider=config.sasl_oauth_token_provider,
+                host=connection.host,
+                kerberos={
+                    "service_name": config.sasl_kerberos_service_name,
+                    "principal": config.sasl_kerberos_principal,
+                    "keytab": config.sasl_kerberos_keytab,
+                    "ccache": config.sasl_kerberos_ccache,
+                    "domain_name": config.sasl_kerberos_domain_name,
+                },
             ),
             config.request_timeout_ms / 1000.0,
         )
     except asyncio.TimeoutError:
+        source = (
+            "the Kerberos KDC gave no ticket"
+            if mechanism_name == "GSSAPI"
+            else "sasl_oauth_token_provider gave no token"
+        )
         raise AuthenticationError(
-            f"SASL {mechanism_name}: sasl_oauth_token_provider gave no token within "
-            f"{config.request_timeout_ms} ms (request_timeout_ms)"
+            f"SASL {mechanism_name}: {source} within {config.request_timeout_ms} ms "
+            "(request_timeout_ms)"
         ) from None
     message: bytes | None = mechanism.initial_response()
     session_lifetime_ms = 0

@@ -1,4 +1,5 @@
-"""SASL client mechanisms: PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, as sans-I/O state machines.
+"""SASL client mechanisms: PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER, as sans-I/O state machines
+(GSSAPI, Kerberos, is in :mod:`aioproducer.net.kerberos`).
 
 Each mechanism only turns the server's bytes into the client's next bytes; the connection
 moves them in SaslAuthenticate requests (KIP-152) and maps broker error codes to exceptions.
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 #: The mechanism names :func:`create_mechanism` accepts, as ``sasl_mechanism`` spells them.
-SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 #: The fewest PBKDF2 iterations a SCRAM server may ask for. RFC 7677 recommends at least 4096,
 #: and a server asking for fewer makes a stolen exchange cheap to brute-force (or is not the
@@ -598,10 +599,15 @@ async def create_mechanism(
     username: str | None = None,
     password: str | None = None,
     token_provider: object = None,
+    host: str = "",
+    kerberos: Mapping[str, str | None] | None = None,
 ) -> SaslMechanism:
     """A fresh mechanism for one exchange, from the ``sasl_*`` options.
 
-    For OAUTHBEARER this calls (and awaits) the token provider.
+    For OAUTHBEARER this calls (and awaits) the token provider. For GSSAPI
+    (:mod:`aioproducer.net.kerberos`) it gets the credentials and the first token for the
+    broker at ``host``; ``kerberos`` holds ``service_name``, ``principal``, ``keytab``,
+    ``ccache`` and ``domain_name`` (the ``sasl_kerberos_*`` options).
 
     Raises:
         ConfigurationError: an unknown mechanism, or a missing user name, password or
@@ -609,6 +615,17 @@ async def create_mechanism(
         AuthenticationError: the token provider failed or gave an invalid token.
     """
     name = mechanism.upper()
+    if name == "GSSAPI":
+        from aioproducer.net.kerberos import create_gssapi_mechanism
+
+        options = dict(kerberos or {})
+        return await create_gssapi_mechanism(
+            service_name=options.get("service_name") or "kafka",
+            host=options.get("domain_name") or host,
+            principal=options.get("principal"),
+            keytab=options.get("keytab"),
+            ccache=options.get("ccache"),
+        )
     if name == "OAUTHBEARER":
         if token_provider is None:
             raise ConfigurationError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider")

@@ -1094,6 +1094,12 @@ class KafkaBroker(_Administration):
             for the partition leaders and the coordinators, so every byte it exchanges
             with the broker passes the proxy. The PLAINTEXT listener, which the
             administration and read-back clients use, stays direct.
+        version: The Kafka version to run (``"3.9.1"``, say): the pom's jars of that
+            version. Before 3.9 the KRaft quorum is a static voters list; before 3.3 the
+            node runs on ZooKeeper, which it starts too. By default, the pom's version.
+        extra_listeners: More client listeners, by name: ``(security protocol, host)``,
+            each on a port of its own (:meth:`address`); ``config`` holds their settings
+            (``listener.name.<name>.…``).
 
     The broker starts on :meth:`start` or on entering the ``with`` block, and stops on
     :meth:`stop` or on leaving it. An instance runs once.
@@ -1116,7 +1122,9 @@ class KafkaBroker(_Administration):
         proxy_port: int | None = None,
         client_host: str = HOST,
         version: str | None = None,
+        extra_listeners: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
+        self._extra_listeners = dict(extra_listeners or {})
         self._version = version
         if version is not None and transaction_version is not None:
             raise ValueError("transaction_version is for the default Kafka version only")
@@ -1295,9 +1303,12 @@ class KafkaBroker(_Administration):
         security = self._security
         secure_listeners = SECURE_LISTENERS if security is not None else {}
         proxied = self._proxy_port is not None
+        extra = self._extra_listeners
         client_port, controller_port, *other_ports = _free_ports(
-            2 + len(secure_listeners) + (1 if proxied else 0)
+            2 + len(secure_listeners) + (1 if proxied else 0) + len(extra)
         )
+        split = len(other_ports) - len(extra)
+        extra_ports, other_ports = other_ports[split:], other_ports[:split]
         listeners = [
             Listener("PLAINTEXT", client_port, host=self._client_host),
             Listener("CONTROLLER", controller_port),
@@ -1312,6 +1323,10 @@ class KafkaBroker(_Administration):
             listeners.append(
                 Listener(PROXIED_LISTENER, other_ports[-1], advertised_port=self._proxy_port)
             )
+        listeners += [
+            Listener(name, port, protocol, host=host)
+            for (name, (protocol, host)), port in zip(extra.items(), extra_ports, strict=True)
+        ]
         node = NodeLayout(
             node_id=self.NODE_ID,
             roles=("broker", "controller"),

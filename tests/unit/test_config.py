@@ -141,7 +141,7 @@ def test_config_must_be_a_mapping() -> None:
         ("enable_idempotence", "yes"),
         ("compression_type", "brotli"),
         ("security_protocol", "TLS"),
-        ("sasl_mechanism", "GSSAPI"),
+        ("sasl_mechanism", "KERBEROS"),
         ("transactional_id", ""),
         ("transactional_id", 5),
         ("client_id", None),

@@ -8,15 +8,17 @@ import asyncio
 import base64
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aioproducer import ClientCredentialsTokenProvider, ProducerConfig, UnsecuredTokenProvider
 from aioproducer.errors import AuthenticationError, ConfigurationError, KafkaConnectionError
-from aioproducer.jaas import parse_jaas_config
+from aioproducer.jaas import parse_jaas_config, resolve_jaas
 from aioproducer.net.sasl import create_mechanism
 from tests.support.token_endpoint import TokenEndpoint
 
@@ -158,26 +160,67 @@ def test_own_settings_that_disagree_with_the_line_are_an_error() -> None:
     assert same.sasl_plain_password == SECRET
 
 
-def test_kerberos_is_refused_saying_what_to_use() -> None:
-    line = (
-        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
-        'keyTab="/etc/kafka.keytab" principal="kafka/host@REALM";'
+def test_a_krb5_login_module_line_gives_the_keytab_or_the_ticket_cache() -> None:
+    keytab = resolve_jaas(
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+        'keyTab="/etc/security/keytabs/alice.keytab" principal="alice@EXAMPLE.COM";',
+        mechanism="GSSAPI",
     )
-    with pytest.raises(ConfigurationError) as caught:
-        _java(line, "PLAIN")
-    assert "Kerberos (GSSAPI) is not supported" in str(caught.value)
-    assert "SCRAM" in str(caught.value) and "OAUTHBEARER" in str(caught.value)
-    with pytest.raises(ConfigurationError, match="Kerberos is not supported; use SCRAM"):
-        _java(line, "GSSAPI")
+    assert (keytab.kerberos_keytab, keytab.kerberos_principal) == (
+        "/etc/security/keytabs/alice.keytab",
+        "alice@EXAMPLE.COM",
+    )
+    assert keytab.kerberos_ccache is None and keytab.username is None
+    cache = resolve_jaas(
+        "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true "
+        'ticketCache="/tmp/krb5cc_1000" serviceName="kafka";',
+        mechanism="GSSAPI",
+    )
+    assert cache.kerberos_ccache == "FILE:/tmp/krb5cc_1000"
+    assert cache.kerberos_principal is None and cache.kerberos_service_name == "kafka"
+    default_cache = resolve_jaas(
+        "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true;",
+        mechanism="GSSAPI",
+    )
+    assert default_cache.kerberos_ccache is None
+    with pytest.raises(ConfigurationError, match="useKeyTab=true needs keyTab and principal"):
+        resolve_jaas(
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;",
+            mechanism="GSSAPI",
+        )
+    with pytest.raises(ConfigurationError, match="would prompt for a password"):
+        resolve_jaas(
+            "com.sun.security.auth.module.Krb5LoginModule required;", mechanism="GSSAPI"
+        )
+    with pytest.raises(ConfigurationError, match=r"goes with sasl_mechanism .*GSSAPI"):
+        resolve_jaas(
+            "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true;",
+            mechanism="PLAIN",
+        )
 
 
-def test_a_kerberos_properties_file_is_told_kerberos_is_not_supported() -> None:
-    with pytest.raises(ConfigurationError, match=r"sasl\.kerberos\.service\.name \(Kerberos "
-                       r"\(GSSAPI\) is not supported; use sasl_mechanism PLAIN, SCRAM"):
+def test_gssapi_without_the_gssapi_package_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "gssapi", None)  # import gssapi raises ImportError
+    with pytest.raises(ConfigurationError, match=r"pip install 'aioproducer\[kerberos\]'"):
         ProducerConfig.from_options(
             {"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI",
              "sasl.kerberos.service.name": "kafka"}
         )
+
+
+def test_a_keytab_needs_its_principal_and_must_be_readable(tmp_path: Path) -> None:
+    keytab = tmp_path / "alice.keytab"
+    base = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"}
+    with pytest.raises(ConfigurationError, match="sasl_kerberos_principal is not"):
+        ProducerConfig.from_options(base, sasl_kerberos_keytab=str(keytab))
+    with pytest.raises(ConfigurationError, match="is not a readable file"):
+        ProducerConfig.from_options(
+            base, sasl_kerberos_keytab=str(keytab), sasl_kerberos_principal="alice@EXAMPLE.COM"
+        )
+    with pytest.raises(ConfigurationError, match="security_protocol is 'PLAINTEXT'"):
+        ProducerConfig.from_options(sasl_kerberos_principal="alice@EXAMPLE.COM")
 
 
 def test_other_login_modules_and_handlers_are_refused() -> None:

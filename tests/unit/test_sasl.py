@@ -395,7 +395,7 @@ def test_create_mechanism_picks_the_configured_one() -> None:
     assert isinstance(oauth, OAuthBearerMechanism)
     assert oauth.extensions == {"logicalCluster": "lkc-sync"}
     with pytest.raises(ConfigurationError):
-        asyncio.run(create("GSSAPI"))
+        asyncio.run(create("NTLM"))
 
 
 # ---- the connection's exchange against the scripted broker ----------------------------------

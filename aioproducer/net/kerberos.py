@@ -1,0 +1,209 @@
+"""SASL GSSAPI: Kerberos V5 authentication (RFC 4752), as Kafka's GSSAPI listeners speak it.
+
+Through the ``gssapi`` package (``pip install 'aioproducer[kerberos]'``), a binding of the
+system's MIT Kerberos library; nothing here speaks Kerberos itself.
+
+Credentials come from a keytab (``sasl_kerberos_keytab`` with ``sasl_kerberos_principal``,
+the Java JAAS line's ``useKeyTab=true keyTab=... principal=...``) or from a ticket cache
+(``sasl_kerberos_ccache``, ``useTicketCache=true ticketCache=...``; by default the cache
+``KRB5CCNAME`` names, as ``kinit`` fills it). With a keytab the library gets a new ticket
+whenever the one it holds has expired, kept in a memory cache of this process: a producer
+that runs for weeks keeps authenticating (each new connection, and each KIP-368
+re-authentication, asks for a service ticket with the current one). A ticket cache is
+renewed by whoever fills it (``kinit -R``, ``k5start``, the cluster's own tooling).
+
+The service principal is ``<sasl_kerberos_service_name>/<host>``: the broker's host name
+as the producer was given it (in ``bootstrap_servers``, or as the brokers advertise
+themselves), or ``sasl_kerberos_domain_name`` when set. The Kerberos library may
+canonicalize that name through DNS first (``dns_canonicalize_hostname`` and ``rdns`` in
+``krb5.conf``), as it does for every other program on the machine.
+
+The exchange: the client's first token (an AP-REQ, asking for mutual authentication), the
+broker's AP-REP, then the security-layer negotiation of RFC 4752 section 3.1: the broker
+offers layers in a wrapped 4-byte message, the client picks "no security layer" (Kafka
+protects the connection with TLS when it needs to) and names itself as the authorization id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import os
+from typing import Any, Final
+
+from aioproducer.errors import AuthenticationError, ConfigurationError, KafkaConnectionError
+from aioproducer.net.sasl import SaslMechanism
+
+__all__ = ["GssapiMechanism", "create_gssapi_mechanism"]
+
+# RFC 4752 section 3.1: the security layer bit for "no security layer".
+_NO_SECURITY_LAYER: Final = 0x01
+
+# Words of the library's messages that mean the KDC could not be reached (worth retrying),
+# as opposed to a refusal (a wrong keytab, an unknown principal).
+_UNREACHABLE: Final = ("cannot contact any kdc", "cannot reach", "timed out", "timeout")
+
+_INSTALL_HINT: Final = (
+    "install the gssapi package (pip install 'aioproducer[kerberos]'), which builds against "
+    "the MIT Kerberos libraries (Debian: libkrb5-dev; Red Hat: krb5-devel)"
+)
+
+
+def _gssapi() -> Any:
+    try:
+        import gssapi
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigurationError(f"sasl_mechanism GSSAPI needs Kerberos: {_INSTALL_HINT}") from exc
+    return gssapi
+
+
+class _State(enum.Enum):
+    ESTABLISHING = "establishing"
+    LAYERS = "layers"
+    FINAL = "final"
+
+
+class GssapiMechanism(SaslMechanism):
+    """SASL GSSAPI over an initiating ``gssapi.SecurityContext`` whose first token was
+    made already (:func:`create_gssapi_mechanism` does that off the event loop: it may ask
+    the KDC for a service ticket)."""
+
+    name = "GSSAPI"
+
+    def __init__(self, context: Any, first_token: bytes, authorization_id: str) -> None:
+        super().__init__()
+        self._context = context
+        self._first_token = first_token
+        self._authorization_id = authorization_id
+        self._state = _State.ESTABLISHING
+
+    def _initial_response(self) -> bytes:
+        return self._first_token
+
+    def _respond(self, challenge: bytes) -> bytes | None:
+        gssapi = _gssapi()
+        try:
+            if self._state is _State.ESTABLISHING and not self._context.complete:
+                token = self._context.step(challenge)
+                if self._context.complete:
+                    self._state = _State.LAYERS
+                # An empty answer asks the broker for its security layers.
+                return bytes(token) if token else b""
+            if self._state in (_State.ESTABLISHING, _State.LAYERS):
+                return self._choose_layer(challenge)
+        except gssapi.exceptions.GSSError as exc:
+            raise self._fail(
+                f"the broker's Kerberos answer was refused: {_gss_text(exc)}"
+            ) from None
+        # The broker's answer to the layer choice: the exchange is complete.
+        self._complete = True
+        return None
+
+    def _choose_layer(self, challenge: bytes) -> bytes:
+        offer = bytes(self._context.unwrap(challenge).message)
+        if len(offer) != 4:
+            raise self._fail(f"the broker's security layer offer has {len(offer)} bytes, not 4")
+        if not offer[0] & _NO_SECURITY_LAYER:
+            raise self._fail(
+                "the broker requires a SASL security layer (integrity or confidentiality); "
+                "Kafka brokers offer none: use SASL_SSL for an encrypted connection"
+            )
+        # No security layer, so no maximum message size: 0.
+        choice = bytes([_NO_SECURITY_LAYER, 0, 0, 0]) + self._authorization_id.encode()
+        self._state = _State.FINAL
+        return bytes(self._context.wrap(choice, False).message)
+
+
+def _gss_text(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _memory_cache(principal: str, keytab: str) -> str:
+    """A memory credential cache per (principal, keytab) in this process: the connections
+    of every producer with those credentials share the tickets got from the keytab."""
+    digest = hashlib.sha256(f"{principal}\0{os.path.abspath(keytab)}".encode()).hexdigest()
+    return f"MEMORY:aioproducer-{digest[:16]}"
+
+
+def _first_step(
+    service_name: str,
+    host: str,
+    principal: str | None,
+    keytab: str | None,
+    ccache: str | None,
+) -> tuple[Any, bytes, str]:
+    """Acquire the credentials and make the first token (blocking: it may ask the KDC)."""
+    gssapi = _gssapi()
+    name = (
+        gssapi.Name(principal, gssapi.NameType.kerberos_principal)
+        if principal is not None
+        else None
+    )
+    store: dict[str, str] = {}
+    if keytab is not None:
+        assert principal is not None
+        store["client_keytab"] = keytab
+        store["ccache"] = ccache or _memory_cache(principal, keytab)
+    elif ccache is not None:
+        store["ccache"] = ccache
+    credentials = gssapi.Credentials(name=name, usage="initiate", store=store or None)
+    target = gssapi.Name(f"{service_name}@{host}", gssapi.NameType.hostbased_service)
+    context = gssapi.SecurityContext(
+        name=target,
+        creds=credentials,
+        usage="initiate",
+        flags=gssapi.RequirementFlag.mutual_authentication,
+    )
+    token = context.step()
+    return context, bytes(token or b""), str(credentials.name)
+
+
+async def create_gssapi_mechanism(
+    *,
+    service_name: str,
+    host: str,
+    principal: str | None,
+    keytab: str | None,
+    ccache: str | None,
+) -> GssapiMechanism:
+    """A GSSAPI mechanism for one exchange with the broker at ``host``: credentials from
+    the keytab or the ticket cache, and the first token, made on a worker thread.
+
+    Raises:
+        ConfigurationError: the gssapi package is missing.
+        AuthenticationError: no credentials (a keytab without the principal's key, an
+            unknown principal, an expired ticket cache) or no service ticket for
+            ``<service_name>/<host>``; the message says what to check, never a secret.
+        KafkaConnectionError: the KDC could not be reached (retriable).
+    """
+    gssapi = _gssapi()
+    source = (
+        f"keytab {keytab}" if keytab is not None else f"ticket cache {ccache or '(KRB5CCNAME)'}"
+    )
+    who = principal or "the cache's default principal"
+    try:
+        context, token, authorization_id = await asyncio.to_thread(
+            _first_step, service_name, host, principal, keytab, ccache
+        )
+    except gssapi.exceptions.GSSError as exc:
+        text = _gss_text(exc)
+        if any(word in text.lower() for word in _UNREACHABLE):
+            raise KafkaConnectionError(
+                f"SASL GSSAPI: the Kerberos KDC could not be reached for {who}: {text}"
+            ) from None
+        check = (
+            f"Check the principal and the keytab (klist -k {keytab} lists the principals "
+            "whose keys it holds; the KDC must know the principal)"
+            if keytab is not None
+            else "Check the principal and the ticket cache (klist shows what it holds and "
+            "until when; kinit fills it)"
+        )
+        raise AuthenticationError(
+            f"SASL GSSAPI: no Kerberos ticket for service {service_name}/{host} as {who} "
+            f"({source}): {text}. {check}, sasl_kerberos_service_name (the broker's "
+            "sasl.kerberos.service.name) and the host name the broker is reached by (its "
+            "service principal's)"
+        ) from None
+    return GssapiMechanism(context, token, authorization_id)
