@@ -71,7 +71,7 @@ class SaslOptions(Protocol):
     @property
     def sasl_jaas_config(self) -> str | None: ...
     @property
-    def sasl_kerberos_service_name(self) -> str: ...
+    def sasl_kerberos_service_name(self) -> str | None: ...
     @property
     def sasl_oauthbearer_token_endpoint_url(self) -> str | None: ...
     @property
@@ -442,14 +442,8 @@ def apply_java_sasl(config: SaslOptions, label: Callable[[str], str]) -> None:
         scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
         urlencode_header=config.sasl_oauthbearer_header_urlencode,
     )
-    service = settings.kerberos_service_name
-    if service is not None and service != config.sasl_kerberos_service_name:
-        raise ConfigurationError(
-            f"sasl_jaas_config (sasl.jaas.config) names serviceName {service!r}, but "
-            f"sasl_kerberos_service_name (sasl.kerberos.service.name) is "
-            f"{config.sasl_kerberos_service_name!r}; set the service name there"
-        )
     for name, derived in (
+        ("sasl_kerberos_service_name", settings.kerberos_service_name),
         ("sasl_plain_username", settings.username),
         ("sasl_plain_password", settings.password),
         ("sasl_oauth_token_provider", settings.token_provider),

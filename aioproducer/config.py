@@ -992,13 +992,14 @@ class ProducerConfig:
             check=_token_provider,
         ),
     )
-    sasl_kerberos_service_name: str = field(
-        default="kafka",
+    sasl_kerberos_service_name: str | None = field(
+        default=None,
         metadata=_meta(
             java="sasl.kerberos.service.name",
             doc="For GSSAPI: the primary of the brokers' Kerberos principal (their "
-            "sasl.kerberos.service.name); the service principal is <this>/<broker host>.",
-            check=_non_empty_string,
+            "sasl.kerberos.service.name); the service principal is <this>/<broker host>. "
+            "None: the JAAS line's serviceName, else 'kafka'.",
+            check=_non_empty_optional_str,
         ),
     )
     sasl_kerberos_principal: str | None = field(
@@ -1256,6 +1257,7 @@ class ProducerConfig:
             "sasl_plain_username",
             "sasl_plain_password",
             "sasl_oauth_token_provider",
+            "sasl_kerberos_service_name",
             "sasl_kerberos_principal",
             "sasl_kerberos_keytab",
             "sasl_kerberos_ccache",

@@ -27,8 +27,8 @@ exactly one login module.
   principal="..."`` sets ``sasl_kerberos_keytab`` and ``sasl_kerberos_principal``;
   ``useTicketCache=true`` (with ``ticketCache="..."``, and ``principal`` if given) sets
   ``sasl_kerberos_ccache`` and ``sasl_kerberos_principal``. ``storeKey``, ``doNotPrompt``
-  and ``debug`` change nothing here; ``serviceName`` must agree with
-  ``sasl_kerberos_service_name``.
+  and ``debug`` change nothing here; ``serviceName`` sets ``sasl_kerberos_service_name``
+  (given both ways, they must agree).
 
 A malformed line is a
 :class:`~aioproducer.errors.ConfigurationError` that says what is wrong and at which column,
@@ -364,9 +364,12 @@ def _kerberos_settings(options: Mapping[str, str]) -> JaasSettings:
             raise ConfigurationError(
                 f"{_LABEL}: Krb5LoginModule with useKeyTab=true needs {' and '.join(missing)}"
             )
+        keytab = options["keyTab"]
+        if keytab[:5].lower() == "file:":
+            keytab = keytab[5:]  # the JDK takes a file: URL's path
         return JaasSettings(
             kerberos_principal=principal,
-            kerberos_keytab=options["keyTab"],
+            kerberos_keytab=keytab,
             kerberos_service_name=service,
         )
     if _flag(options, "useTicketCache"):

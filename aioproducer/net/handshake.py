@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from aioproducer.errors import (
     AuthenticationError,
+    KafkaConnectionError,
     RequestTimedOutError,
     UnsupportedVersionError,
     error_for_code,
@@ -211,14 +212,15 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
             config.request_timeout_ms / 1000.0,
         )
     except asyncio.TimeoutError:
-        source = (
-            "the Kerberos KDC gave no ticket"
-            if mechanism_name == "GSSAPI"
-            else "sasl_oauth_token_provider gave no token"
-        )
+        if mechanism_name == "GSSAPI":
+            # A slow KDC, as one that cannot be reached: worth another attempt.
+            raise KafkaConnectionError(
+                f"SASL GSSAPI: the Kerberos KDC gave no ticket within "
+                f"{config.request_timeout_ms} ms (request_timeout_ms)"
+            ) from None
         raise AuthenticationError(
-            f"SASL {mechanism_name}: {source} within {config.request_timeout_ms} ms "
-            "(request_timeout_ms)"
+            f"SASL {mechanism_name}: sasl_oauth_token_provider gave no token within "
+            f"{config.request_timeout_ms} ms (request_timeout_ms)"
         ) from None
     message: bytes | None = mechanism.initial_response()
     session_lifetime_ms = 0

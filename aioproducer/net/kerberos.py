@@ -30,6 +30,7 @@ import asyncio
 import enum
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from aioproducer.errors import AuthenticationError, ConfigurationError, KafkaConnectionError
@@ -40,9 +41,26 @@ __all__ = ["GssapiMechanism", "create_gssapi_mechanism"]
 # RFC 4752 section 3.1: the security layer bit for "no security layer".
 _NO_SECURITY_LAYER: Final = 0x01
 
-# Words of the library's messages that mean the KDC could not be reached (worth retrying),
-# as opposed to a refusal (a wrong keytab, an unknown principal).
-_UNREACHABLE: Final = ("cannot contact any kdc", "cannot reach", "timed out", "timeout")
+# MIT krb5's minor codes for a KDC that could not be reached or found (worth retrying), as
+# opposed to a refusal (a wrong keytab, an unknown principal): KRB5_KDC_UNREACH,
+# KRB5_REALM_CANT_RESOLVE, KRB5KDC_ERR_SVC_UNAVAILABLE, KRB5_REALM_UNKNOWN.
+# (Compared as unsigned 32-bit numbers, as the library may report them either way.)
+_UNREACHABLE_CODES: Final = frozenset(
+    code & 0xFFFFFFFF for code in (-1765328228, -1765328164, -1765328355, -1765328230)
+)
+# And words of such messages, for a library that reports other codes.
+_UNREACHABLE: Final = (
+    "cannot contact any kdc",
+    "cannot find kdc",
+    "cannot resolve network address for kdc",
+    "service is not available",
+    "timed out",
+)
+
+# The calls that may ask the KDC block: they run on threads of their own, never more than
+# two at once, so that a KDC that does not answer cannot take the event loop's default
+# executor (which resolves the brokers' host names) with it.
+_EXECUTOR: Final = ThreadPoolExecutor(max_workers=2, thread_name_prefix="aioproducer-kerberos")
 
 _INSTALL_HINT: Final = (
     "install the gssapi package (pip install 'aioproducer[kerberos]'), which builds against "
@@ -148,12 +166,16 @@ def _first_step(
         store["ccache"] = ccache or _memory_cache(principal, keytab)
     elif ccache is not None:
         store["ccache"] = ccache
-    credentials = gssapi.Credentials(name=name, usage="initiate", store=store or None)
+    kerberos = gssapi.MechType.kerberos
+    credentials = gssapi.Credentials(
+        name=name, usage="initiate", mechs=[kerberos], store=store or None
+    )
     target = gssapi.Name(f"{service_name}@{host}", gssapi.NameType.hostbased_service)
     context = gssapi.SecurityContext(
         name=target,
         creds=credentials,
         usage="initiate",
+        mech=kerberos,
         flags=gssapi.RequirementFlag.mutual_authentication,
     )
     token = context.step()
@@ -183,13 +205,16 @@ async def create_gssapi_mechanism(
         f"keytab {keytab}" if keytab is not None else f"ticket cache {ccache or '(KRB5CCNAME)'}"
     )
     who = principal or "the cache's default principal"
+    loop = asyncio.get_running_loop()
     try:
-        context, token, authorization_id = await asyncio.to_thread(
-            _first_step, service_name, host, principal, keytab, ccache
+        context, token, authorization_id = await loop.run_in_executor(
+            _EXECUTOR, _first_step, service_name, host, principal, keytab, ccache
         )
     except gssapi.exceptions.GSSError as exc:
         text = _gss_text(exc)
-        if any(word in text.lower() for word in _UNREACHABLE):
+        code = getattr(exc, "min_code", None)
+        known = isinstance(code, int) and (code & 0xFFFFFFFF) in _UNREACHABLE_CODES
+        if known or any(word in text.lower() for word in _UNREACHABLE):
             raise KafkaConnectionError(
                 f"SASL GSSAPI: the Kerberos KDC could not be reached for {who}: {text}"
             ) from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from aioproducer import Producer
-from aioproducer.errors import AuthenticationError
+from aioproducer.errors import AuthenticationError, KafkaError
 from tests.support.kafka import BROKER_JVM_OPTIONS, KafkaBroker
 from tests.support.passes import compiled_pass_only, refuse_java
 from tests.support.readback import read_back
@@ -263,3 +264,33 @@ def test_a_spark_jobs_kerberos_jaas_line_works_unchanged(kerberized: Kerberized)
     assert result.returncode == 0, result.stderr[-3000:]
     records = read_back(kerberized.broker.bootstrap_servers, topic, expected=2000)
     assert sorted(int(r.value or b"-1") for r in records) == list(range(2000))
+
+
+async def test_a_kdc_that_cannot_be_reached_is_retried_until_max_block_ms(
+    kerberized: Kerberized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The realm's KDC at a port where nothing listens: a KDC outage, not a refusal.
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        dead = bound.getsockname()[1]
+        conf = tmp_path / "krb5.conf"
+        conf.write_text(
+            kerberized.realm.krb5_conf.read_text().replace(
+                f"127.0.0.1:{kerberized.realm.port}", f"127.0.0.1:{dead}"
+            )
+        )
+        monkeypatch.setenv("KRB5_CONFIG", str(conf))
+        # A principal whose tickets no process has yet: the KDC must be asked.
+        keytab = kerberized.realm.add_principal(f"carol{uuid.uuid4().hex[:6]}")
+        options = kerberized.options(max_block_ms=3000)
+        options["sasl_kerberos_principal"] = kerberized.principal(keytab.stem)
+        options["sasl_kerberos_keytab"] = str(keytab)
+        producer = Producer(**options)
+        started = time.monotonic()
+        with pytest.raises(KafkaError) as caught:
+            await asyncio.wait_for(producer.start(), _HANG)
+        waited = time.monotonic() - started
+        await producer.close()
+    assert "Kerberos KDC could not be reached" in str(caught.value), str(caught.value)
+    assert not isinstance(caught.value, AuthenticationError)
+    assert 2.5 <= waited < 30.0, waited  # retried until max_block_ms, not refused at once

@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,12 @@ def test_a_krb5_login_module_line_gives_the_keytab_or_the_ticket_cache() -> None
     )
     assert cache.kerberos_ccache == "FILE:/tmp/krb5cc_1000"
     assert cache.kerberos_principal is None and cache.kerberos_service_name == "kafka"
+    url = resolve_jaas(
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        'keyTab="file:/etc/security/keytabs/alice.keytab" principal="alice@EXAMPLE.COM";',
+        mechanism="GSSAPI",
+    )
+    assert url.kerberos_keytab == "/etc/security/keytabs/alice.keytab"  # as the JDK reads it
     default_cache = resolve_jaas(
         "com.sun.security.auth.module.Krb5LoginModule required useTicketCache=true;",
         mechanism="GSSAPI",
@@ -456,3 +463,22 @@ def test_a_token_without_the_sub_claim_is_refused(endpoint: TokenEndpoint) -> No
     )
     with pytest.raises(AuthenticationError, match="has no 'client_id' claim"):
         asyncio.run(provider.token())
+
+
+def test_the_jaas_service_name_is_used_unless_the_option_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the options are checked here: whether gssapi is installed does not matter.
+    monkeypatch.setitem(sys.modules, "gssapi", types.ModuleType("gssapi"))
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    line = (
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        f'keyTab="{keytab}" principal="alice@EXAMPLE.COM" serviceName="kafka-prod";'
+    )
+    base = {"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI", "sasl.jaas.config": line}
+    assert ProducerConfig.from_options(base).sasl_kerberos_service_name == "kafka-prod"
+    same = ProducerConfig.from_options({**base, "sasl.kerberos.service.name": "kafka-prod"})
+    assert same.sasl_kerberos_service_name == "kafka-prod"
+    with pytest.raises(ConfigurationError, match="sasl_kerberos_service_name and sasl_jaas_config"):
+        ProducerConfig.from_options({**base, "sasl.kerberos.service.name": "kafka"})
