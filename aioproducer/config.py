@@ -1264,6 +1264,11 @@ class ProducerConfig:
             "sasl_kerberos_domain_name",
         )
         if not protocol.startswith("SASL"):
+            if self.sasl_mechanism != "PLAIN":
+                raise ConfigurationError(
+                    f"sasl_mechanism is {self.sasl_mechanism!r} but security_protocol is "
+                    f"{protocol!r}; use 'SASL_PLAINTEXT' or 'SASL_SSL' to authenticate with SASL"
+                )
             for name in sasl_fields:
                 if getattr(self, name) is not None:
                     raise ConfigurationError(

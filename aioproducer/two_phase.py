@@ -114,6 +114,21 @@ _FENCED = frozenset(
 )
 
 
+#: The states a transaction coordinator reports (ListTransactions, DescribeTransactions).
+TRANSACTION_STATES: frozenset[str] = frozenset(
+    {
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    }
+)
+
+
 class _CoordinatorClient:
     """Connections to a cluster for a few coordinator requests, with their retries."""
 
@@ -539,11 +554,23 @@ async def list_transactions(
         The matching ids, sorted by transactional id.
 
     Raises:
+        ConfigurationError: ``states`` names a state Kafka does not have (they are
+            spelled as Kafka spells them: ``"Ongoing"``), or is a string.
         UnsupportedVersionError: a broker older than Kafka 3.0 (no ListTransactions).
         RequestTimedOutError: a broker did not answer within ``timeout``.
         KafkaError: a broker refused with another error.
     """
+    if isinstance(states, str):
+        raise ConfigurationError(
+            f"states must be a collection of states, not the string {states!r}"
+        )
     wanted = frozenset(states)
+    unknown = sorted(wanted - TRANSACTION_STATES)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown transaction state(s) {', '.join(map(repr, unknown))}; Kafka's are "
+            f"{', '.join(sorted(TRANSACTION_STATES))}"
+        )
     cfg = _config(config, options)
     seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout
     client = _CoordinatorClient(cfg, time.monotonic() + seconds)
@@ -656,11 +683,16 @@ async def describe_transactions(
         out.
 
     Raises:
+        ConfigurationError: ``transactional_ids`` is a string, not a collection of ids.
         UnsupportedVersionError: a broker older than Kafka 3.0 (no DescribeTransactions).
         RequestTimedOutError: no answer within ``timeout``.
         KafkaError: a coordinator refused with another error (an authorization error
             without the ``DESCRIBE`` ACL on the transactional id, for one).
     """
+    if isinstance(transactional_ids, str):
+        raise ConfigurationError(
+            f"transactional_ids must be a collection of ids, not the string {transactional_ids!r}"
+        )
     ids = sorted(set(transactional_ids))
     cfg = _config(config, options)
     seconds = cfg.max_block_ms / 1000.0 if timeout is None else timeout

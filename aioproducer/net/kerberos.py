@@ -218,6 +218,14 @@ async def create_gssapi_mechanism(
             raise KafkaConnectionError(
                 f"SASL GSSAPI: the Kerberos KDC could not be reached for {who}: {text}"
             ) from None
+        if "server" in text.lower() and "not found in kerberos database" in text.lower():
+            # Logged in, but the KDC knows no such service principal.
+            raise AuthenticationError(
+                f"SASL GSSAPI: the Kerberos KDC knows no service principal "
+                f"{service_name}/{host} ({text}). Check sasl_kerberos_service_name (the "
+                "brokers' sasl.kerberos.service.name) and the host name the broker is reached "
+                "by, which its service principal names (or sasl_kerberos_domain_name)"
+            ) from None
         check = (
             f"Check the principal and the keytab (klist -k {keytab} lists the principals "
             "whose keys it holds; the KDC must know the principal)"
@@ -226,9 +234,7 @@ async def create_gssapi_mechanism(
             "until when; kinit fills it)"
         )
         raise AuthenticationError(
-            f"SASL GSSAPI: no Kerberos ticket for service {service_name}/{host} as {who} "
-            f"({source}): {text}. {check}, sasl_kerberos_service_name (the broker's "
-            "sasl.kerberos.service.name) and the host name the broker is reached by (its "
-            "service principal's)"
+            f"SASL GSSAPI: could not log in to Kerberos as {who} ({source}) for service "
+            f"{service_name}/{host}: {text}. {check}"
         ) from None
     return GssapiMechanism(context, token, authorization_id)

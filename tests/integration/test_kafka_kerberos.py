@@ -210,10 +210,21 @@ async def test_a_wrong_keytab_or_principal_fails_at_once_saying_what_to_check(
     # Refused credentials are not retried until max_block_ms.
     assert time.monotonic() - started < 20.0
     message = str(caught.value)
-    assert "GSSAPI" in message and options["sasl_kerberos_principal"] in message
+    assert message.startswith("SASL GSSAPI: could not log in to Kerberos as ")
+    assert options["sasl_kerberos_principal"] in message
     assert options["sasl_kerberos_keytab"] in message
     assert "Check the principal and the keytab" in message
     assert not caught.value.retriable
+
+
+async def test_a_wrong_service_name_is_named_as_such(kerberized: Kerberized) -> None:
+    producer = Producer(**kerberized.options(sasl_kerberos_service_name="kakfa"))
+    with pytest.raises(AuthenticationError) as caught:
+        await asyncio.wait_for(producer.start(), _HANG)
+    await producer.close()
+    message = str(caught.value)
+    assert "knows no service principal kakfa/localhost" in message, message
+    assert "Check sasl_kerberos_service_name" in message
 
 
 async def test_tickets_that_expire_are_got_again_and_reauthentication_goes_on(

@@ -457,3 +457,12 @@ def test_another_clients_option_name_says_what_to_use_instead(name: str, instead
     request.timeout.ms): the hint names the option that does that job here."""
     with pytest.raises(ConfigurationError, match=rf"'{re.escape(name)}'.*use {instead}"):
         ProducerConfig.from_options({name: 1})
+
+
+def test_a_sasl_mechanism_without_a_sasl_protocol_is_refused() -> None:
+    # Authentication asked for but never done would be silently skipped otherwise.
+    for mechanism in ("SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"):
+        with pytest.raises(ConfigurationError, match="use 'SASL_PLAINTEXT' or 'SASL_SSL'"):
+            ProducerConfig.from_options(sasl_mechanism=mechanism)
+    with pytest.raises(ConfigurationError, match="security_protocol is 'SSL'"):
+        ProducerConfig.from_options(sasl_mechanism="SCRAM-SHA-256", security_protocol="SSL")

@@ -306,3 +306,13 @@ def test_exactly_once_refuses_a_broker_that_cannot_list_or_describe_transactions
     message = str(refused.value)
     assert message.startswith("micro-batch 0: nothing was committed")
     assert "needs Kafka 3.0 or later" in message and "DescribeTransactions" in message
+
+
+def test_listing_and_describing_refuse_states_and_ids_they_could_never_match() -> None:
+    from aioproducer.two_phase import describe_transactions, list_transactions
+
+    for states in (["ongoing"], ["Bogus"], "Ongoing"):
+        with pytest.raises(ConfigurationError, match="state"):
+            _run(list_transactions(states=states, bootstrap_servers="localhost:1"))
+    with pytest.raises(ConfigurationError, match="not the string 'tx-1'"):
+        _run(describe_transactions("tx-1", bootstrap_servers="localhost:1"))
