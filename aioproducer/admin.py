@@ -818,6 +818,9 @@ class _BrokerTopics:
         unanswered: set[str] = set()
         attempts = 0
         refresh = False
+        # The last refusal a broker answered (NOT_CONTROLLER): named too when the call's
+        # time runs out while a later attempt waits for its answer.
+        refused: KafkaError | None = None
         while pending:
             what = f"{api} for {', '.join(pending)}"
             try:
@@ -827,7 +830,10 @@ class _BrokerTopics:
             except _Sent as sent:
                 unanswered.update(pending)
                 refresh = True
-                attempts = await self._retry_after(sent.error, attempts, deadline, what)
+                error = sent.error
+                if refused is not None:
+                    error = type(error)(f"{error}; the attempt before was refused: {refused}")
+                attempts = await self._retry_after(error, attempts, deadline, what)
                 continue
             refresh = False
             throttled = False
@@ -858,9 +864,8 @@ class _BrokerTopics:
                         throttle_time_ms, attempts, deadline, what
                     )
                     continue
-                attempts = await self._retry_after(
-                    error_for_code(ErrorCode.NOT_CONTROLLER), attempts, deadline, what
-                )
+                refused = error_for_code(ErrorCode.NOT_CONTROLLER)
+                attempts = await self._retry_after(refused, attempts, deadline, what)
         return results, unanswered
 
     async def describe(
