@@ -226,11 +226,6 @@ class ResolvedAddresses:
         self._start = 0
 
     @property
-    def addresses(self) -> list[str]:
-        """The addresses of the last resolution still in use (empty once forgotten)."""
-        return [address for _, address in self._addresses]
-
-    @property
     def start(self) -> str | None:
         """The address the next attempt tries first (None: the name is resolved first)."""
         return self._addresses[self._start][1] if self._addresses else None
