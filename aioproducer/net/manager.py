@@ -857,14 +857,28 @@ class ConnectionManager:
             if address is not None and (address[0], address[1]) == (node.host, node.port):
                 continue
             del self._nodes[node_id]
-            if node.lost_at >= 0:
-                self._lost_and_left[node_id] = (node.host, node.port, node.lost_at)
             reason = (
                 "the broker left the cluster metadata"
                 if address is None
                 else f"the broker moved to {address[0]}:{address[1]}"
             )
+            connection = node.connection
+            live = connection is not None and not connection.closed
             self._drop(node, KafkaConnectionError(f"node {node_id} ({node.address}): {reason}"))
+            if address is None and live and connection is not None and node.lost_at < 0:
+                # A broker that stops answering may leave the metadata before its sockets
+                # report it: the same loss, logged once, and its return logged as one.
+                in_flight = connection.failed_at_close
+                log.log(
+                    logging.WARNING if in_flight else logging.INFO,
+                    "connection to %s lost%s: %s; reconnecting when it returns",
+                    connection.description,
+                    f" with {in_flight} request(s) in flight (retried)" if in_flight else "",
+                    reason,
+                )
+                node.lost_at = self._clock()
+            if node.lost_at >= 0:
+                self._lost_and_left[node_id] = (node.host, node.port, node.lost_at)
         for node_id, (host, port) in brokers.items():
             if node_id not in self._nodes:
                 node = self._nodes[node_id] = _Node(node_id, host, port)

@@ -1361,6 +1361,40 @@ def test_a_lost_broker_that_left_the_metadata_and_returned_is_said_to_be_back(
     run(scenario())
 
 
+def test_a_broker_that_leaves_the_metadata_before_its_socket_says_so_is_lost_once(
+    run: Runner[None], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A broker going down may leave a metadata answer before its own socket's end is read:
+    # the loss is logged once, as when the socket tells first, and its return as "back".
+    async def scenario() -> None:
+        caplog.set_level(logging.INFO, logger="aioproducer.net")
+        changes = Recorder()
+        async with FakeBroker() as two:
+            manager = ConnectionManager(make_config(two.port), changes)
+            manager.set_brokers({2: (HOST, two.port)})
+            manager.ensure_connecting(2, 0.0)
+            await changes.wait_until(lambda: manager.ready(2) is not None)
+            first = manager.ready(2)
+            assert first is not None
+            manager.set_brokers({})  # the refresh that leaves it out comes first
+            assert first.closed
+            two.writers[0].close()  # then its socket ends
+            await asyncio.sleep(0.05)
+            manager.set_brokers({2: (HOST, two.port)})
+            manager.ensure_connecting(2, 0.0)
+            await changes.wait_until(lambda: manager.ready(2) is not None)
+            await manager.close()
+        lost = [r for r in caplog.records if "; reconnecting" in r.getMessage()]
+        assert len(lost) == 1, [r.getMessage() for r in lost]
+        assert lost[0].getMessage().startswith("connection to node 2 (")
+        assert "left the cluster metadata" in lost[0].getMessage()
+        assert lost[0].levelno == logging.INFO  # nothing was in flight
+        back = [r.getMessage() for r in caplog.records if "is back" in r.getMessage()]
+        assert len(back) == 1 and back[0].startswith("connection to node 2 ("), back
+
+    run(scenario())
+
+
 def test_bootstrap_fails_over_to_the_second_server(run: Runner[None], refused_port: int) -> None:
     async def scenario() -> None:
         changes = Recorder()
