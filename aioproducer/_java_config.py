@@ -135,10 +135,6 @@ def _java_only(instead: str, *harmless: str) -> JavaOnly:
     return JavaOnly(frozenset(harmless) if harmless else None, instead)
 
 
-_KERBEROS_RENEWAL = (
-    "tickets got from a keytab (sasl_kerberos_keytab) are got again by the Kerberos library "
-    "when they expire; a ticket cache is renewed by whoever fills it (kinit -R, k5start)"
-)
 _NO_JAVA_LOGIN = _java_only(
     "Java login and callback classes cannot run here; for OAUTHBEARER give "
     "sasl.oauthbearer.token.endpoint.url with clientId and clientSecret in sasl.jaas.config, "
@@ -155,11 +151,6 @@ _TLS_BY_CONTEXT = "pass an ssl.SSLContext as ssl_context to choose TLS versions 
 #: values is refused: a security setting (a TLS version, a Kerberos principal) that is
 #: silently dropped would leave a connection less protected than its configuration says.
 JAVA_ONLY: Final[Mapping[str, JavaOnly]] = {
-    # Java's defaults are accepted (they describe what happens here too); others refused.
-    "sasl.kerberos.kinit.cmd": _java_only(_KERBEROS_RENEWAL, "/usr/bin/kinit"),
-    "sasl.kerberos.min.time.before.relogin": _java_only(_KERBEROS_RENEWAL, "60000"),
-    "sasl.kerberos.ticket.renew.jitter": _java_only(_KERBEROS_RENEWAL, "0.05"),
-    "sasl.kerberos.ticket.renew.window.factor": _java_only(_KERBEROS_RENEWAL, "0.8", "0.80"),
     **{
         name: _NO_JAVA_LOGIN
         for name in (

@@ -202,6 +202,29 @@ def _int_between(low: int, high: int = _INT_MAX) -> _Check:
     return check
 
 
+def _fraction(*, low_open: bool = False, high_open: bool = False) -> _Check:
+    low, high = ("(0" if low_open else "[0"), ("1)" if high_open else "1]")
+    problem = f"must be a number in {low}, {high}"
+
+    def check(name: str, value: Any) -> float:
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise _invalid(name, problem, value) from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise _invalid(name, problem, value)
+        number = float(number)
+        if not (number > 0.0 if low_open else number >= 0.0) or not (
+            number < 1.0 if high_open else number <= 1.0
+        ):
+            raise _invalid(name, problem, value)
+        return number
+
+    return check
+
+
 def _boolean(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -1038,6 +1061,42 @@ class ProducerConfig:
             doc="For GSSAPI: the host name of the brokers' service principal, when it is not "
             "the host name each broker is reached by.",
             check=_non_empty_optional_str,
+        ),
+    )
+    sasl_kerberos_kinit_cmd: str = field(
+        default="kinit",
+        metadata=_meta(
+            java="sasl.kerberos.kinit.cmd",
+            doc="For GSSAPI with a ticket cache: the program run as 'kinit -R -c <cache>' to "
+            "renew the cache's ticket before it expires (a bare name is looked up on PATH).",
+            check=_non_empty_string,
+        ),
+    )
+    sasl_kerberos_ticket_renew_window_factor: float = field(
+        default=0.8,
+        metadata=_meta(
+            java="sasl.kerberos.ticket.renew.window.factor",
+            doc="For GSSAPI with a ticket cache: the ticket is renewed once this fraction of "
+            "its lifetime has passed.",
+            check=_fraction(low_open=True),
+        ),
+    )
+    sasl_kerberos_ticket_renew_jitter: float = field(
+        default=0.05,
+        metadata=_meta(
+            java="sasl.kerberos.ticket.renew.jitter",
+            doc="For GSSAPI with a ticket cache: up to this fraction of the lifetime is added "
+            "to the wait at random, so that processes sharing a cache do not renew together.",
+            check=_fraction(high_open=True),
+        ),
+    )
+    sasl_kerberos_min_time_before_relogin: int = field(
+        default=60000,
+        metadata=_meta(
+            java="sasl.kerberos.min.time.before.relogin",
+            doc="For GSSAPI with a ticket cache: the shortest wait between two renewal "
+            "attempts, in milliseconds.",
+            check=_int_between(0),
         ),
     )
     # Java SASL settings, turned into the sasl_* options above (aioproducer/jaas.py)

@@ -10,7 +10,12 @@ the Java JAAS line's ``useKeyTab=true keyTab=... principal=...``) or from a tick
 whenever the one it holds has expired, kept in a memory cache of this process: a producer
 that runs for weeks keeps authenticating (each new connection, and each KIP-368
 re-authentication, asks for a service ticket with the current one). A ticket cache is
-renewed by whoever fills it (``kinit -R``, ``k5start``, the cluster's own tooling).
+renewed while a producer that uses it is open, as the Java client does: ``kinit -R`` runs
+once ``sasl_kerberos_ticket_renew_window_factor`` of the ticket's lifetime has passed (plus
+up to ``sasl_kerberos_ticket_renew_jitter`` of it at random), and never twice within
+``sasl_kerberos_min_time_before_relogin`` (:func:`hold_ticket_renewal`). A ticket that
+cannot be renewed (not renewable, or past its renewable life) is said so at WARNING, with
+the time it has left; a cache refilled from outside (``kinit``, ``k5start``) is picked up.
 
 The service principal is ``<sasl_kerberos_service_name>/<host>``: the broker's host name
 as the producer was given it (in ``bootstrap_servers``, or as the brokers advertise
@@ -29,14 +34,36 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import logging
 import os
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from aioproducer.errors import AuthenticationError, ConfigurationError, KafkaConnectionError
 from aioproducer.net.sasl import SaslMechanism
 
-__all__ = ["GssapiMechanism", "create_gssapi_mechanism"]
+if TYPE_CHECKING:
+    from aioproducer.config import ProducerConfig
+
+__all__ = [
+    "GssapiMechanism",
+    "KdcUnreachableError",
+    "RenewalSettings",
+    "create_gssapi_mechanism",
+    "hold_ticket_renewal",
+    "renewal_delay",
+]
+
+log = logging.getLogger("aioproducer.net")
+
+
+class KdcUnreachableError(KafkaConnectionError):
+    """The Kerberos KDC could not be reached or found (retriable): the broker was."""
 
 # RFC 4752 section 3.1: the security layer bit for "no security layer".
 _NO_SECURITY_LAYER: Final = 0x01
@@ -198,7 +225,8 @@ async def create_gssapi_mechanism(
         AuthenticationError: no credentials (a keytab without the principal's key, an
             unknown principal, an expired ticket cache) or no service ticket for
             ``<service_name>/<host>``; the message says what to check, never a secret.
-        KafkaConnectionError: the KDC could not be reached (retriable).
+        KdcUnreachableError: the KDC could not be reached (a retriable
+            :class:`~aioproducer.errors.KafkaConnectionError`).
     """
     gssapi = _gssapi()
     source = (
@@ -215,7 +243,7 @@ async def create_gssapi_mechanism(
         code = getattr(exc, "min_code", None)
         known = isinstance(code, int) and (code & 0xFFFFFFFF) in _UNREACHABLE_CODES
         if known or any(word in text.lower() for word in _UNREACHABLE):
-            raise KafkaConnectionError(
+            raise KdcUnreachableError(
                 f"SASL GSSAPI: the Kerberos KDC could not be reached for {who}: {text}"
             ) from None
         if "server" in text.lower() and "not found in kerberos database" in text.lower():
@@ -238,3 +266,182 @@ async def create_gssapi_mechanism(
             f"{service_name}/{host}: {text}. {check}"
         ) from None
     return GssapiMechanism(context, token, authorization_id)
+
+
+# ---- ticket cache renewal -----------------------------------------------------------------
+
+
+class RenewalSettings(NamedTuple):
+    """How a ticket cache is renewed (the ``sasl_kerberos_*`` renewal options)."""
+
+    kinit_cmd: str
+    window_factor: float
+    jitter: float
+    min_interval: float
+    """Seconds: the shortest wait between two renewal attempts."""
+
+    @classmethod
+    def from_config(cls, config: ProducerConfig) -> RenewalSettings:
+        return cls(
+            config.sasl_kerberos_kinit_cmd,
+            config.sasl_kerberos_ticket_renew_window_factor,
+            config.sasl_kerberos_ticket_renew_jitter,
+            config.sasl_kerberos_min_time_before_relogin / 1000.0,
+        )
+
+
+# Never two renewal attempts closer than this, whatever min_interval says.
+_LEAST_INTERVAL: Final = 1.0
+
+
+def renewal_delay(lifetime: float, settings: RenewalSettings, draw: float) -> float:
+    """Seconds from now until a ticket with ``lifetime`` seconds left is renewed.
+
+    ``window_factor`` of the lifetime, plus ``jitter`` times ``draw`` (in [0, 1)) of it, as
+    the Java client's refresh thread waits; at least ``min_interval``, unless the ticket
+    would expire first: then at once (0).
+    """
+    wait = lifetime * (settings.window_factor + settings.jitter * draw)
+    if wait >= lifetime or settings.min_interval >= lifetime:
+        return 0.0
+    return max(wait, settings.min_interval)
+
+
+class _CacheRenewal:
+    """The thread that renews one ticket cache for the producers of this process."""
+
+    def __init__(self, ccache: str | None, settings: RenewalSettings) -> None:
+        self.ccache = ccache
+        self.settings = settings
+        self.holders = 0
+        self.stop = threading.Event()
+        self.shown = ccache or os.environ.get("KRB5CCNAME") or "the default ticket cache"
+        self._warned: str | None = None
+        self._thread = threading.Thread(
+            target=self._run, name="aioproducer-kerberos-renewal", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def lifetime(self) -> float | None:
+        """Seconds the cache's ticket has left; None without a usable ticket."""
+        try:
+            gssapi = _gssapi()
+            store = {"ccache": self.ccache} if self.ccache is not None else None
+            credentials = gssapi.Credentials(
+                usage="initiate", mechs=[gssapi.MechType.kerberos], store=store
+            )
+            left = credentials.lifetime
+        except Exception as exc:  # no cache, an expired ticket, no gssapi: nothing to renew
+            log.debug("no ticket to renew in %s: %s", self.shown, _gss_text(exc))
+            return None
+        return float(left) if left else None
+
+    def renew(self, lifetime: float) -> None:
+        """Run ``kinit -R`` on the cache; say what came of it."""
+        command = [self.settings.kinit_cmd, "-R"]
+        if self.ccache is not None:
+            command += ["-c", self.ccache]
+        try:
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=60.0, check=False
+            )
+            failure = " ".join((result.stderr or result.stdout).split()) or (
+                f"exit code {result.returncode}" if result.returncode else None
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            failure = f"could not run {self.settings.kinit_cmd}: {exc}"
+        if failure is None:
+            self._warned = None
+            after = self.lifetime()
+            log.info(
+                "renewed the Kerberos ticket in %s; it now expires in %s",
+                self.shown,
+                "an unknown time" if after is None else f"{after:.0f} s",
+            )
+            return
+        level = logging.DEBUG if failure == self._warned else logging.WARNING
+        self._warned = failure
+        log.log(
+            level,
+            "could not renew the Kerberos ticket in %s (%s -R: %s); it expires in %.0f s, "
+            "after which new connections and re-authentications fail. Ask for renewable "
+            "tickets (kinit -r), refill the cache, or give a keytab (sasl_kerberos_keytab)",
+            self.shown,
+            self.settings.kinit_cmd,
+            failure,
+            lifetime,
+        )
+
+    def _run(self) -> None:
+        least = max(self.settings.min_interval, _LEAST_INTERVAL)
+        last_attempt = -least
+        had_ticket = False
+        while True:
+            lifetime = self.lifetime()
+            now = time.monotonic()
+            if lifetime is None:
+                if had_ticket:
+                    log.warning(
+                        "the Kerberos ticket in %s has expired: new connections and "
+                        "re-authentications fail until the cache is filled again (kinit)",
+                        self.shown,
+                    )
+                had_ticket = False
+                delay = least  # look again: the cache may be filled from outside
+            else:
+                had_ticket = True
+                delay = renewal_delay(lifetime, self.settings, random.random())
+                delay = max(delay, last_attempt + least - now)
+            if self.stop.wait(delay):
+                return
+            if lifetime is not None:
+                last_attempt = time.monotonic()
+                self.renew(max(0.0, lifetime - (last_attempt - now)))
+
+
+_RENEWALS: dict[tuple[str | None, RenewalSettings], _CacheRenewal] = {}
+_RENEWALS_LOCK = threading.Lock()
+
+
+def _forget_renewals_in_child() -> None:
+    # A forked process (a PySpark worker) has none of its parent's threads.
+    global _RENEWALS_LOCK
+    _RENEWALS.clear()
+    _RENEWALS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_renewals_in_child)
+
+
+def hold_ticket_renewal(config: ProducerConfig) -> Callable[[], None]:
+    """Keep the ticket cache of ``config`` (``sasl_kerberos_ccache``, else the one
+    ``KRB5CCNAME`` names, else the default) renewed until the returned function is called.
+
+    One thread per cache and settings in the process, however many producers hold it; it
+    stops when the last one lets go.
+    """
+    settings = RenewalSettings.from_config(config)
+    ccache = config.sasl_kerberos_ccache or os.environ.get("KRB5CCNAME") or None
+    key = (ccache, settings)
+    with _RENEWALS_LOCK:
+        renewal = _RENEWALS.get(key)
+        if renewal is None:
+            renewal = _RENEWALS[key] = _CacheRenewal(ccache, settings)
+            renewal.start()
+        renewal.holders += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        with _RENEWALS_LOCK:
+            if released:
+                return
+            released = True
+            renewal.holders -= 1
+            if renewal.holders == 0 and _RENEWALS.get(key) is renewal:
+                del _RENEWALS[key]
+                renewal.stop.set()
+
+    return release

@@ -35,6 +35,7 @@ from aioproducer.net.connection import (
     ResolvedAddresses,
 )
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
+from aioproducer.net.kerberos import KdcUnreachableError
 
 if TYPE_CHECKING:
     from aioproducer.config import ProducerConfig
@@ -193,6 +194,16 @@ class ConnectionManager:
         self._failed_authentications = 0
         self._reauthentications_closed = 0
         self._failed_reauthentications = 0
+        # GSSAPI from a ticket cache: the cache is renewed while the manager is open.
+        self._release_renewal: Callable[[], None] | None = None
+        if (
+            self._sasl
+            and config.sasl_mechanism == "GSSAPI"
+            and config.sasl_kerberos_keytab is None
+        ):
+            from aioproducer.net.kerberos import hold_ticket_renewal
+
+            self._release_renewal = hold_ticket_renewal(config)
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
@@ -773,7 +784,7 @@ class ConnectionManager:
         error = KafkaConnectionError(
             f"could not connect to any bootstrap server within max_block_ms "
             f"({self._config.max_block_ms} ms); tried {', '.join(n.address for n in nodes)}: "
-            f"{self._failure_details(nodes)}. {self.likely_causes()}"
+            f"{self._failure_details(nodes)}. {self.likely_causes(nodes)}"
         )
         causes = [n.last_error for n in nodes if n.last_error is not None]
         if causes:
@@ -801,8 +812,17 @@ class ConnectionManager:
             details.append(f"{node.address}: {waiting}{before}")
         return "; ".join(details)
 
-    def likely_causes(self) -> str:
-        """What usually makes every connection attempt fail, for error messages."""
+    def likely_causes(self, nodes: list[_Node] | None = None) -> str:
+        """What usually makes every connection attempt fail, for error messages; when
+        each of ``nodes`` failed because the Kerberos KDC could not be reached, that."""
+        if nodes:
+            errors = [n.last_error or self._failures.get(n.address) for n in nodes]
+            if all(isinstance(e, KdcUnreachableError) for e in errors):
+                return (
+                    "Likely causes: the brokers answered, but the Kerberos KDC that krb5.conf "
+                    "(or the file KRB5_CONFIG names) lists for the realm is down, cannot be "
+                    "reached from this machine, or is not the realm's KDC."
+                )
         protocol = self._config.security_protocol.upper()
         if protocol in ("SSL", "SASL_SSL"):
             tls = (
@@ -830,7 +850,7 @@ class ConnectionManager:
             return None
         return (
             f"no broker could be reached: {self._failure_details(failed)}. "
-            f"{self.likely_causes()}"
+            f"{self.likely_causes(failed)}"
         )
 
     # ---- metadata --------------------------------------------------------------------------------
@@ -938,6 +958,9 @@ class ConnectionManager:
             return
         self._closed = True
         self._closing_done = asyncio.get_running_loop().create_future()
+        release, self._release_renewal = self._release_renewal, None
+        if release is not None:
+            release()
         try:
             tasks: list[asyncio.Task[BrokerConnection | None]] = []
             connections: list[BrokerConnection] = []

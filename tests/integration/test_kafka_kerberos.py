@@ -15,6 +15,7 @@ What the producer wrote is read back through the PLAINTEXT listener with conflue
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
@@ -96,6 +97,13 @@ def kerberized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kerberized]
         realm.kadmin(f'addprinc -randkey -maxlife "20 seconds" shortlived@{realm.realm}')
         keytabs["shortlived"] = realm.directory / "shortlived.keytab"
         realm.kadmin(f"ktadd -k {keytabs['shortlived']} shortlived@{realm.realm}")
+        # The same, with tickets that can be renewed for ten minutes.
+        realm.kadmin(
+            f'addprinc -randkey -maxlife "20 seconds" -maxrenewlife "10 minutes" '
+            f"renewable@{realm.realm}"
+        )
+        keytabs["renewable"] = realm.directory / "renewable.keytab"
+        realm.kadmin(f"ktadd -k {keytabs['renewable']} renewable@{realm.realm}")
         previous = os.environ.get("KRB5_CONFIG")
         os.environ["KRB5_CONFIG"] = str(realm.krb5_conf)
         service = realm.principal("kafka/localhost")
@@ -252,6 +260,45 @@ async def test_tickets_that_expire_are_got_again_and_reauthentication_goes_on(
     assert [r.value for r in records] == sent
 
 
+async def test_a_ticket_cache_is_renewed_while_the_producer_writes(
+    kerberized: Kerberized, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A ticket that lives 20 s and may be renewed for 10 minutes, in a cache filled by
+    # kinit; the GSSAPI_REAUTH listener asks for re-authentication every 4 s. Over 30 s the
+    # producer renews the cache (kinit -R) before the ticket expires, and re-authenticates
+    # with the renewed ticket past the first one's expiry: every record is delivered.
+    caplog.set_level(logging.INFO, logger="aioproducer.net")
+    cache = tmp_path / "krb5cc_renewable"
+    kerberized.realm.kinit(
+        "renewable", kerberized.keytabs["renewable"], cache, lifetime="20s", renewable="10m"
+    )
+    topic = _topic(kerberized)
+    options = kerberized.options(
+        listener="GSSAPI_REAUTH",
+        sasl_kerberos_ccache=f"FILE:{cache}",
+        sasl_kerberos_min_time_before_relogin=1000,
+    )
+    del options["sasl_kerberos_keytab"]
+    del options["sasl_kerberos_principal"]
+    sent: list[bytes] = []
+    async with Producer(**options) as producer:
+        deadline = time.monotonic() + 30.0
+        number = 0
+        while time.monotonic() < deadline:
+            value = b"c-%05d" % number
+            await asyncio.wait_for(producer.send_and_wait(topic, value), _HANG)
+            sent.append(value)
+            number += 1
+            await asyncio.sleep(0.25)
+        metrics = producer.metrics()
+    assert metrics["successful-reauthentication-total"] >= 3, metrics
+    assert metrics["failed-reauthentication-total"] == 0
+    renewed = [r.getMessage() for r in caplog.records if "renewed the Kerberos" in r.getMessage()]
+    assert renewed and renewed[0].startswith(f"renewed the Kerberos ticket in FILE:{cache};")
+    records = read_back(kerberized.broker.bootstrap_servers, topic, expected=len(sent))
+    assert [r.value for r in records] == sent
+
+
 @pytest.mark.spark
 def test_a_spark_jobs_kerberos_jaas_line_works_unchanged(kerberized: Kerberized) -> None:
     import subprocess
@@ -303,5 +350,8 @@ async def test_a_kdc_that_cannot_be_reached_is_retried_until_max_block_ms(
         waited = time.monotonic() - started
         await producer.close()
     assert "Kerberos KDC could not be reached" in str(caught.value), str(caught.value)
+    # What to check is the KDC, not the broker (which answered).
+    assert "the Kerberos KDC that krb5.conf" in str(caught.value), str(caught.value)
+    assert "nothing listens at that address" not in str(caught.value)
     assert not isinstance(caught.value, AuthenticationError)
     assert 2.5 <= waited < 30.0, waited  # retried until max_block_ms, not refused at once

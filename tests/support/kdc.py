@@ -200,11 +200,25 @@ class KerberosRealm:
         """``name@REALM``."""
         return f"{name}@{REALM}"
 
-    def kinit(self, name: str, keytab: Path, cache: Path) -> None:
-        """Get ``name``'s ticket from ``keytab`` into the credential cache ``cache``."""
+    def kinit(
+        self,
+        name: str,
+        keytab: Path,
+        cache: Path,
+        *,
+        lifetime: str | None = None,
+        renewable: str | None = None,
+    ) -> None:
+        """Get ``name``'s ticket from ``keytab`` into the credential cache ``cache``; with
+        ``lifetime`` (``kinit -l``) and ``renewable`` (``kinit -r``, a renewable ticket)."""
+        options = [
+            *(["-l", lifetime] if lifetime else []),
+            *(["-r", renewable] if renewable else []),
+        ]
         subprocess.run(
             [
                 _program("kinit"),
+                *options,
                 "-k",
                 "-t",
                 str(keytab),

@@ -362,8 +362,8 @@ def test_unsupported_java_options_are_refused_in_one_error_naming_each() -> None
     with pytest.raises(ConfigurationError) as caught:
         ProducerConfig.from_options(
             {
-                "sasl.kerberos.ticket.renew.window.factor": "0.5",
-                "sasl.kerberos.kinit.cmd": "/opt/bin/kinit",
+                "sasl.login.refresh.window.factor": "0.5",
+                "sasl.login.class": "com.example.Login",
                 "ssl.provider": "SunJSSE",
                 "ssl.enabled.protocols": "TLSv1.3",
                 "sasl.oauthbearer.client.credentials.client.secret": "oauth-SECRET",
@@ -373,14 +373,14 @@ def test_unsupported_java_options_are_refused_in_one_error_naming_each() -> None
     message = str(caught.value)
     assert message.startswith("Java client options not supported by aioproducer: ")
     for name in (
-        "sasl.kerberos.ticket.renew.window.factor",
-        "sasl.kerberos.kinit.cmd",
+        "sasl.login.refresh.window.factor",
+        "sasl.login.class",
         "ssl.provider",
         "ssl.enabled.protocols",
         "sasl.oauthbearer.client.credentials.client.secret",
     ):
         assert name in message
-    assert "got again by the Kerberos library" in message and "ssl_context" in message
+    assert "Java login and callback classes" in message and "ssl_context" in message
     assert "sasl_oauth_token_provider" in message
     assert "oauth-SECRET" not in message and "unknown option" not in message
 
