@@ -1106,9 +1106,11 @@ class ProducerConfig:
         metadata=_meta(
             java="sasl.jaas.config",
             doc="The Java client's JAAS line: PlainLoginModule or ScramLoginModule with "
-            "username and password, or OAuthBearerLoginModule (clientId, clientSecret, scope "
-            "with the token endpoint; unsecuredLogin* options for unsecured tokens). Sets "
-            "sasl_plain_username/password or sasl_oauth_token_provider.",
+            "username and password, OAuthBearerLoginModule (clientId, clientSecret, scope "
+            "with the token endpoint; unsecuredLogin* options for unsecured tokens), or "
+            "Krb5LoginModule (useKeyTab, keyTab, principal, useTicketCache, ticketCache, "
+            "serviceName). Sets sasl_plain_username/password, sasl_oauth_token_provider or "
+            "the sasl_kerberos_* options.",
             check=_optional_str,
         ),
     )
@@ -1337,16 +1339,32 @@ class ProducerConfig:
             return
         if self.sasl_mechanism == "GSSAPI":
             self._check_kerberos()
-        elif self.sasl_mechanism == "OAUTHBEARER":
-            if self.sasl_oauth_token_provider is None:
-                raise ConfigurationError(
-                    "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_token_provider"
+        else:
+            kerberos = [
+                name
+                for name in (
+                    "sasl_kerberos_principal",
+                    "sasl_kerberos_keytab",
+                    "sasl_kerberos_ccache",
                 )
-        elif self.sasl_plain_username is None or self.sasl_plain_password is None:
-            raise ConfigurationError(
-                f"sasl_mechanism {self.sasl_mechanism!r} needs sasl_plain_username and "
-                "sasl_plain_password"
-            )
+                if getattr(self, name) is not None
+            ]
+            if kerberos:
+                raise ConfigurationError(
+                    f"{', '.join(kerberos)} set but sasl_mechanism is "
+                    f"{self.sasl_mechanism!r}: Kerberos credentials are used with "
+                    "sasl_mechanism 'GSSAPI' only"
+                )
+            if self.sasl_mechanism == "OAUTHBEARER":
+                if self.sasl_oauth_token_provider is None:
+                    raise ConfigurationError(
+                        "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_token_provider"
+                    )
+            elif self.sasl_plain_username is None or self.sasl_plain_password is None:
+                raise ConfigurationError(
+                    f"sasl_mechanism {self.sasl_mechanism!r} needs sasl_plain_username and "
+                    "sasl_plain_password"
+                )
 
     def _check_kerberos(self) -> None:
         """GSSAPI: a keytab needs its principal and must be readable; the gssapi package

@@ -371,6 +371,8 @@ class BrokerConnection(asyncio.Protocol):
         self._reauth_task: asyncio.Task[None] | None = None
         self._close_cause: BaseException | None = None
         self._failed_at_close = 0
+        # What the handshake waits for (set by it), for the error after max_block_ms.
+        self.waiting_for = ""
         self._lost: asyncio.Future[None] | None = None
         # The address the connection attempt is trying (None once connected).
         self._trying: str | None = None
@@ -549,6 +551,7 @@ class BrokerConnection(asyncio.Protocol):
             addresses.failed(reached)
             raise self._connection_error("the connection closed during setup")
         self._state = ConnectionState.HANDSHAKING
+        self.waiting_for = "the broker's answer to the first request (ApiVersions)"
         try:
             versions = await handshake.negotiate_api_versions(self, config)
             self.api_versions = {

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from aioproducer.errors import (
     AuthenticationError,
-    KafkaConnectionError,
     RequestTimedOutError,
     UnsupportedVersionError,
     error_for_code,
 )
+from aioproducer.net.kerberos import KdcUnreachableError
 from aioproducer.net.sasl import create_mechanism
 from aioproducer.protocol.api import ApiKey, Request, Response
 from aioproducer.protocol.error_codes import (
@@ -67,6 +67,8 @@ class HandshakeConnection(Protocol):
 
     description: str
     session_lifetime_ms: int
+    #: What the handshake waits for now, for error messages ("" before it starts).
+    waiting_for: str
     #: The broker's host name as given (GSSAPI builds the service principal from it).
     host: str
 
@@ -162,6 +164,7 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
             f"{connection.description} speaks only SaslHandshake v0 (Kafka before 1.0); "
             "aioproducer needs v1 and SaslAuthenticate"
         )
+    connection.waiting_for = "the broker's answer to SaslHandshake"
     handshake = await _handshake_request(
         connection, config, SaslHandshakeRequest(mechanism=mechanism_name), handshake_version
     )
@@ -193,6 +196,11 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
             handshake.error_code,
             f"SaslHandshake for {mechanism_name} with {connection.description} failed{hint}",
         )
+    connection.waiting_for = (
+        "the Kerberos KDC (a service ticket)"
+        if mechanism_name == "GSSAPI"
+        else f"SASL {mechanism_name} credentials"
+    )
     try:
         mechanism = await asyncio.wait_for(
             create_mechanism(
@@ -214,7 +222,7 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
     except asyncio.TimeoutError:
         if mechanism_name == "GSSAPI":
             # A slow KDC, as one that cannot be reached: worth another attempt.
-            raise KafkaConnectionError(
+            raise KdcUnreachableError(
                 f"SASL GSSAPI: the Kerberos KDC gave no ticket within "
                 f"{config.request_timeout_ms} ms (request_timeout_ms)"
             ) from None
@@ -222,6 +230,7 @@ async def authenticate(connection: HandshakeConnection, config: ProducerConfig) 
             f"SASL {mechanism_name}: sasl_oauth_token_provider gave no token within "
             f"{config.request_timeout_ms} ms (request_timeout_ms)"
         ) from None
+    connection.waiting_for = f"the broker's answer to SASL {mechanism_name} authentication"
     message: bytes | None = mechanism.initial_response()
     session_lifetime_ms = 0
     while message is not None:

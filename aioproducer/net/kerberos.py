@@ -65,6 +65,7 @@ log = logging.getLogger("aioproducer.net")
 class KdcUnreachableError(KafkaConnectionError):
     """The Kerberos KDC could not be reached or found (retriable): the broker was."""
 
+
 # RFC 4752 section 3.1: the security layer bit for "no security layer".
 _NO_SECURITY_LAYER: Final = 0x01
 
@@ -347,11 +348,27 @@ class _CacheRenewal:
             result = subprocess.run(
                 command, capture_output=True, text=True, timeout=60.0, check=False
             )
-            failure = " ".join((result.stderr or result.stdout).split()) or (
-                f"exit code {result.returncode}" if result.returncode else None
+            failure = (
+                (
+                    " ".join((result.stderr or result.stdout).split())
+                    or f"exit code {result.returncode}"
+                )
+                if result.returncode
+                else None
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            failure = f"could not run {self.settings.kinit_cmd}: {exc}"
+            level = logging.DEBUG if str(exc) == self._warned else logging.WARNING
+            self._warned = str(exc)
+            log.log(
+                level,
+                "could not run %s to renew the Kerberos ticket in %s (%s); it expires in "
+                "%.0f s. Check sasl_kerberos_kinit_cmd (sasl.kerberos.kinit.cmd)",
+                self.settings.kinit_cmd,
+                self.shown,
+                exc,
+                lifetime,
+            )
+            return
         if failure is None:
             self._warned = None
             after = self.lifetime()
@@ -378,9 +395,11 @@ class _CacheRenewal:
         least = max(self.settings.min_interval, _LEAST_INTERVAL)
         last_attempt = -least
         had_ticket = False
+        warned_short = False
         while True:
             lifetime = self.lifetime()
             now = time.monotonic()
+            renew = lifetime is not None
             if lifetime is None:
                 if had_ticket:
                     log.warning(
@@ -393,10 +412,26 @@ class _CacheRenewal:
             else:
                 had_ticket = True
                 delay = renewal_delay(lifetime, self.settings, random.random())
-                delay = max(delay, last_attempt + least - now)
+                earliest = last_attempt + least - now
+                if delay < earliest and earliest >= lifetime:
+                    # Renewed too recently to renew again before it expires: say so once,
+                    # and look again when it has expired.
+                    if not warned_short:
+                        warned_short = True
+                        log.warning(
+                            "the Kerberos ticket in %s expires in %.0f s, before it may be "
+                            "renewed again (sasl_kerberos_min_time_before_relogin is %d ms): "
+                            "lower that option below the tickets' lifetime",
+                            self.shown,
+                            lifetime,
+                            round(self.settings.min_interval * 1000),
+                        )
+                    delay, renew = lifetime + 0.5, False
+                else:
+                    delay = max(delay, earliest)
             if self.stop.wait(delay):
                 return
-            if lifetime is not None:
+            if renew and lifetime is not None:
                 last_attempt = time.monotonic()
                 self.renew(max(0.0, lifetime - (last_attempt - now)))
 

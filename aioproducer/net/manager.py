@@ -801,10 +801,13 @@ class ConnectionManager:
             # An attempt still waiting: say how far it got, and how the one before it ended.
             connection = node.connection
             if connection is not None and connection.state is ConnectionState.HANDSHAKING:
-                waiting = (
-                    "connected, but the first request (ApiVersions) has no answer yet; a "
-                    "Kafka broker answers at once"
-                )
+                if "(ApiVersions)" in connection.waiting_for or not connection.waiting_for:
+                    waiting = (
+                        "connected, but the first request (ApiVersions) has no answer yet; a "
+                        "Kafka broker answers at once"
+                    )
+                else:
+                    waiting = f"connected, still waiting for {connection.waiting_for}"
             else:
                 waiting = "no answer yet"
             earlier = self._failures.get(node.address)
@@ -812,17 +815,27 @@ class ConnectionManager:
             details.append(f"{node.address}: {waiting}{before}")
         return "; ".join(details)
 
+    def _waits_for_the_kdc(self, node: _Node) -> bool:
+        """Whether ``node``'s last attempt failed, or its current one waits, at the KDC."""
+        connection = node.connection
+        if (
+            node.last_error is None
+            and connection is not None
+            and connection.state is ConnectionState.HANDSHAKING
+        ):
+            return connection.waiting_for.startswith("the Kerberos KDC")
+        error = node.last_error or self._failures.get(node.address)
+        return isinstance(error, KdcUnreachableError)
+
     def likely_causes(self, nodes: list[_Node] | None = None) -> str:
         """What usually makes every connection attempt fail, for error messages; when
-        each of ``nodes`` failed because the Kerberos KDC could not be reached, that."""
-        if nodes:
-            errors = [n.last_error or self._failures.get(n.address) for n in nodes]
-            if all(isinstance(e, KdcUnreachableError) for e in errors):
-                return (
-                    "Likely causes: the brokers answered, but the Kerberos KDC that krb5.conf "
-                    "(or the file KRB5_CONFIG names) lists for the realm is down, cannot be "
-                    "reached from this machine, or is not the realm's KDC."
-                )
+        each of ``nodes`` failed (or waits) at the Kerberos KDC, that."""
+        if nodes and all(self._waits_for_the_kdc(n) for n in nodes):
+            return (
+                "Likely causes: the brokers answered, but the Kerberos KDC that krb5.conf (or "
+                "the file KRB5_CONFIG names) lists for the realm is down, too slow, cannot be "
+                "reached from this machine, or is not the realm's KDC."
+            )
         protocol = self._config.security_protocol.upper()
         if protocol in ("SSL", "SASL_SSL"):
             tls = (

@@ -324,12 +324,16 @@ def test_a_spark_jobs_kerberos_jaas_line_works_unchanged(kerberized: Kerberized)
     assert sorted(int(r.value or b"-1") for r in records) == list(range(2000))
 
 
+@pytest.mark.parametrize("kdc", ["refuses connections", "never answers"])
 async def test_a_kdc_that_cannot_be_reached_is_retried_until_max_block_ms(
-    kerberized: Kerberized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kerberized: Kerberized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kdc: str
 ) -> None:
-    # The realm's KDC at a port where nothing listens: a KDC outage, not a refusal.
+    # The realm's KDC at a port where nothing listens, or where a listener takes
+    # connections and never answers: a KDC outage, not a refusal.
     with socket.socket() as bound:
         bound.bind(("127.0.0.1", 0))
+        if kdc == "never answers":
+            bound.listen(8)
         dead = bound.getsockname()[1]
         conf = tmp_path / "krb5.conf"
         conf.write_text(
@@ -349,7 +353,11 @@ async def test_a_kdc_that_cannot_be_reached_is_retried_until_max_block_ms(
             await asyncio.wait_for(producer.start(), _HANG)
         waited = time.monotonic() - started
         await producer.close()
-    assert "Kerberos KDC could not be reached" in str(caught.value), str(caught.value)
+    if kdc == "refuses connections":
+        assert "Kerberos KDC could not be reached" in str(caught.value), str(caught.value)
+    else:
+        # max_block_ms ends while the KDC is still asked (within request_timeout_ms).
+        assert "still waiting for the Kerberos KDC" in str(caught.value), str(caught.value)
     # What to check is the KDC, not the broker (which answered).
     assert "the Kerberos KDC that krb5.conf" in str(caught.value), str(caught.value)
     assert "nothing listens at that address" not in str(caught.value)

@@ -482,3 +482,31 @@ def test_the_jaas_service_name_is_used_unless_the_option_says_otherwise(
     assert same.sasl_kerberos_service_name == "kafka-prod"
     with pytest.raises(ConfigurationError, match="sasl_kerberos_service_name and sasl_jaas_config"):
         ProducerConfig.from_options({**base, "sasl.kerberos.service.name": "kafka"})
+
+
+def test_kerberos_credentials_with_another_mechanism_are_refused(tmp_path: Path) -> None:
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    with pytest.raises(ConfigurationError) as caught:
+        ProducerConfig.from_options(
+            security_protocol="SASL_SSL",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="alice",
+            sasl_plain_password="alice-secret",
+            sasl_kerberos_keytab=str(keytab),
+            sasl_kerberos_principal="alice@EXAMPLE.COM",
+        )
+    message = str(caught.value)
+    assert message.startswith("sasl_kerberos_principal, sasl_kerberos_keytab set but ")
+    assert "'GSSAPI' only" in message and "alice-secret" not in message
+    # A service name copied from a Java configuration changes nothing: accepted.
+    config = ProducerConfig.from_options(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.kerberos.service.name": "kafka",
+            "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+            'required username="alice" password="alice-secret";',
+        }
+    )
+    assert config.sasl_mechanism == "PLAIN"

@@ -205,6 +205,8 @@ def test_a_missing_kinit_is_said_and_nothing_else_breaks(
         _until(lambda: any("could not run" in r.getMessage() for r in caplog.records))
     finally:
         release()
+    said = next(r.getMessage() for r in caplog.records if "could not run" in r.getMessage())
+    assert "Check sasl_kerberos_kinit_cmd" in said and "kinit -r" not in said
 
 
 def test_an_expired_ticket_is_said_once_and_an_empty_cache_left_alone(
@@ -230,6 +232,29 @@ def test_an_expired_ticket_is_said_once_and_an_empty_cache_left_alone(
     expired = [r for r in caplog.records if "has expired" in r.getMessage()]
     assert len(expired) == 1 and expired[0].levelno == logging.WARNING
     assert "FILE:/tmp/krb5cc_gone" in expired[0].getMessage()
+
+
+def test_tickets_shorter_than_the_minimum_interval_are_said_to_expire_between_renewals(
+    tmp_path: Path, lifetimes: list[float | None], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 2-s ticket with the default 60-s minimum between renewals: renewed at once, then
+    # it would expire before the next renewal may run. That is said once, at WARNING, with
+    # the option to change; nothing runs kinit again early.
+    caplog.set_level(logging.INFO, logger="aioproducer.net")
+    script, calls = _kinit(tmp_path)
+    lifetimes[:] = [2.0]
+    release = hold_ticket_renewal(
+        _config(sasl_kerberos_ccache="FILE:/tmp/krb5cc_short", sasl_kerberos_kinit_cmd=str(script))
+    )
+    try:
+        _until(lambda: any("before it may be" in r.getMessage() for r in caplog.records))
+        time.sleep(0.2)
+    finally:
+        release()
+    assert _calls(calls) == ["-R -c FILE:/tmp/krb5cc_short"]
+    short = [r for r in caplog.records if "before it may be" in r.getMessage()]
+    assert len(short) == 1 and short[0].levelno == logging.WARNING
+    assert "sasl_kerberos_min_time_before_relogin is 60000 ms" in short[0].getMessage()
 
 
 def test_producers_sharing_a_cache_share_one_renewal(
