@@ -74,6 +74,9 @@ from aioproducer.telemetry import SendSpan, SendTelemetry, default_for
 
 __all__ = ["Producer", "ProducerState"]
 
+# RecordAppender.send_now's signature: (topic, value, key, partition, timestamp_ms, headers).
+_SendNow = Callable[..., "RecordFuture | PendingRecord | None"]
+
 log = logging.getLogger("aioproducer.producer")
 
 
@@ -117,9 +120,8 @@ class Producer:
         self._transactions: TransactionManager | None = None
         # The loop start() ran on: the producer's tasks, futures and connections belong to it.
         self._loop: asyncio.AbstractEventLoop | None = None
-        # send()'s cheap test that it runs on that loop (see send()).
-        self._loop_thread = -1
-        self._loop_running: Callable[[], bool] = _false
+        # send()'s part that never waits: the appender's, once started.
+        self._send_now: _SendNow = self._send_unstarted
         self._reports = DeliveryReports()
         self._drop_reported = False
         # Tracing (aioproducer.telemetry): None, the default, costs send() one check.
@@ -168,8 +170,6 @@ class Producer:
         cfg = self._config
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._loop_thread = get_ident()
-        self._loop_running = loop.is_running
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size)
         self._metrics = ProducerMetrics(cfg.metrics_sample_window_ms / 1000.0)
         self._metadata = Metadata(
@@ -240,7 +240,11 @@ class Producer:
             check_running=self._check_running,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
+            loop_running=loop.is_running,
+            check_loop=self._check_loop,
         )
+        self._appender.traced = self._telemetry is not None
+        self._send_now = self._appender.send_now
         deadline = time.monotonic() + self._max_block
         try:
             # A first connection now, so that an address no server answers on is reported
@@ -686,7 +690,8 @@ class Producer:
             return
         if loop is asyncio.get_running_loop():
             # The loop may run in another thread than it started in: send() tests this one.
-            self._loop_thread = get_ident()
+            if self._appender is not None:
+                self._appender.loop_thread = get_ident()
         elif self._state is not ProducerState.CLOSED:
             # (A closed producer says that it is closed, whatever the loop.)
             raise _other_loop_error(loop)
@@ -737,25 +742,15 @@ class Producer:
             ProducerClosedError: the producer is closing or closed.
             IllegalStateError: a transactional producer with no open transaction.
         """
-        appender = self._appender
-        if appender is None:
-            self._check_sendable()  # not started: raises
-            raise AssertionError("unreachable: a started producer has an appender")
-        # The producer's loop is running, in this thread: then it is the loop running this
-        # coroutine (a thread runs one loop at a time). Cheaper than get_running_loop().
-        if get_ident() != self._loop_thread or not self._loop_running():
-            self._check_loop()
-        if self._telemetry is not None:
-            return await self._send_traced(
-                self._telemetry, appender, topic, value, key, partition, timestamp_ms, headers
-            )
+        # Everything that needs no waiting runs natively in the appender (send_now); this
+        # coroutine only waits when the record must (or when sends are traced).
         try:
-            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            result = self._send_now(topic, value, key, partition, timestamp_ms, headers)
         except SerializerNotReady as not_ready:
-            return await self._append_when_serializable(appender, not_ready)
+            return await self._append_when_serializable(self._appender, not_ready)
         if result:
             return result
-        return await self._append_pending(result)
+        return await self._send_later(result, topic, value, key, partition, timestamp_ms, headers)
 
     async def try_send(
         self,
@@ -780,28 +775,56 @@ class Producer:
             BufferExhaustedError: no buffer memory free now; nothing was buffered.
             KafkaError: anything else :meth:`send` raises.
         """
-        appender = self._appender
-        if appender is None:
-            self._check_sendable()  # not started: raises
-            raise AssertionError("unreachable: a started producer has an appender")
-        self._check_loop()
-        if self._telemetry is not None:
-            return await self._send_traced(
-                self._telemetry, appender, topic, value, key, partition, timestamp_ms, headers,
-                wait_for_memory=False,
-            )
         try:
-            result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            result = self._send_now(topic, value, key, partition, timestamp_ms, headers)
         except SerializerNotReady as not_ready:
-            return await self._append_when_serializable(appender, not_ready, False)
+            return await self._append_when_serializable(self._appender, not_ready, False)
         if result:
             return result
-        return await self._append_pending(result, False)
+        return await self._send_later(
+            result, topic, value, key, partition, timestamp_ms, headers, wait_for_memory=False
+        )
+
+    def _send_unstarted(self, *args: Any) -> RecordFuture | PendingRecord | None:
+        self._check_sendable()  # not started: raises
+        raise AssertionError("unreachable: a started producer has an appender")
+
+    def _telemetry_changed(self) -> None:
+        # aioproducer.telemetry.attach() gave or took this producer's telemetry.
+        if self._appender is not None:
+            self._appender.traced = self._telemetry is not None
+
+    async def _send_later(
+        self,
+        result: RecordFuture | PendingRecord | None,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+        wait_for_memory: bool = True,
+    ) -> RecordFuture:
+        # send()'s slow path: a record that waits for metadata or memory, or a traced send.
+        appender = self._appender
+        assert appender is not None
+        if result is None:
+            telemetry = self._telemetry
+            assert telemetry is not None  # send_now leaves the record only to tracing
+            return await self._send_traced(
+                telemetry, appender, topic, value, key, partition, timestamp_ms, headers,
+                wait_for_memory,
+            )
+        return await self._append_pending(result, wait_for_memory)
 
     async def _append_when_serializable(
-        self, appender: RecordAppender, not_ready: SerializerNotReady, wait_for_memory: bool = True
+        self,
+        appender: RecordAppender | None,
+        not_ready: SerializerNotReady,
+        wait_for_memory: bool = True,
     ) -> RecordFuture:
         # send()'s slow path for a serializer that must fetch first (a schema's id).
+        assert appender is not None  # only a started producer's serializers run
         deadline = time.monotonic() + self._max_block
         result = await self._resume_when_serializable(appender, not_ready, deadline)
         if result:
@@ -1261,10 +1284,6 @@ class Producer:
             timeout=self._max_block,
             check_running=self._check_running,
         )
-
-
-def _false() -> bool:
-    return False
 
 
 def _other_loop_error(loop: asyncio.AbstractEventLoop) -> IllegalStateError:

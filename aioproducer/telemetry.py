@@ -91,6 +91,7 @@ def attach(producer: Producer, telemetry: SendTelemetry | None) -> None:
     """Give ``producer`` this telemetry from its next ``send()`` on (None: none). Records
     sent before keep the spans they have."""
     producer._telemetry = telemetry
+    producer._telemetry_changed()
 
 
 def attached(producer: Producer) -> SendTelemetry | None:

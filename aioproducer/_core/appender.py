@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from threading import get_ident
 from time import time as _wall_clock  # a global, not a module attribute, per record
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast, final
 
@@ -584,6 +585,14 @@ class RecordPreparer:
         return prepared
 
 
+def _nothing() -> None:
+    pass
+
+
+def _always() -> bool:
+    return True
+
+
 class RecordAppender(RecordPreparer):
     """Appends records to the accumulator without waiting, for one producer: a
     :class:`RecordPreparer` that takes each record it prepares by appending it.
@@ -605,6 +614,11 @@ class RecordAppender(RecordPreparer):
             interceptors.
         check_sendable: raises why the producer cannot send now; called when
             :attr:`open` is False.
+        loop_running: the producer's loop's ``is_running``.
+        check_loop: called by :meth:`send_now` outside the thread the producer's loop was
+            last seen in, or while that loop is not running: raises why a send outside the
+            producer's loop cannot run, or sets :attr:`loop_thread` (the loop runs in this
+            thread now), or returns for a closed producer (whose state check then says so).
         check_running: raises when the producer stopped running (closed, or failed); called
             after a wait for memory.
         max_request_size: the ``max_request_size`` option.
@@ -614,6 +628,10 @@ class RecordAppender(RecordPreparer):
         open: True while the producer runs with no transaction and no fatal error: then a
             record needs no further state check. The producer sets it, and clears it on
             close, on a sender crash and on the sender's fatal error.
+        loop_thread: the thread (``threading.get_ident()``) the producer's loop was last
+            seen running in.
+        traced: True while the producer traces its sends: :meth:`send_now` then leaves the
+            record to the producer's traced path.
     """
 
     def __init__(
@@ -633,8 +651,14 @@ class RecordAppender(RecordPreparer):
         check_running: Callable[[], None],
         max_request_size: int,
         buffer_memory: int,
+        loop_running: Callable[[], bool] | None = None,
+        check_loop: Callable[[], None] | None = None,
     ) -> None:
         self.open = False
+        self.traced = False
+        self.loop_thread = get_ident()
+        self._loop_running: Callable[[], bool] = loop_running or _always
+        self._check_loop: Callable[[], None] = check_loop or _nothing
         self._metadata = metadata
         self._accumulator = accumulator
         self._pool = pool
@@ -746,6 +770,36 @@ class RecordAppender(RecordPreparer):
             self._record_appended(topic, partition, size, switch_allowed=switch_allowed)
 
     # ---- appending ---------------------------------------------------------------------------
+
+    def send_now(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+    ) -> RecordFuture | PendingRecord | None:
+        """``Producer.send()``'s part that never waits, run natively: the loop check, then
+        :meth:`append`. None when the producer traces its sends (:attr:`traced`): the
+        producer's traced path takes the record instead.
+
+        Raises:
+            KafkaError: whatever makes the record unsendable (see ``Producer.send``).
+        """
+        # The producer's loop is running, in this thread: then it is the loop running the
+        # caller (a thread runs one loop at a time). Cheaper than get_running_loop(), which
+        # asks the system for the process id on every call.
+        if get_ident() != self.loop_thread or not self._loop_running():
+            self._check_loop()
+        if self.traced:
+            return None
+        if not self.open:
+            self._check_sendable()
+        taken: RecordFuture | PendingRecord = self.prepare(
+            topic, value, key, partition, timestamp_ms, headers, -1, None
+        )
+        return taken
 
     def append(
         self,

@@ -298,6 +298,25 @@ async def test_without_instrumentation_no_header_is_added(
     assert [r.headers for r in records] == [[], []]
 
 
+async def test_tracing_a_running_producer_starts_and_stops_with_its_next_send(
+    tansu: Any, new_topic: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    # Instrumented and uninstrumented while it runs: send() and try_send() follow at once.
+    topic = new_topic(tansu)
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+        await (await producer.send(topic, b"before"))
+        traced(producer, provider)
+        await (await producer.send(topic, b"traced"))
+        await (await producer.try_send(topic, b"traced too"))
+        AioproducerInstrumentor.uninstrument_producer(producer)
+        await (await producer.send(topic, b"after"))
+    sends = [s for s in exporter.get_finished_spans() if s.name == f"send {topic}"]
+    assert len(sends) == 2
+    records = read_back(tansu.bootstrap_servers, topic, expected=4)
+    assert [r.value for r in records] == [b"before", b"traced", b"traced too", b"after"]
+    assert [bool(r.headers) for r in records] == [False, True, True, False]
+
+
 def test_sync_producer_records_are_children_of_the_calling_threads_span(
     tansu: Any, new_topic: Any, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
