@@ -122,6 +122,9 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # send()'s part that never waits: the appender's, once started.
         self._send_now: _SendNow = self._send_unstarted
+        # Whether produce() may take send()'s steps itself: not for a subclass with its own
+        # send() (InMemoryProducer, or an application's wrapper).
+        self._sends_natively = type(self).send is Producer.send
         self._reports = DeliveryReports()
         self._drop_reported = False
         # Tracing (aioproducer.telemetry): None, the default, costs send() one check.
@@ -1012,14 +1015,25 @@ class Producer:
             InvalidArgumentTypeError: ``on_delivery`` is not callable, or both
                 ``on_delivery`` and ``callback`` are given.
         """
-        self._check_loop()
         report = check_delivery_callback(on_delivery, callback)
         key, value, chosen, timestamp_ms, checked = confluent_arguments(
             key, value, partition, timestamp, headers, self._key_serializer, self._value_serializer
         )
-        future = await self.send(
-            topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
-        )
+        future: Any
+        if self._sends_natively:
+            # send()'s steps, without a coroutine of its own: the loop and state checks run
+            # in send_now, natively.
+            try:
+                result = self._send_now(topic, value, key, chosen, timestamp_ms, checked)
+            except SerializerNotReady as not_ready:
+                result = await self._append_when_serializable(self._appender, not_ready)
+            future = result or await self._send_later(
+                result, topic, value, key, chosen, timestamp_ms, checked
+            )
+        else:
+            future = await self.send(
+                topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
+            )
         if report is not None:
             # The future stays here: only the callback tells the outcome (a future handed
             # out could be cancelled, which would detach it from the record's delivery).

@@ -46,12 +46,15 @@ class DeliveredMessage:
     """
 
     __slots__ = (
+        "_callback",
         "_error",
+        "_future",
         "_headers",
         "_key",
         "_latency",
         "_offset",
         "_partition",
+        "_reported",
         "_started",
         "_timestamp",
         "_topic",
@@ -76,6 +79,11 @@ class DeliveredMessage:
         self._timestamp = (_NOT_AVAILABLE, 0)
         self._started = time.monotonic()
         self._latency: float | None = None
+        # While its report is pending (DeliveryReports): the callback and the record's
+        # future; one object per record, for the collector to walk, not three.
+        self._callback: DeliveryCallback | None = None
+        self._future: Any = None
+        self._reported = False
 
     def topic(self) -> str:
         """The topic."""
@@ -138,18 +146,6 @@ class DeliveredMessage:
         self._timestamp = (kind, metadata.timestamp)
 
 
-class _Entry:
-    """A produced record whose report is pending: its message, callback and future."""
-
-    __slots__ = ("callback", "future", "message", "reported")
-
-    def __init__(self, message: DeliveredMessage, callback: DeliveryCallback, future: Any) -> None:
-        self.message = message
-        self.callback = callback
-        self.future = future
-        self.reported = False
-
-
 class DeliveryReports:
     """The delivery reports of one producer's ``produce()`` records.
 
@@ -161,9 +157,13 @@ class DeliveryReports:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._ready: collections.deque[_Entry] = collections.deque()
-        self._outstanding: dict[int, _Entry] = {}
+        self._blocked = 0  # threads in wait_blocking(): only they need a notify
+        self._ready: collections.deque[DeliveredMessage] = collections.deque()
+        # By id() of the record's future (alive while here: the message holds it).
+        self._outstanding: dict[int, DeliveredMessage] = {}
         self._async_waiters: list[asyncio.Future[None]] = []
+        # One bound method for every record's future (no closure per record).
+        self._on_done = self._future_done
 
     @property
     def outstanding(self) -> int:
@@ -179,28 +179,35 @@ class DeliveryReports:
         """Queue ``message``'s report with ``callback`` once ``future`` is done: a
         :class:`~aioproducer.RecordFuture` or a ``concurrent.futures.Future`` of the
         record's :class:`~aioproducer.RecordMetadata`."""
-        entry = _Entry(message, callback, future)
+        message._callback = callback
+        message._future = future
         with self._lock:
-            self._outstanding[id(entry)] = entry
-        future.add_done_callback(lambda _: self._report(entry))
+            self._outstanding[id(future)] = message
+        future.add_done_callback(self._on_done)
+
+    def _future_done(self, future: Any) -> None:
+        message = self._outstanding.get(id(future))
+        if message is not None and message._future is future:
+            self._report(message)
 
     def collect(self) -> None:
         """Queue the reports of every record whose future is done, without waiting for the
         futures' own callbacks (which may run later: ``flush()`` is done as soon as the
         records are)."""
         with self._lock:
-            entries = list(self._outstanding.values())
-        for entry in entries:
-            if entry.future.done():
-                self._report(entry)
+            messages = list(self._outstanding.values())
+        for message in messages:
+            future = message._future
+            if future is not None and future.done():
+                self._report(message)
 
-    def _report(self, entry: _Entry) -> None:
-        future = entry.future
+    def _report(self, message: DeliveredMessage) -> None:
+        future = message._future
         with self._lock:
-            if entry.reported:
+            if message._reported:
                 return
-            entry.reported = True
-            del self._outstanding[id(entry)]
+            message._reported = True
+            del self._outstanding[id(future)]
         error: BaseException | None
         metadata: RecordMetadata | None = None
         if future.cancelled():
@@ -212,10 +219,14 @@ class DeliveryReports:
         create_time = getattr(future, "timestamp", None)  # a RecordFuture's
         if not isinstance(create_time, int):
             create_time = None
-        entry.message._settle(metadata, error, create_time)
+        message._settle(metadata, error, create_time)
+        message._future = None
         with self._lock:
-            self._ready.append(entry)
-            self._changed.notify_all()
+            self._ready.append(message)
+            if self._blocked:
+                self._changed.notify_all()
+            if not self._async_waiters:
+                return
             waiters, self._async_waiters = self._async_waiters, []
         for waiter in waiters:
             loop = waiter.get_loop()
@@ -234,9 +245,11 @@ class DeliveryReports:
             with self._lock:
                 if not self._ready:
                     return served
-                entry = self._ready.popleft()
+                message = self._ready.popleft()
             served += 1
-            entry.callback(entry.message.error(), entry.message)
+            callback, message._callback = message._callback, None
+            assert callback is not None
+            callback(message._error, message)
 
     async def serve_async(self) -> int:
         """:meth:`serve` for an event loop: a callback that returns an awaitable (a
@@ -246,9 +259,11 @@ class DeliveryReports:
             with self._lock:
                 if not self._ready:
                     return served
-                entry = self._ready.popleft()
+                message = self._ready.popleft()
             served += 1
-            result = entry.callback(entry.message.error(), entry.message)
+            callback, message._callback = message._callback, None
+            assert callback is not None
+            result = callback(message._error, message)
             if inspect.isawaitable(result):
                 await result
 
@@ -261,7 +276,11 @@ class DeliveryReports:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return
-                self._changed.wait(remaining)
+                self._blocked += 1
+                try:
+                    self._changed.wait(remaining)
+                finally:
+                    self._blocked -= 1
 
     async def wait(self, timeout: float | None) -> None:
         """Wait until a report is queued, no record is outstanding, or ``timeout`` seconds
