@@ -122,9 +122,6 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # send()'s part that never waits: the appender's, once started.
         self._send_now: _SendNow = self._send_unstarted
-        # Whether produce() may take send()'s steps itself: not for a subclass with its own
-        # send() (InMemoryProducer, or an application's wrapper).
-        self._sends_natively = type(self).send is Producer.send
         self._reports = DeliveryReports()
         self._drop_reported = False
         # Tracing (aioproducer.telemetry): None, the default, costs send() one check.
@@ -243,7 +240,7 @@ class Producer:
             check_running=self._check_running,
             max_request_size=cfg.max_request_size,
             buffer_memory=cfg.buffer_memory,
-            loop_running=loop.is_running,
+            loop=loop,
             check_loop=self._check_loop,
         )
         self._appender.traced = self._telemetry is not None
@@ -811,13 +808,20 @@ class Producer:
         # send()'s slow path: a record that waits for metadata or memory, or a traced send.
         appender = self._appender
         assert appender is not None
-        if result is None:
+        if result is None:  # send_now leaves the record to tracing
             telemetry = self._telemetry
-            assert telemetry is not None  # send_now leaves the record only to tracing
-            return await self._send_traced(
-                telemetry, appender, topic, value, key, partition, timestamp_ms, headers,
-                wait_for_memory,
-            )
+            if telemetry is not None:
+                return await self._send_traced(
+                    telemetry, appender, topic, value, key, partition, timestamp_ms, headers,
+                    wait_for_memory,
+                )
+            # Tracing was taken away meanwhile (from another thread): send untraced.
+            try:
+                result = appender.append(topic, value, key, partition, timestamp_ms, headers)
+            except SerializerNotReady as not_ready:
+                return await self._append_when_serializable(appender, not_ready, wait_for_memory)
+            if result:
+                return result
         return await self._append_pending(result, wait_for_memory)
 
     async def _append_when_serializable(
@@ -1020,7 +1024,9 @@ class Producer:
             key, value, partition, timestamp, headers, self._key_serializer, self._value_serializer
         )
         future: Any
-        if self._sends_natively:
+        if type(self).send is _PRODUCER_SEND and "send" not in self.__dict__:
+            # Not for a subclass with its own send() (InMemoryProducer), nor a send()
+            # wrapped or patched in (an APM tool's, a test's mock): those are called.
             # send()'s steps, without a coroutine of its own: the loop and state checks run
             # in send_now, natively.
             try:
@@ -1340,3 +1346,7 @@ def _cancelling(sender_task: asyncio.Task[Any]) -> bool:
         return bool(cancelling())
     # Python 3.10: a sender that was not cancelled itself cannot have raised it.
     return not sender_task.cancelled()
+
+
+# produce() takes send()'s steps itself only while send() is this one (see produce()).
+_PRODUCER_SEND = Producer.send

@@ -91,7 +91,9 @@ def attach(producer: Producer, telemetry: SendTelemetry | None) -> None:
     """Give ``producer`` this telemetry from its next ``send()`` on (None: none). Records
     sent before keep the spans they have."""
     producer._telemetry = telemetry
-    producer._telemetry_changed()
+    changed = getattr(producer, "_telemetry_changed", None)
+    if changed is not None:
+        changed()
 
 
 def attached(producer: Producer) -> SendTelemetry | None:

@@ -614,11 +614,13 @@ class RecordAppender(RecordPreparer):
             interceptors.
         check_sendable: raises why the producer cannot send now; called when
             :attr:`open` is False.
-        loop_running: the producer's loop's ``is_running``.
-        check_loop: called by :meth:`send_now` outside the thread the producer's loop was
-            last seen in, or while that loop is not running: raises why a send outside the
-            producer's loop cannot run, or sets :attr:`loop_thread` (the loop runs in this
-            thread now), or returns for a closed producer (whose state check then says so).
+        loop: the producer's event loop.
+        check_loop: called by :meth:`send_now` outside the thread running the producer's
+            loop (for a loop that does not say which thread runs it, uvloop's: outside the
+            thread it was last seen running in, or while it is not running): raises why a
+            send outside the producer's loop cannot run, or sets :attr:`loop_thread` (the
+            loop runs in this thread now), or returns for a closed producer (whose state
+            check then says so).
         check_running: raises when the producer stopped running (closed, or failed); called
             after a wait for memory.
         max_request_size: the ``max_request_size`` option.
@@ -651,13 +653,19 @@ class RecordAppender(RecordPreparer):
         check_running: Callable[[], None],
         max_request_size: int,
         buffer_memory: int,
-        loop_running: Callable[[], bool] | None = None,
+        loop: Any = None,
         check_loop: Callable[[], None] | None = None,
     ) -> None:
         self.open = False
         self.traced = False
         self.loop_thread = get_ident()
-        self._loop_running: Callable[[], bool] = loop_running or _always
+        self._loop: Any = loop
+        # asyncio's loops say which thread runs them now (None when stopped); uvloop's do
+        # not, so for them the thread the loop was last seen running in stands in.
+        self._loop_says_its_thread = loop is not None and hasattr(loop, "_thread_id")
+        self._loop_running: Callable[[], bool] = (
+            loop.is_running if loop is not None else _always
+        )
         self._check_loop: Callable[[], None] = check_loop or _nothing
         self._metadata = metadata
         self._accumulator = accumulator
@@ -790,7 +798,10 @@ class RecordAppender(RecordPreparer):
         # The producer's loop is running, in this thread: then it is the loop running the
         # caller (a thread runs one loop at a time). Cheaper than get_running_loop(), which
         # asks the system for the process id on every call.
-        if get_ident() != self.loop_thread or not self._loop_running():
+        if self._loop_says_its_thread:
+            if self._loop._thread_id != get_ident():
+                self._check_loop()
+        elif get_ident() != self.loop_thread or not self._loop_running():
             self._check_loop()
         if self.traced:
             return None

@@ -40,6 +40,7 @@ import random
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GssapiMechanism",
     "KdcUnreachableError",
+    "RenewalHold",
     "RenewalSettings",
     "create_gssapi_mechanism",
     "hold_ticket_renewal",
@@ -318,6 +320,8 @@ class _CacheRenewal:
         self.stop = threading.Event()
         self.shown = ccache or os.environ.get("KRB5CCNAME") or "the default ticket cache"
         self._warned: str | None = None
+        # The lifetime a renewal that succeeded gave the ticket last (None: none yet).
+        self.renewed_lifetime: float | None = None
         self._thread = threading.Thread(
             target=self._run, name="aioproducer-kerberos-renewal", daemon=True
         )
@@ -372,6 +376,7 @@ class _CacheRenewal:
         if failure is None:
             self._warned = None
             after = self.lifetime()
+            self.renewed_lifetime = after
             log.info(
                 "renewed the Kerberos ticket in %s; it now expires in %s",
                 self.shown,
@@ -414,9 +419,16 @@ class _CacheRenewal:
                 delay = renewal_delay(lifetime, self.settings, random.random())
                 earliest = last_attempt + least - now
                 if delay < earliest and earliest >= lifetime:
-                    # Renewed too recently to renew again before it expires: say so once,
-                    # and look again when it has expired.
-                    if not warned_short:
+                    # Tried too recently to try again before it expires: look again when it
+                    # has expired. When even a renewed ticket lives less than the shortest
+                    # wait between renewals, the option is what to change: say so once.
+                    # (A ticket that could not be renewed was said so by renew().)
+                    renewed = self.renewed_lifetime
+                    if (
+                        not warned_short
+                        and renewed is not None
+                        and renewed < self.settings.min_interval
+                    ):
                         warned_short = True
                         log.warning(
                             "the Kerberos ticket in %s expires in %.0f s, before it may be "
@@ -450,9 +462,27 @@ def _forget_renewals_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_renewals_in_child)
 
 
-def hold_ticket_renewal(config: ProducerConfig) -> Callable[[], None]:
+class RenewalHold:
+    """One holder's hold on a ticket cache's renewal (:func:`hold_ticket_renewal`):
+    :meth:`release` (or calling it) lets go, once; so does its garbage collection, for a
+    producer dropped without being closed."""
+
+    __slots__ = ("__weakref__", "_finalizer")
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._finalizer = weakref.finalize(self, release)
+
+    def release(self) -> None:
+        """Let go of the renewal (the thread stops when the last holder lets go)."""
+        self._finalizer()
+
+    def __call__(self) -> None:
+        self.release()
+
+
+def hold_ticket_renewal(config: ProducerConfig) -> RenewalHold:
     """Keep the ticket cache of ``config`` (``sasl_kerberos_ccache``, else the one
-    ``KRB5CCNAME`` names, else the default) renewed until the returned function is called.
+    ``KRB5CCNAME`` names, else the default) renewed until the returned hold is released.
 
     One thread per cache and settings in the process, however many producers hold it; it
     stops when the last one lets go.
@@ -466,17 +496,12 @@ def hold_ticket_renewal(config: ProducerConfig) -> Callable[[], None]:
             renewal = _RENEWALS[key] = _CacheRenewal(ccache, settings)
             renewal.start()
         renewal.holders += 1
-    released = False
 
     def release() -> None:
-        nonlocal released
         with _RENEWALS_LOCK:
-            if released:
-                return
-            released = True
             renewal.holders -= 1
             if renewal.holders == 0 and _RENEWALS.get(key) is renewal:
                 del _RENEWALS[key]
                 renewal.stop.set()
 
-    return release
+    return RenewalHold(release)

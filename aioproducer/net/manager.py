@@ -35,7 +35,7 @@ from aioproducer.net.connection import (
     ResolvedAddresses,
 )
 from aioproducer.net.handshake import SASL_PROTOCOLS, security_protocol_name
-from aioproducer.net.kerberos import KdcUnreachableError
+from aioproducer.net.kerberos import KdcUnreachableError, RenewalHold
 
 if TYPE_CHECKING:
     from aioproducer.config import ProducerConfig
@@ -195,7 +195,7 @@ class ConnectionManager:
         self._reauthentications_closed = 0
         self._failed_reauthentications = 0
         # GSSAPI from a ticket cache: the cache is renewed while the manager is open.
-        self._release_renewal: Callable[[], None] | None = None
+        self._renewal: RenewalHold | None = None
         if (
             self._sasl
             and config.sasl_mechanism == "GSSAPI"
@@ -203,7 +203,7 @@ class ConnectionManager:
         ):
             from aioproducer.net.kerberos import hold_ticket_renewal
 
-            self._release_renewal = hold_ticket_renewal(config)
+            self._renewal = hold_ticket_renewal(config)
 
     def __repr__(self) -> str:
         ready = sorted(n.node_id for n in self._nodes.values() if self._is_ready(n))
@@ -971,9 +971,9 @@ class ConnectionManager:
             return
         self._closed = True
         self._closing_done = asyncio.get_running_loop().create_future()
-        release, self._release_renewal = self._release_renewal, None
-        if release is not None:
-            release()
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.release()
         try:
             tasks: list[asyncio.Task[BrokerConnection | None]] = []
             connections: list[BrokerConnection] = []

@@ -242,6 +242,67 @@ async def test_a_producer_used_from_another_event_loop_says_so(
     assert high_watermarks(tansu.bootstrap_servers, topic) == {0: 2}
 
 
+def test_a_producer_whose_loop_moved_to_another_thread_refuses_the_old_one(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    # Started in this thread, then its loop runs in another: a second loop in this thread
+    # is not the producer's, though this thread ran the producer's loop before.
+    topic = new_topic(tansu)
+    loop = asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu.bootstrap_servers)
+    loop.run_until_complete(producer.start())
+    loop.run_until_complete(producer.send_and_wait(topic, b"first"))
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+
+        async def from_this_thread() -> list[str]:
+            refused = []
+            calls: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
+                "send": lambda: producer.send(topic, b"wrong loop"),
+                "try_send": lambda: producer.try_send(topic, b"wrong loop"),
+                "produce": lambda: producer.produce(topic, b"wrong loop"),
+            }
+            for name, call in calls.items():
+                with pytest.raises(IllegalStateError, match="belongs to another event loop"):
+                    await call()
+                refused.append(name)
+            return refused
+
+        assert asyncio.run(from_this_thread()) == ["send", "try_send", "produce"]
+        # In the loop's own thread, it still sends.
+        asyncio.run_coroutine_threadsafe(producer.send_and_wait(topic, b"second"), loop).result(60)
+        asyncio.run_coroutine_threadsafe(producer.close(), loop).result(60)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(60)
+        loop.close()
+    records = read_back(tansu.bootstrap_servers, topic, expected=2)
+    assert [r.value for r in records] == [b"first", b"second"]
+
+
+async def test_produce_goes_through_a_send_patched_in(
+    tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    # produce() takes send()'s steps itself only while send() is the producer's own: a
+    # send() wrapped on the instance (as mock.patch.object or a tracing tool does) runs.
+    topic = new_topic(tansu)
+    async with Producer(bootstrap_servers=tansu.bootstrap_servers) as producer:
+        calls = []
+        original = producer.send
+
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args[0])
+            return await original(*args, **kwargs)
+
+        producer.send = wrapped  # type: ignore[method-assign]
+        await producer.produce(topic, b"through the wrapper")
+        await producer.flush()
+    assert calls == [topic]
+    records = read_back(tansu.bootstrap_servers, topic, expected=1)
+    assert [r.value for r in records] == [b"through the wrapper"]
+
+
 def test_a_producer_used_from_a_second_asyncio_run_says_so(
     tansu: EmbeddedBroker, new_topic: TopicFactory
 ) -> None:

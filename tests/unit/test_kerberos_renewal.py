@@ -257,6 +257,42 @@ def test_tickets_shorter_than_the_minimum_interval_are_said_to_expire_between_re
     assert "sasl_kerberos_min_time_before_relogin is 60000 ms" in short[0].getMessage()
 
 
+def test_a_ticket_that_is_not_renewed_near_its_expiry_is_no_advice_about_the_option(
+    tmp_path: Path, lifetimes: list[float | None], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A long ticket whose renewals fail comes close to its expiry with attempts ever closer
+    # together: the minimum interval is not what to change, and is not named.
+    caplog.set_level(logging.INFO, logger="aioproducer.net")
+    script, calls = _kinit(tmp_path, fails="kinit: Ticket expired while renewing credentials")
+    lifetimes[:] = [0.5]
+    release = hold_ticket_renewal(
+        _config(sasl_kerberos_ccache="FILE:/tmp/krb5cc_long", sasl_kerberos_kinit_cmd=str(script))
+    )
+    try:
+        _until(lambda: bool(_calls(calls)))
+        time.sleep(1.2)
+    finally:
+        release()
+    assert not [r for r in caplog.records if "before it may be" in r.getMessage()]
+    assert [r for r in caplog.records if "could not renew" in r.getMessage()]
+
+
+def test_a_hold_let_go_by_the_collector_stops_the_renewal(
+    tmp_path: Path, lifetimes: list[float | None]
+) -> None:
+    # A producer dropped without close(): its hold goes with it, and the thread stops.
+    import gc
+
+    script, _ = _kinit(tmp_path)
+    hold = hold_ticket_renewal(
+        _config(sasl_kerberos_ccache="FILE:/tmp/dropped", sasl_kerberos_kinit_cmd=str(script))
+    )
+    renewal = next(iter(kerberos._RENEWALS.values()))
+    del hold
+    gc.collect()
+    assert renewal.stop.is_set() and not kerberos._RENEWALS
+
+
 def test_producers_sharing_a_cache_share_one_renewal(
     tmp_path: Path, lifetimes: list[float | None]
 ) -> None:
