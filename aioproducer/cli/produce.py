@@ -10,7 +10,7 @@ import difflib
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Final
 
@@ -72,6 +72,22 @@ class _LineReader:
             return sys.stdin.buffer
         return open(source, "rb")
 
+    @staticmethod
+    def _reader(stream: IO[bytes]) -> Callable[[int], bytes]:
+        if stream is sys.stdin.buffer:
+            # stdin by its file descriptor, not through its buffered reader: the thread may
+            # still be reading when the command ends on an error, and a daemon thread that
+            # holds the reader's lock at interpreter shutdown is a fatal error (Python 3.13
+            # aborts the process).
+            try:
+                fd = sys.stdin.fileno()
+            except (AttributeError, OSError, ValueError):  # a stdin without a descriptor
+                pass
+            else:
+                return lambda size: os.read(fd, size)
+        read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
+        return read
+
     async def lines(self) -> AsyncIterator[bytes]:
         """Each line without its line ending, across all sources in order."""
         loop = asyncio.get_running_loop()
@@ -94,7 +110,7 @@ class _LineReader:
                     put(exc)
                     return
                 try:
-                    read = getattr(stream, "read1", stream.read)
+                    read = self._reader(stream)
                     while chunk := read(self._chunk_size):
                         if not put(chunk):
                             return
