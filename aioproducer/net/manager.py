@@ -608,14 +608,7 @@ class ConnectionManager:
             else:
                 # Once per loss; the reconnect attempts log as connect failures do (the
                 # first at WARNING, later ones at DEBUG) and the return at INFO.
-                in_flight = connection.failed_at_close
-                log.log(
-                    logging.WARNING if in_flight else logging.INFO,
-                    "connection to %s lost%s: %s; reconnecting",
-                    connection.description,
-                    f" with {in_flight} request(s) in flight (retried)" if in_flight else "",
-                    cause,
-                )
+                _log_lost(connection, cause, "reconnecting")
                 if node.lost_at < 0:
                     node.lost_at = self._clock()
             self._disconnected(node)
@@ -901,14 +894,7 @@ class ConnectionManager:
             if address is None and live and connection is not None and node.lost_at < 0:
                 # A broker that stops answering may leave the metadata before its sockets
                 # report it: the same loss, logged once, and its return logged as one.
-                in_flight = connection.failed_at_close
-                log.log(
-                    logging.WARNING if in_flight else logging.INFO,
-                    "connection to %s lost%s: %s; reconnecting when it returns",
-                    connection.description,
-                    f" with {in_flight} request(s) in flight (retried)" if in_flight else "",
-                    reason,
-                )
+                _log_lost(connection, reason, "reconnecting when it returns")
                 node.lost_at = self._clock()
             if node.lost_at >= 0:
                 self._lost_and_left[node_id] = (node.host, node.port, node.lost_at)
@@ -1001,3 +987,17 @@ class ConnectionManager:
                     connection.abort()
         finally:
             self._closing_done.set_result(None)
+
+
+def _log_lost(connection: BrokerConnection, cause: object, then: str) -> None:
+    """A connection lost, once per loss: at WARNING when it had requests in flight (they
+    are retried), else at INFO."""
+    in_flight = connection.failed_at_close
+    log.log(
+        logging.WARNING if in_flight else logging.INFO,
+        "connection to %s lost%s: %s; %s",
+        connection.description,
+        f" with {in_flight} request(s) in flight (retried)" if in_flight else "",
+        cause,
+        then,
+    )
