@@ -30,6 +30,7 @@ HOT_PATH_MODULES: tuple[str, ...] = (
     "aioproducer._core.answers",
     "aioproducer._core.appender",
     "aioproducer._core.buffer_pool",
+    "aioproducer._core.delivery",
     "aioproducer._core.futures",
     "aioproducer._core.metrics",
     "aioproducer._core.partitioner",

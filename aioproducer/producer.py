@@ -25,6 +25,7 @@ from aioproducer._core.delivery import (
     DeliveredMessage,
     DeliveryCallback,
     DeliveryReports,
+    ProduceLater,
     check_delivery_callback,
     confluent_arguments,
 )
@@ -122,6 +123,7 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # send()'s part that never waits: the appender's, once started.
         self._send_now: _SendNow = self._send_unstarted
+        self._produce_now: Callable[..., ProduceLater | None] = self._produce_unstarted
         self._reports = DeliveryReports()
         self._drop_reported = False
         # Tracing (aioproducer.telemetry): None, the default, costs send() one check.
@@ -244,7 +246,9 @@ class Producer:
             check_loop=self._check_loop,
         )
         self._appender.traced = self._telemetry is not None
+        self._appender.reports = self._reports
         self._send_now = self._appender.send_now
+        self._produce_now = self._appender.produce_now
         deadline = time.monotonic() + self._max_block
         try:
             # A first connection now, so that an address no server answers on is reported
@@ -789,6 +793,10 @@ class Producer:
         self._check_sendable()  # not started: raises
         raise AssertionError("unreachable: a started producer has an appender")
 
+    def _produce_unstarted(self, *args: Any) -> ProduceLater | None:
+        self._check_sendable()  # not started: raises
+        raise AssertionError("unreachable: a started producer has an appender")
+
     def _telemetry_changed(self) -> None:
         # aioproducer.telemetry.attach() gave or took this producer's telemetry.
         if self._appender is not None:
@@ -1019,32 +1027,47 @@ class Producer:
             InvalidArgumentTypeError: ``on_delivery`` is not callable, or both
                 ``on_delivery`` and ``callback`` are given.
         """
+        if type(self).send is _PRODUCER_SEND and "send" not in self.__dict__:
+            # Not for a subclass with its own send() (InMemoryProducer), nor a send()
+            # wrapped or patched in (an APM tool's, a test's mock): those are called.
+            # send()'s steps, without a coroutine of its own: the argument checks, the loop
+            # and state checks and the append run natively in produce_now, which also
+            # leaves the record's report with the batch it joined.
+            later = self._produce_now(
+                topic, value, key, partition, on_delivery, timestamp, headers, callback
+            )
+            if later is None:
+                return
+            await self._produce_later(later)
+            return
         report = check_delivery_callback(on_delivery, callback)
         key, value, chosen, timestamp_ms, checked = confluent_arguments(
             key, value, partition, timestamp, headers, self._key_serializer, self._value_serializer
         )
-        future: Any
-        if type(self).send is _PRODUCER_SEND and "send" not in self.__dict__:
-            # Not for a subclass with its own send() (InMemoryProducer), nor a send()
-            # wrapped or patched in (an APM tool's, a test's mock): those are called.
-            # send()'s steps, without a coroutine of its own: the loop and state checks run
-            # in send_now, natively.
-            try:
-                result = self._send_now(topic, value, key, chosen, timestamp_ms, checked)
-            except SerializerNotReady as not_ready:
-                result = await self._append_when_serializable(self._appender, not_ready)
-            future = result or await self._send_later(
-                result, topic, value, key, chosen, timestamp_ms, checked
-            )
-        else:
-            future = await self.send(
-                topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
-            )
+        future = await self.send(
+            topic, value, key, partition=chosen, timestamp_ms=timestamp_ms, headers=checked
+        )
         if report is not None:
             # The future stays here: only the callback tells the outcome (a future handed
             # out could be cancelled, which would detach it from the record's delivery).
             message = DeliveredMessage(topic, value, key, chosen, checked)
             self._reports.track(message, report, future)
+
+    async def _produce_later(self, later: ProduceLater) -> None:
+        # produce()'s slow path: a record that waits for metadata, memory or its
+        # serializer, or a traced one; its report then waits for its future.
+        if later.not_ready is not None:
+            future = await self._append_when_serializable(self._appender, later.not_ready)
+        else:
+            future = later.result or await self._send_later(
+                later.result, later.topic, later.value, later.key, later.partition,
+                later.timestamp_ms, later.headers,
+            )
+        if later.report is not None:
+            message = DeliveredMessage(
+                later.topic, later.value, later.key, later.partition, later.headers
+            )
+            self._reports.track(message, later.report, future)
 
     async def poll(self, timeout: float | None = 0.0) -> int:
         """Run the delivery callbacks of :meth:`produce` records that are done; return how

@@ -14,11 +14,15 @@ needed), and two runs of different lengths are subtracted, which leaves out star
 warm-up::
 
     python -m bench.instructions [--sizes 100,1024] [--records 10000,40000]
-        [--buffer-memory 1048576] [--code DIR] [--one-per-request]
+        [--buffer-memory 1048576] [--code DIR] [--one-per-request] [--produce]
 
 ``--one-per-request`` awaits each record before sending the next, with ``linger_ms=0``: every
 record is a Produce request of its own, so the count is the cost of one request and its
 answer (the sender's step, the connection, the codec) plus one record's.
+
+``--produce`` calls ``await producer.produce(topic, value, on_delivery=report)`` per record
+instead, then ``flush()``, which runs every delivery callback: the confluent-kafka idiom,
+to set against ``send()``'s count.
 
 ``--code DIR`` measures the ``aioproducer`` package found in ``DIR`` instead of this
 checkout's (a ``git worktree`` of another commit, built with
@@ -50,7 +54,12 @@ TOPIC = "instructions"
 
 
 async def _child(
-    bootstrap: str, count: int, size: int, buffer_memory: int, one_per_request: bool
+    bootstrap: str,
+    count: int,
+    size: int,
+    buffer_memory: int,
+    one_per_request: bool,
+    produce: bool = False,
 ) -> None:
     from aioproducer import Producer
 
@@ -63,6 +72,20 @@ async def _child(
     ) as producer:
         for future in [await producer.send(TOPIC, value) for _ in range(100)]:
             await future
+        if produce:
+            reported = 0
+
+            def report(err: Any, msg: Any) -> None:
+                nonlocal reported
+                reported += 1
+
+            produce_one = producer.produce
+            for _ in range(count):
+                await produce_one(TOPIC, value, on_delivery=report)
+            await producer.flush()
+            if reported != count:
+                raise RuntimeError(f"{reported} delivery reports for {count} records")
+            return
         send = producer.send
         if one_per_request:
             for _ in range(count):
@@ -80,6 +103,7 @@ def _counted(
     size: int,
     buffer_memory: int,
     one_per_request: bool,
+    produce: bool = False,
 ) -> int:
     """Instructions executed inside the event loop by one child sending ``count`` records."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -94,6 +118,8 @@ def _counted(
             command += ["--code", str(code)]
         if one_per_request:
             command.append("--one-per-request")
+        if produce:
+            command.append("--produce")
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the child failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -115,6 +141,11 @@ def main() -> int:
         action="store_true",
         help="await each record before the next (linger_ms=0): one request per record",
     )
+    parser.add_argument(
+        "--produce",
+        action="store_true",
+        help="produce(on_delivery=...) per record, then flush(), instead of send()",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BOOTSTRAP", "COUNT"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.code is not None:
@@ -130,6 +161,7 @@ def main() -> int:
                 int(options.sizes),
                 options.buffer_memory,
                 options.one_per_request,
+                options.produce,
             )
         )
         return 0
@@ -156,6 +188,7 @@ def main() -> int:
                     size,
                     options.buffer_memory,
                     options.one_per_request,
+                    options.produce,
                 )
                 for n in (short, long)
             ]
@@ -163,9 +196,12 @@ def main() -> int:
             rows.append({
                 "size": size, "records": [short, long], "instructions": counts,
                 "per_record": per_record, "buffer_memory": options.buffer_memory,
-                "one_per_request": options.one_per_request, "code": where,
+                "one_per_request": options.one_per_request, "produce": options.produce,
+                "code": where,
             })
             unit = "request (one record each)" if options.one_per_request else "record"
+            if options.produce:
+                unit += " with produce()"
             print(f"{size:>6} B: {per_record:,.0f} instructions per {unit} ({where})", flush=True)
     save("instructions", rows)
     return 0

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aioproducer._core.buffer_pool import BufferPool
-from aioproducer._core.futures import BatchResults, RecordFuture, RecordRun, with_maybe_written
+from aioproducer._core.futures import (
+    BatchResults,
+    BatchWatcher,
+    RecordFuture,
+    RecordRun,
+    with_maybe_written,
+)
 from aioproducer._core.gc import track as _gc_track
 from aioproducer._core.gc import untrack as _gc_untrack
 from aioproducer._core.gc import untrack_new as _gc_untrack_new
@@ -173,7 +179,7 @@ class ProducerBatch:
         # The retriable error the batch was last retried for: the cause a
         # DeliveryTimeoutError names when the batch expires before another answer.
         self.last_error: BaseException | None = None
-        self.watchers: list[RecordFuture] | None = None
+        self.watchers: list[BatchWatcher] | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -219,18 +225,19 @@ class ProducerBatch:
         if self.watchers is not None:
             self.loop.call_soon(self._fan_out)
 
-    def watch(self, record: RecordFuture) -> None:
-        """Call ``record._on_batch_done()`` soon after the batch is done (one call in all for
-        the batch; the record itself is kept, not a bound method made per record)."""
+    def watch(self, watcher: BatchWatcher) -> None:
+        """Call ``watcher._on_batch_done()`` soon after the batch is done (one call in all
+        for the batch; the watcher itself is kept, not a bound method made per watcher):
+        a record's future, or the delivery reports of the batch's ``produce()`` records."""
         if self.watchers is None:
             self.watchers = []
-            _gc_track(self)  # the batch refers to the record, which refers to the batch
-        self.watchers.append(record)
+            _gc_track(self)  # the batch refers to the watcher, which refers to the batch
+        self.watchers.append(watcher)
 
     def _fan_out(self) -> None:
         watchers, self.watchers = self.watchers, None
-        for record in watchers or ():
-            record._on_batch_done()
+        for watcher in watchers or ():
+            watcher._on_batch_done()
 
     def untrack_if_acyclic(self) -> None:
         """Take an acknowledged batch that let go of its records out of the cyclic GC.

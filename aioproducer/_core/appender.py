@@ -33,6 +33,12 @@ from aioproducer._core.accumulator import (
     RecordAccumulator,
 )
 from aioproducer._core.buffer_pool import BufferPool
+from aioproducer._core.delivery import (
+    DeliveryReports,
+    ProduceLater,
+    check_delivery_callback,
+    utf8_headers,
+)
 from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
 from aioproducer._core.metadata import TopicInfo, validate_topic
 from aioproducer._core.partitioner import DefaultPartitioner, Partitioner
@@ -634,6 +640,8 @@ class RecordAppender(RecordPreparer):
             seen running in.
         traced: True while the producer traces its sends: :meth:`send_now` then leaves the
             record to the producer's traced path.
+        reports: the producer's delivery reports, where :meth:`produce_now` leaves each
+            record's report.
     """
 
     def __init__(
@@ -658,6 +666,7 @@ class RecordAppender(RecordPreparer):
     ) -> None:
         self.open = False
         self.traced = False
+        self.reports = DeliveryReports()
         self.loop_thread = get_ident()
         self._loop: Any = loop
         # asyncio's loops say which thread runs them now (None when stopped); uvloop's do
@@ -811,6 +820,48 @@ class RecordAppender(RecordPreparer):
             topic, value, key, partition, timestamp_ms, headers, -1, None
         )
         return taken
+
+    def produce_now(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        on_delivery: Any,
+        timestamp: Any,
+        headers: Any,
+        callback: Any,
+    ) -> ProduceLater | None:
+        """``Producer.produce()``'s part that never waits, run natively: its arguments
+        checked and converted as confluent-kafka takes them, then :meth:`send_now`, and the
+        record's report left with :attr:`reports`. None when that is all: else what is left
+        for the producer to do.
+
+        Raises:
+            KafkaError: whatever makes the record unsendable (see ``Producer.produce``).
+        """
+        report = check_delivery_callback(on_delivery, callback)
+        if type(key) is str and self.key_serializer is None:
+            key = key.encode()
+        if type(value) is str and self.value_serializer is None:
+            value = value.encode()
+        if type(partition) is int and partition == -1:
+            partition = None
+        if type(timestamp) is int and timestamp == 0:
+            timestamp = None
+        if headers is not None:
+            headers = utf8_headers(headers)
+        try:
+            result = self.send_now(topic, value, key, partition, timestamp, headers)
+        except SerializerNotReady as not_ready:
+            return ProduceLater(
+                report, topic, value, key, partition, timestamp, headers, None, not_ready
+            )
+        if isinstance(result, RecordFuture):
+            if report is not None:
+                self.reports.pend(result, report, key, value, headers)
+            return None
+        return ProduceLater(report, topic, value, key, partition, timestamp, headers, result, None)
 
     def append(
         self,

@@ -1,11 +1,19 @@
 """Delivery reports for confluent-kafka style code: ``produce(on_delivery=...)`` and ``poll()``.
 
+Compiled by mypyc where a C compiler is at hand (:mod:`aioproducer.compiled`): its classes
+take no attributes beyond those declared and no patched methods, and the types it
+declares are checked at run time.
+
 confluent-kafka calls a record's delivery callback, ``callback(err, msg)``, from inside
 ``poll()`` or ``flush()``, in the thread that calls them, never from a thread of its own.
 :meth:`Producer.produce <aioproducer.Producer.produce>` and
 :meth:`SyncProducer.produce <aioproducer.SyncProducer.produce>` keep that contract: when a
 record is acknowledged or fails, its report is queued here, and the callbacks run when the
 application calls ``poll()``, ``flush()`` or ``close()``, in that caller's task or thread.
+
+A record appended at once leaves its report with its batch (:meth:`DeliveryReports.pend`):
+one object per batch holds its records' callbacks, and the batch queues all their reports
+when it is done, so the cyclic GC walks no object per record while reports are pending.
 """
 
 from __future__ import annotations
@@ -16,24 +24,32 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
+from aioproducer._core.futures import BatchWatcher, RecordFuture
 from aioproducer.errors import InvalidArgumentTypeError
 from aioproducer.records import RecordMetadata, TimestampType
+
+if TYPE_CHECKING:
+    from aioproducer._core.accumulator import ProducerBatch
 
 __all__ = [
     "DeliveredMessage",
     "DeliveryCallback",
     "DeliveryReports",
+    "ProduceLater",
     "check_delivery_callback",
     "confluent_arguments",
+    "utf8_headers",
 ]
 
 DeliveryCallback = Callable[[BaseException | None, "DeliveredMessage"], object]
 """A delivery callback: ``callback(err, msg)``; ``err`` is None when the record was stored."""
 
 # confluent-kafka's timestamp types (TIMESTAMP_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME).
-_NOT_AVAILABLE, _CREATE_TIME, _LOG_APPEND_TIME = 0, 1, 2
+_NOT_AVAILABLE: Final = 0
+_CREATE_TIME: Final = 1
+_LOG_APPEND_TIME: Final = 2
 
 
 class DeliveredMessage:
@@ -56,7 +72,8 @@ class DeliveredMessage:
         "_partition",
         "_reported",
         "_started",
-        "_timestamp",
+        "_timestamp_ms",
+        "_timestamp_type",
         "_topic",
         "_value",
     )
@@ -76,7 +93,8 @@ class DeliveredMessage:
         self._headers = headers
         self._offset = -1
         self._error: BaseException | None = None
-        self._timestamp = (_NOT_AVAILABLE, 0)
+        self._timestamp_type = _NOT_AVAILABLE
+        self._timestamp_ms = 0
         self._started = time.monotonic()
         self._latency: float | None = None
         # While its report is pending (DeliveryReports): the callback and the record's
@@ -116,7 +134,7 @@ class DeliveredMessage:
     def timestamp(self) -> tuple[int, int]:
         """``(type, milliseconds)`` with confluent-kafka's type numbers: 0 not available,
         1 create time, 2 log-append time (set by the broker)."""
-        return self._timestamp
+        return (self._timestamp_type, self._timestamp_ms)
 
     def latency(self) -> float | None:
         """Seconds from ``produce()`` to the delivery report."""
@@ -133,17 +151,72 @@ class DeliveredMessage:
         if error is not None:
             self._error = error
             if create_time is not None:
-                self._timestamp = (_CREATE_TIME, create_time)
+                self._timestamp_type = _CREATE_TIME
+                self._timestamp_ms = create_time
             return
         assert metadata is not None
         self._partition = metadata.partition
         self._offset = metadata.offset
-        kind = (
+        self._timestamp_type = (
             _LOG_APPEND_TIME
             if metadata.timestamp_type == TimestampType.LOG_APPEND_TIME
             else _CREATE_TIME
         )
-        self._timestamp = (kind, metadata.timestamp)
+        self._timestamp_ms = metadata.timestamp
+
+
+# A produce() record waiting in its batch's _BatchReports is six entries of a flat list:
+# its future, its callback, then the key, value and headers given, and when it was produced.
+_ENTRY: Final = 6
+
+
+class _BatchReports(BatchWatcher):
+    """The ``produce()`` records of one batch that wait for their reports: one object per
+    batch, watched by it, instead of a tracked message and a watched future per record.
+
+    A pending record is only entries of :attr:`entries` (its future starts untracked and
+    stays so: no callback is added to it), so a caller who produces a hundred thousand
+    records before polling leaves the cyclic GC a few lists to walk, not two hundred
+    thousand objects. The reports' messages are made when served.
+    """
+
+    __slots__ = ("batch", "done_at", "entries", "next", "owner", "queued")
+
+    def __init__(self, owner: DeliveryReports, batch: ProducerBatch) -> None:
+        self.owner = owner
+        self.batch = batch
+        self.entries: list[Any] = []
+        self.next = 0  # the entry the next report is served from, once queued
+        self.queued = False
+        self.done_at = 0.0  # time.monotonic() when the batch was done: each latency's end
+
+    def _on_batch_done(self) -> None:
+        self.owner._batch_done(self)
+
+    def message(self, at: int) -> DeliveredMessage:
+        """The report of the record at entry ``at``, settled (its callback is the entry
+        after it)."""
+        entries = self.entries
+        future: RecordFuture = entries[at]
+        batch = self.batch
+        message = DeliveredMessage(
+            batch.topic, entries[at + 3], entries[at + 2], batch.partition, entries[at + 4]
+        )
+        message._started = entries[at + 5]
+        if batch.final and batch.error is None and not future.cancelled():
+            # Acknowledged: the metadata's fields, without making the metadata.
+            base_offset, log_append_time = batch.outcome
+            message._latency = self.done_at - message._started
+            message._offset = base_offset + future.relative_offset if base_offset >= 0 else -1
+            if log_append_time < 0:
+                message._timestamp_type = _CREATE_TIME
+                message._timestamp_ms = future.timestamp
+            else:
+                message._timestamp_type = _LOG_APPEND_TIME
+                message._timestamp_ms = log_append_time
+            return message
+        _settle_from(message, future)
+        return message
 
 
 class DeliveryReports:
@@ -152,15 +225,26 @@ class DeliveryReports:
     Reports are queued as records finish (in the order they finish) and served, callbacks
     run, by :meth:`serve`, in the thread that calls it. Thread-safe: records may finish on
     an event loop thread while another thread serves.
+
+    A record reaches it in one of two ways: :meth:`pend`, for a record just appended to an
+    open batch on the batch's loop (the batch then queues the reports of all its records
+    at once), or :meth:`track`, for any future of the record's metadata.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._blocked = 0  # threads in wait_blocking(): only they need a notify
-        self._ready: collections.deque[DeliveredMessage] = collections.deque()
+        # Messages (from track) and batches' reports (from pend), in the order they finished.
+        self._ready: collections.deque[DeliveredMessage | _BatchReports] = collections.deque()
+        self._ready_count = 0  # reports in _ready not served yet
         # By id() of the record's future (alive while here: the message holds it).
         self._outstanding: dict[int, DeliveredMessage] = {}
+        # The pending batches' reports, by id() of the batch (alive: the reports hold it),
+        # the last one used (a run of records mostly goes to one batch), and their records.
+        self._batches: dict[int, _BatchReports] = {}
+        self._last: _BatchReports | None = None
+        self._pending = 0
         self._async_waiters: list[asyncio.Future[None]] = []
         # One bound method for every record's future (no closure per record).
         self._on_done = self._future_done
@@ -168,12 +252,65 @@ class DeliveryReports:
     @property
     def outstanding(self) -> int:
         """Records produced whose report has not been queued yet."""
-        return len(self._outstanding)
+        return len(self._outstanding) + self._pending
 
     @property
     def ready(self) -> int:
         """Reports queued and not served yet."""
-        return len(self._ready)
+        return self._ready_count
+
+    def pend(
+        self, future: RecordFuture, callback: DeliveryCallback, key: Any, value: Any, headers: Any
+    ) -> None:
+        """Queue the report of a record just appended (``future`` is its future, its batch
+        still open), with ``callback``, once its batch is done. On the batch's loop only."""
+        batch = future._batch
+        reports = self._last
+        if reports is None or reports.batch is not batch:
+            found = self._batches.get(id(batch))
+            if found is None or found.batch is not batch:
+                found = _BatchReports(self, batch)
+                with self._lock:
+                    self._batches[id(batch)] = found
+                batch.watch(found)
+            reports = self._last = found
+        entries = reports.entries
+        entries.append(future)
+        entries.append(callback)
+        entries.append(key)
+        entries.append(value)
+        entries.append(headers)
+        entries.append(time.monotonic())
+        self._pending += 1
+
+    def _batch_done(self, reports: _BatchReports) -> None:
+        # The batch of pending reports is done (or split): queue them.
+        if reports.queued:
+            return
+        batch = reports.batch
+        if not batch.final and not batch.split:
+            return
+        count = len(reports.entries) // _ENTRY
+        reports.done_at = time.monotonic()
+        with self._lock:
+            reports.queued = True
+            if self._batches.get(id(batch)) is reports:
+                del self._batches[id(batch)]
+            if self._last is reports:
+                self._last = None
+            self._pending -= count
+        if not batch.final:
+            # Split (the broker found the batch too large): the records went to new
+            # batches, which their futures follow; each report waits for its own future.
+            entries = reports.entries
+            for at in range(0, len(entries), _ENTRY):
+                message = DeliveredMessage(
+                    batch.topic, entries[at + 3], entries[at + 2], -1, entries[at + 4]
+                )
+                message._started = entries[at + 5]
+                self.track(message, entries[at + 1], entries[at])
+            return
+        self._queue(reports, count)
 
     def track(self, message: DeliveredMessage, callback: DeliveryCallback, future: Any) -> None:
         """Queue ``message``'s report with ``callback`` once ``future`` is done: a
@@ -196,6 +333,9 @@ class DeliveryReports:
         records are)."""
         with self._lock:
             messages = list(self._outstanding.values())
+            batches = list(self._batches.values())
+        for reports in batches:
+            self._batch_done(reports)
         for message in messages:
             future = message._future
             if future is not None and future.done():
@@ -208,21 +348,14 @@ class DeliveryReports:
                 return
             message._reported = True
             del self._outstanding[id(future)]
-        error: BaseException | None
-        metadata: RecordMetadata | None = None
-        if future.cancelled():
-            error = asyncio.CancelledError()
-        else:
-            error = future.exception()
-            if error is None:
-                metadata = future.result()
-        create_time = getattr(future, "timestamp", None)  # a RecordFuture's
-        if not isinstance(create_time, int):
-            create_time = None
-        message._settle(metadata, error, create_time)
+        _settle_from(message, future)
         message._future = None
+        self._queue(message, 1)
+
+    def _queue(self, item: DeliveredMessage | _BatchReports, count: int) -> None:
         with self._lock:
-            self._ready.append(message)
+            self._ready.append(item)
+            self._ready_count += count
             if self._blocked:
                 self._changed.notify_all()
             if not self._async_waiters:
@@ -234,6 +367,30 @@ class DeliveryReports:
                 continue
             loop.call_soon_threadsafe(_wake, waiter)
 
+    def _take(self) -> DeliveredMessage | _BatchReports | None:
+        # The next queued item, off the queue (a batch's reports, all those not served
+        # yet, to serve in a row); None when there is none.
+        with self._lock:
+            if not self._ready:
+                return None
+            item = self._ready.popleft()
+            if isinstance(item, DeliveredMessage):
+                self._ready_count -= 1
+            else:
+                self._ready_count -= (len(item.entries) - item.next) // _ENTRY
+            return item
+
+    def _put_back(self, reports: _BatchReports, at: int) -> None:
+        # A callback of ``reports`` raised (or its awaiting was cancelled): those from
+        # entry ``at`` on go back to the head of the queue, for the next call.
+        left = (len(reports.entries) - at) // _ENTRY
+        if left <= 0:
+            return
+        reports.next = at
+        with self._lock:
+            self._ready.appendleft(reports)
+            self._ready_count += left
+
     def serve(self) -> int:
         """Run the callbacks of the queued reports, in order; return how many ran.
 
@@ -242,37 +399,63 @@ class DeliveryReports:
         """
         served = 0
         while True:
-            with self._lock:
-                if not self._ready:
-                    return served
-                message = self._ready.popleft()
-            served += 1
-            callback, message._callback = message._callback, None
-            assert callback is not None
-            callback(message._error, message)
+            item = self._take()
+            if item is None:
+                return served
+            if isinstance(item, DeliveredMessage):
+                served += 1
+                callback, item._callback = item._callback, None
+                assert callback is not None
+                callback(item._error, item)
+                continue
+            at, end = item.next, len(item.entries)
+            while at < end:
+                report = item.entries[at + 1]
+                message = item.message(at)
+                at += _ENTRY
+                served += 1
+                try:
+                    report(message._error, message)
+                except BaseException:
+                    self._put_back(item, at)
+                    raise
 
     async def serve_async(self) -> int:
         """:meth:`serve` for an event loop: a callback that returns an awaitable (a
         coroutine function's) is awaited before the next one runs."""
         served = 0
         while True:
-            with self._lock:
-                if not self._ready:
-                    return served
-                message = self._ready.popleft()
-            served += 1
-            callback, message._callback = message._callback, None
-            assert callback is not None
-            result = callback(message._error, message)
-            if inspect.isawaitable(result):
-                await result
+            item = self._take()
+            if item is None:
+                return served
+            if isinstance(item, DeliveredMessage):
+                served += 1
+                callback, item._callback = item._callback, None
+                assert callback is not None
+                result = callback(item._error, item)
+                if result is not None and inspect.isawaitable(result):
+                    await result
+                continue
+            at, end = item.next, len(item.entries)
+            while at < end:
+                report = item.entries[at + 1]
+                message = item.message(at)
+                at += _ENTRY
+                served += 1
+                try:
+                    result = report(message._error, message)
+                    if result is not None and inspect.isawaitable(result):
+                        await result
+                except BaseException:
+                    self._put_back(item, at)
+                    raise
 
     def wait_blocking(self, timeout: float | None) -> None:
         """Block until a report is queued, no record is outstanding, or ``timeout`` seconds
         (None: no limit) pass."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while not self._ready and self._outstanding:
+            while not self._ready and (self._outstanding or self._pending):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return
@@ -287,7 +470,7 @@ class DeliveryReports:
         (None: no limit) pass."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._ready or not self._outstanding:
+            if self._ready or not (self._outstanding or self._pending):
                 return
             waiter: asyncio.Future[None] = loop.create_future()
             self._async_waiters.append(waiter)
@@ -299,6 +482,71 @@ class DeliveryReports:
             with self._lock:
                 if waiter in self._async_waiters:
                     self._async_waiters.remove(waiter)
+
+
+def _settle_from(message: DeliveredMessage, future: Any) -> None:
+    # The outcome of a done future of the record's metadata, into its report.
+    error: BaseException | None
+    metadata: RecordMetadata | None = None
+    if future.cancelled():
+        error = asyncio.CancelledError()
+    else:
+        error = future.exception()
+        if error is None:
+            metadata = future.result()
+    create_time = getattr(future, "timestamp", None)  # a RecordFuture's
+    if not isinstance(create_time, int):
+        create_time = None
+    message._settle(metadata, error, create_time)
+
+
+class ProduceLater:
+    """What ``produce()`` still has to do for a record it could not append at once (it
+    waits for metadata or memory, for its serializer, or is traced): the record as
+    :meth:`~aioproducer.Producer.send` takes it, and what the appender returned.
+
+    Attributes:
+        report: the delivery callback, or None.
+        topic, value, key, partition, timestamp_ms, headers: ``send()``'s arguments.
+        result: the appender's :class:`~aioproducer._core.appender.PendingRecord`, or None
+            for a traced record, or for one whose serializer was not ready.
+        not_ready: the serializer's :class:`~aioproducer.serialization.SerializerNotReady`,
+            or None.
+    """
+
+    __slots__ = (
+        "headers",
+        "key",
+        "not_ready",
+        "partition",
+        "report",
+        "result",
+        "timestamp_ms",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        report: DeliveryCallback | None,
+        topic: Any,
+        value: Any,
+        key: Any,
+        partition: Any,
+        timestamp_ms: Any,
+        headers: Any,
+        result: Any,
+        not_ready: Any,
+    ) -> None:
+        self.report = report
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.headers = headers
+        self.result = result
+        self.not_ready = not_ready
 
 
 def check_delivery_callback(
@@ -345,10 +593,12 @@ def confluent_arguments(
         partition = None
     if type(timestamp) is int and timestamp == 0:
         timestamp = None
-    return key, value, partition, timestamp, _utf8_headers(headers)
+    if headers is not None:
+        headers = utf8_headers(headers)
+    return key, value, partition, timestamp, headers
 
 
-def _utf8_headers(headers: Any) -> Any:
+def utf8_headers(headers: Any) -> Any:
     """Headers with str values encoded as UTF-8 (confluent-kafka takes str or bytes)."""
     if headers is None or isinstance(headers, str | bytes | bytearray | memoryview):
         return headers  # check_headers refuses these with a clear message

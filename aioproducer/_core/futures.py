@@ -29,7 +29,7 @@ from aioproducer.records import RecordMetadata, RecordMetadataSequence, Timestam
 if TYPE_CHECKING:
     from aioproducer._core.accumulator import ProducerBatch
 
-__all__ = ["BatchResults", "RecordFuture", "RecordRun"]
+__all__ = ["BatchResults", "BatchWatcher", "RecordFuture", "RecordRun"]
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -120,7 +120,16 @@ def with_maybe_written(error: _E, maybe_written: bool, note: str | None = None) 
     return clone
 
 
-class RecordFuture:
+class BatchWatcher:
+    """What a batch calls once when it is done (acknowledged, failed or split):
+    :meth:`ProducerBatch.watch <aioproducer._core.accumulator.ProducerBatch.watch>` keeps
+    the watcher itself, not a bound method made per watcher."""
+
+    def _on_batch_done(self) -> None:
+        raise NotImplementedError
+
+
+class RecordFuture(BatchWatcher):
     """The result of one sent record: await it for its :class:`RecordMetadata`.
 
     No asyncio future is made per record (nor, unless awaited, per batch): this object
