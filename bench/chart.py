@@ -27,6 +27,7 @@ __all__ = ["latest_result", "load", "main", "markdown_tables", "write_charts"]
 _ORDER = (
     "aioproducer_send",
     "aioproducer_send_many",
+    "aioproducer_produce",
     "confluent_producer",
     "java_send",
     "aiokafka_batch",
@@ -37,6 +38,7 @@ _ORDER = (
 _SHORT = {
     "aioproducer_send": "aioproducer send",
     "aioproducer_send_many": "aioproducer send_many",
+    "aioproducer_produce": "aioproducer produce",
     "aiokafka_send": "aiokafka send",
     "aiokafka_batch": "aiokafka send_batch",
     "confluent_producer": "confluent Producer",

@@ -89,6 +89,7 @@ class Client:
 CLIENTS: tuple[Client, ...] = (
     Client("aioproducer_send", "aioproducer send", True, 150_000, subject=True),
     Client("aioproducer_send_many", "aioproducer send_many", True, 300_000, subject=True),
+    Client("aioproducer_produce", "aioproducer produce", True, 150_000, subject=True),
     Client("aiokafka_send", "aiokafka send", False, 60_000),
     Client("aiokafka_batch", "aiokafka send_batch", True, 400_000),
     Client("confluent_producer", "confluent-kafka Producer", True, 600_000),

@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from aioproducer._core.futures import BatchWatcher, RecordFuture
+from aioproducer._core.futures import BatchWatcher, error_copy
+from aioproducer._core.gc import track as _gc_track
+from aioproducer._core.gc import untrack as _gc_untrack
 from aioproducer.errors import InvalidArgumentTypeError
 from aioproducer.records import RecordMetadata, TimestampType
 
@@ -165,57 +167,125 @@ class DeliveredMessage:
         self._timestamp_ms = metadata.timestamp
 
 
-# A produce() record waiting in its batch's _BatchReports is six entries of a flat list:
-# its future, its callback, then the key, value and headers given, and when it was produced.
+# A produce() record waiting in its batch's _BatchReports is six entries of a flat list: its
+# offset in the batch, its timestamp, the key, value and headers given, and when it was
+# produced. Its callback is in the batch's runs of callbacks.
 _ENTRY: Final = 6
 
 
 class _BatchReports(BatchWatcher):
     """The ``produce()`` records of one batch that wait for their reports: one object per
-    batch, watched by it, instead of a tracked message and a watched future per record.
+    batch, watched by it, instead of a message and a watched future per record.
 
-    A pending record is only entries of :attr:`entries` (its future starts untracked and
-    stays so: no callback is added to it), so a caller who produces a hundred thousand
-    records before polling leaves the cyclic GC a few lists to walk, not two hundred
-    thousand objects. The reports' messages are made when served.
+    A caller who produces a hundred thousand records before polling would otherwise leave
+    the cyclic GC two hundred thousand objects to walk at each full collection. Here a
+    pending record is six entries of :attr:`entries`, a list that holds only atoms (ints,
+    a float, bytes and None) and so is taken out of the collector (see
+    :mod:`aioproducer._core.gc`); it is tracked again as soon as a key, value or headers of
+    another kind (what a serializer takes, a header list) joins it. The callbacks, which
+    may lead anywhere, are in :attr:`runs`, one entry per run of records with the same
+    callback. The reports' messages are made when served.
     """
 
-    __slots__ = ("batch", "done_at", "entries", "next", "owner", "queued")
+    __slots__ = (
+        "batch",
+        "callback",
+        "done_at",
+        "entries",
+        "next",
+        "owner",
+        "queued",
+        "run",
+        "runs",
+        "tracked",
+    )
 
     def __init__(self, owner: DeliveryReports, batch: ProducerBatch) -> None:
         self.owner = owner
         self.batch = batch
         self.entries: list[Any] = []
+        _gc_untrack(self.entries)
+        self.tracked = False
+        # [callback, first entry, callback, first entry, ...]: who gets each report.
+        self.runs: list[Any] = []
+        self.callback: Any = None  # the last run's callback
         self.next = 0  # the entry the next report is served from, once queued
+        self.run = 0  # the run of the entry served next
         self.queued = False
         self.done_at = 0.0  # time.monotonic() when the batch was done: each latency's end
 
     def _on_batch_done(self) -> None:
         self.owner._batch_done(self)
 
-    def message(self, at: int) -> DeliveredMessage:
-        """The report of the record at entry ``at``, settled (its callback is the entry
-        after it)."""
+    def add(
+        self,
+        relative_offset: int,
+        timestamp: int,
+        callback: Any,
+        key: Any,
+        value: Any,
+        headers: Any,
+        started: float,
+    ) -> None:
+        """Keep the report of the record at ``relative_offset`` in the batch."""
         entries = self.entries
-        future: RecordFuture = entries[at]
+        if callback is not self.callback:
+            self.callback = callback
+            self.runs.append(callback)
+            self.runs.append(len(entries))
+        if not self.tracked and not (
+            (key is None or type(key) is bytes)
+            and (value is None or type(value) is bytes)
+            and headers is None
+        ):
+            # Not an atom: it may refer to anything, this list included.
+            _gc_track(entries)
+            self.tracked = True
+        entries.append(relative_offset)
+        entries.append(timestamp)
+        entries.append(key)
+        entries.append(value)
+        entries.append(headers)
+        entries.append(started)
+
+    def callback_at(self, at: int) -> DeliveryCallback:
+        """The callback of the record at entry ``at``: served in order, from :attr:`run`."""
+        runs = self.runs
+        run = self.run
+        following = run + 2
+        while following < len(runs) and runs[following + 1] <= at:
+            run = following
+            following += 2
+        self.run = run
+        callback: DeliveryCallback = runs[run]
+        return callback
+
+    def message(self, at: int) -> DeliveredMessage:
+        """The report of the record at entry ``at``, settled."""
+        entries = self.entries
         batch = self.batch
         message = DeliveredMessage(
             batch.topic, entries[at + 3], entries[at + 2], batch.partition, entries[at + 4]
         )
-        message._started = entries[at + 5]
-        if batch.final and batch.error is None and not future.cancelled():
-            # Acknowledged: the metadata's fields, without making the metadata.
-            base_offset, log_append_time = batch.outcome
-            message._latency = self.done_at - message._started
-            message._offset = base_offset + future.relative_offset if base_offset >= 0 else -1
-            if log_append_time < 0:
-                message._timestamp_type = _CREATE_TIME
-                message._timestamp_ms = future.timestamp
-            else:
-                message._timestamp_type = _LOG_APPEND_TIME
-                message._timestamp_ms = log_append_time
+        started: float = entries[at + 5]
+        message._started = started
+        message._latency = self.done_at - started
+        error = batch.error
+        if error is not None:
+            message._error = error_copy(error)  # each record's own, as its future's
+            message._timestamp_type = _CREATE_TIME
+            message._timestamp_ms = entries[at + 1]
             return message
-        _settle_from(message, future)
+        base_offset, log_append_time = batch.outcome
+        if base_offset >= 0:
+            relative_offset: int = entries[at]
+            message._offset = base_offset + relative_offset
+        if log_append_time < 0:
+            message._timestamp_type = _CREATE_TIME
+            message._timestamp_ms = entries[at + 1]
+        else:
+            message._timestamp_type = _LOG_APPEND_TIME
+            message._timestamp_ms = log_append_time
         return message
 
 
@@ -260,11 +330,20 @@ class DeliveryReports:
         return self._ready_count
 
     def pend(
-        self, future: RecordFuture, callback: DeliveryCallback, key: Any, value: Any, headers: Any
+        self,
+        batch: ProducerBatch,
+        relative_offset: int,
+        timestamp: int,
+        callback: DeliveryCallback,
+        key: Any,
+        value: Any,
+        headers: Any,
+        started: float,
     ) -> None:
-        """Queue the report of a record just appended (``future`` is its future, its batch
-        still open), with ``callback``, once its batch is done. On the batch's loop only."""
-        batch = future._batch
+        """Queue the report of the record at ``relative_offset`` in ``batch``, with
+        ``callback``, once the batch is done: a record just appended (the batch still open),
+        on the batch's loop. ``timestamp`` is the record's, ``started`` when it was
+        produced (``time.monotonic()``)."""
         reports = self._last
         if reports is None or reports.batch is not batch:
             found = self._batches.get(id(batch))
@@ -274,13 +353,7 @@ class DeliveryReports:
                     self._batches[id(batch)] = found
                 batch.watch(found)
             reports = self._last = found
-        entries = reports.entries
-        entries.append(future)
-        entries.append(callback)
-        entries.append(key)
-        entries.append(value)
-        entries.append(headers)
-        entries.append(time.monotonic())
+        reports.add(relative_offset, timestamp, callback, key, value, headers, started)
         self._pending += 1
 
     def _batch_done(self, reports: _BatchReports) -> None:
@@ -299,18 +372,40 @@ class DeliveryReports:
             if self._last is reports:
                 self._last = None
             self._pending -= count
-        if not batch.final:
-            # Split (the broker found the batch too large): the records went to new
-            # batches, which their futures follow; each report waits for its own future.
-            entries = reports.entries
-            for at in range(0, len(entries), _ENTRY):
-                message = DeliveredMessage(
-                    batch.topic, entries[at + 3], entries[at + 2], -1, entries[at + 4]
-                )
-                message._started = entries[at + 5]
-                self.track(message, entries[at + 1], entries[at])
+        if batch.split:
+            self._follow_split(reports)
             return
         self._queue(reports, count)
+
+    def _follow_split(self, reports: _BatchReports) -> None:
+        # The broker found the batch too large and it was split: each record went to one
+        # of the new batches (batch.forward), whose reports it joins, in its order.
+        entries = reports.entries
+        moved: list[_BatchReports] = []
+        for at in range(0, len(entries), _ENTRY):
+            batch = reports.batch
+            relative_offset: int = entries[at]
+            while batch.split:
+                forward = batch.forward
+                if forward is None:
+                    raise AssertionError("a split batch without its forwarding table")
+                batch, relative_offset = forward[relative_offset]
+            self.pend(
+                batch,
+                relative_offset,
+                entries[at + 1],
+                reports.callback_at(at),
+                entries[at + 2],
+                entries[at + 3],
+                entries[at + 4],
+                entries[at + 5],
+            )
+            last = self._last
+            if last is not None and (not moved or moved[-1] is not last):
+                moved.append(last)
+        for target in moved:
+            # A new batch that is done already (failed at once) does not call back.
+            self._batch_done(target)
 
     def track(self, message: DeliveredMessage, callback: DeliveryCallback, future: Any) -> None:
         """Queue ``message``'s report with ``callback`` once ``future`` is done: a
@@ -410,7 +505,7 @@ class DeliveryReports:
                 continue
             at, end = item.next, len(item.entries)
             while at < end:
-                report = item.entries[at + 1]
+                report = item.callback_at(at)
                 message = item.message(at)
                 at += _ENTRY
                 served += 1
@@ -438,7 +533,7 @@ class DeliveryReports:
                 continue
             at, end = item.next, len(item.entries)
             while at < end:
-                report = item.entries[at + 1]
+                report = item.callback_at(at)
                 message = item.message(at)
                 at += _ENTRY
                 served += 1

@@ -78,7 +78,9 @@ def test_the_idioms_benchmark_counts_every_record_on_the_broker(tmp_path: Path) 
 
 def test_harness_smoke_run_counts_every_record_on_the_broker(tmp_path: Path) -> None:
     out = tmp_path / "quick.json"
-    clients = "aioproducer_send,aioproducer_send_many,confluent_producer,aiokafka_send"
+    clients = (
+        "aioproducer_send,aioproducer_send_many,aioproducer_produce,confluent_producer,aiokafka_send"
+    )
     done = _run(
         ["-m", "bench.harness", "--quick", "--clients", clients, "--out", str(out)],
         timeout=900,

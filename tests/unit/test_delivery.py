@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from aioproducer import DeliveredMessage, RecordMetadata, TimestampType
 from aioproducer._core.delivery import DeliveryReports, check_delivery_callback, confluent_arguments
+from aioproducer._core.futures import RecordFuture
 from aioproducer.errors import (
     DeliveryTimeoutError,
     IllegalStateError,
     InvalidArgumentTypeError,
     KafkaError,
+    UnknownServerError,
 )
 from aioproducer.producer import _other_loop_error
+from tests.unit.test_accumulator import (
+    Harness,
+    _complete_in_order,
+    _finish,
+    _split,
+    make_cluster,
+    untracked_futures,
+)
 
 
 def test_confluent_arguments_become_send_arguments() -> None:
@@ -184,3 +196,112 @@ def test_the_other_loop_error_says_what_to_do() -> None:
     assert "another event loop" in str(error) and "SyncProducer" in str(error)
     closed = _other_loop_error(running)
     assert "closed" in str(closed) and "asyncio.run()" in str(closed)
+
+
+# ---- Reports kept by their batch (DeliveryReports.pend) ----------------------------------
+
+
+def _pend(
+    reports: DeliveryReports,
+    future: RecordFuture,
+    callback: Any,
+    key: Any = None,
+    value: Any = b"v",
+    headers: Any = None,
+) -> None:
+    reports.pend(
+        future._batch,
+        future.relative_offset,
+        future.timestamp,
+        callback,
+        key,
+        value,
+        headers,
+        time.monotonic(),
+    )
+
+
+async def test_pending_reports_are_queued_when_their_batch_is_done() -> None:
+    h = Harness(asyncio.get_running_loop())
+    reports = DeliveryReports()
+    calls: list[tuple[str, Any, int]] = []
+    futures = [h.append(0, b"v%d" % n, 0.0) for n in range(5)]
+    for n, future in enumerate(futures):
+        name = "shared" if n in (0, 1, 4) else f"own-{n}"
+        _pend(
+            reports,
+            future,
+            lambda err, msg, name=name: calls.append((name, err, msg.offset())),
+            value=b"v%d" % n,
+        )
+    assert (reports.outstanding, reports.ready) == (5, 0)
+    _finish(futures[0]._batch, 40)
+    assert reports.ready == 0  # the batch calls back soon, as a future's callbacks
+    await asyncio.sleep(0)
+    assert (reports.outstanding, reports.ready) == (0, 5)
+    assert reports.serve() == 5
+    assert calls == [
+        ("shared", None, 40),
+        ("shared", None, 41),
+        ("own-2", None, 42),
+        ("own-3", None, 43),
+        ("shared", None, 44),
+    ]
+
+
+async def test_pending_reports_of_a_failed_batch_carry_each_its_own_error() -> None:
+    h = Harness(asyncio.get_running_loop())
+    reports = DeliveryReports()
+    got: list[DeliveredMessage] = []
+    futures = [h.append(0, b"v%d" % n, 0.0) for n in range(3)]
+    for future in futures:
+        _pend(reports, future, lambda err, msg: got.append(msg))
+    futures[0]._batch.fail(UnknownServerError("boom"))
+    reports.collect()  # flush() and close() do not wait for the batch's call
+    assert reports.serve() == 3
+    errors = [msg.error() for msg in got]
+    assert all(isinstance(err, UnknownServerError) for err in errors)
+    assert len({id(err) for err in errors}) == 3  # one copy per record, as futures give
+    assert [(msg.partition(), msg.offset()) for msg in got] == [(0, -1)] * 3
+    assert got[0].timestamp() == (1, futures[0].timestamp)
+    await asyncio.sleep(0)  # the batch's own call finds them queued already
+    assert reports.serve() == 0
+
+
+async def test_pending_reports_follow_their_records_into_a_split() -> None:
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    cluster = make_cluster({0: 1})
+    reports = DeliveryReports()
+    got: list[tuple[bytes, int]] = []
+    values = [f"{n:04d}".encode() * 50 for n in range(15)]
+    futures = [h.append(0, value, 0.0) for value in values]
+    for value, future in zip(values, futures, strict=True):
+        _pend(
+            reports, future, lambda err, msg: got.append((msg.value(), msg.offset())), value=value
+        )
+    (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    assert _split(h, batch, 1024) > 1
+    await asyncio.sleep(0)
+    assert (reports.outstanding, reports.ready) == (15, 0)  # now with the new batches
+    _complete_in_order(list(h.acc.deque_for(("t", 0))), 100)
+    await asyncio.sleep(0)
+    assert reports.serve() == 15
+    assert got == [(value, 100 + n) for n, value in enumerate(values)]
+
+
+@untracked_futures
+async def test_pending_reports_leave_the_gc_only_atoms_to_skip() -> None:
+    # Keys and values as bytes, no headers: the list holds atoms only, and the collector
+    # need not walk it. Anything else (a serializer's input, headers) may lead back to it.
+    h = Harness(asyncio.get_running_loop())
+    reports = DeliveryReports()
+    futures = [h.append(0, b"v", 0.0) for _ in range(3)]
+    _pend(reports, futures[0], lambda err, msg: None, key=b"k")
+    pending = reports._batches[id(futures[0]._batch)]
+    assert not gc.is_tracked(pending.entries) and gc.is_tracked(pending.runs)
+    _pend(reports, futures[1], lambda err, msg: None, value={"a": 1})
+    assert gc.is_tracked(pending.entries)
+    other = Harness(asyncio.get_running_loop())
+    future = other.append(0, b"v", 0.0)
+    _pend(reports, future, lambda err, msg: None, headers=[("h", b"1")])
+    assert gc.is_tracked(reports._batches[id(future._batch)].entries)
