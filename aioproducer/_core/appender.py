@@ -38,7 +38,7 @@ from aioproducer._core.delivery import (
     DeliveryReports,
     ProduceLater,
     check_delivery_callback,
-    utf8_headers,
+    confluent_arguments,
 )
 from aioproducer._core.futures import BatchResults, RecordFuture, error_copy
 from aioproducer._core.metadata import TopicInfo, validate_topic
@@ -842,16 +842,9 @@ class RecordAppender(RecordPreparer):
             KafkaError: whatever makes the record unsendable (see ``Producer.produce``).
         """
         report = check_delivery_callback(on_delivery, callback)
-        if type(key) is str and self.key_serializer is None:
-            key = key.encode()
-        if type(value) is str and self.value_serializer is None:
-            value = value.encode()
-        if type(partition) is int and partition == -1:
-            partition = None
-        if type(timestamp) is int and timestamp == 0:
-            timestamp = None
-        if headers is not None:
-            headers = utf8_headers(headers)
+        key, value, partition, timestamp, headers = confluent_arguments(
+            key, value, partition, timestamp, headers, self.key_serializer, self.value_serializer
+        )
         try:
             result = self.send_now(topic, value, key, partition, timestamp, headers)
         except SerializerNotReady as not_ready:

@@ -42,7 +42,6 @@ __all__ = [
     "ProduceLater",
     "check_delivery_callback",
     "confluent_arguments",
-    "utf8_headers",
 ]
 
 DeliveryCallback = Callable[[BaseException | None, "DeliveredMessage"], object]
@@ -689,11 +688,11 @@ def confluent_arguments(
     if type(timestamp) is int and timestamp == 0:
         timestamp = None
     if headers is not None:
-        headers = utf8_headers(headers)
+        headers = _utf8_headers(headers)
     return key, value, partition, timestamp, headers
 
 
-def utf8_headers(headers: Any) -> Any:
+def _utf8_headers(headers: Any) -> Any:
     """Headers with str values encoded as UTF-8 (confluent-kafka takes str or bytes)."""
     if headers is None or isinstance(headers, str | bytes | bytearray | memoryview):
         return headers  # check_headers refuses these with a clear message
