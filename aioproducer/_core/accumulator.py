@@ -234,18 +234,6 @@ class ProducerBatch:
             _gc_track(self)  # the batch refers to the watcher, which refers to the batch
         self.watchers.append(watcher)
 
-    def watch_final(self, watcher: BatchWatcher) -> None:
-        """For a batch already done: call ``watcher._on_batch_done()`` soon, as a done
-        future calls a callback added to it. The watchers that come before that call share
-        it: one loop callback for them all, where ``asyncio.gather`` over the done futures
-        of a batch's records would make one per record."""
-        if self.watchers is None:
-            self.watchers = [watcher]
-            _gc_track(self)  # the batch refers to the watcher, which refers to the batch
-            self.loop.call_soon(self._fan_out)
-        else:
-            self.watchers.append(watcher)  # a call is scheduled: watchers is None after it
-
     def _fan_out(self) -> None:
         watchers, self.watchers = self.watchers, None
         for watcher in watchers or ():

@@ -335,12 +335,6 @@ class RecordFuture(BatchWatcher):
         callbacks = self._callbacks
         batch = self._batch
         if batch.final:  # done (a final batch was never split): called soon, as asyncio does
-            if callbacks is None and context is None:
-                # With the other records of the batch that get one before the call.
-                self._callbacks = callback
-                _gc_track(self)
-                batch.watch_final(self)
-                return
             batch.loop.call_soon(callback, self, context=context)
             return
         if callbacks is None and not batch.split:

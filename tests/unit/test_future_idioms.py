@@ -295,38 +295,6 @@ async def test_a_removed_callback_is_not_called_and_others_are() -> None:
     assert calls == ["kept", "only"]
 
 
-async def test_callbacks_added_to_done_records_run_soon_in_the_order_added() -> None:
-    # As asyncio's own done futures: never inside add_done_callback, soon after on the
-    # loop, in the order added; one that raises goes to the loop's handler, the rest run.
-    records = Records(6, batch_size=4096)
-    records.acknowledge_all()
-    assert len(records.batches) == 1
-    calls: list[tuple[str, int]] = []
-    errors: list[dict[str, Any]] = []
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(lambda _, context: errors.append(context))
-
-    def bad(_: Any) -> None:
-        raise RuntimeError("callback bug")
-
-    for name, future in zip("abcd", records.futures, strict=False):
-        future.add_done_callback(lambda f, name=name: calls.append((name, f.result().offset)))
-    records.futures[4].add_done_callback(bad)
-    records.futures[4].add_done_callback(lambda f: calls.append(("e", f.result().offset)))
-    loop.call_soon(lambda: calls.append(("after", -1)))
-    records.futures[5].add_done_callback(lambda f: calls.append(("f", f.result().offset)))
-    assert calls == []
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    assert calls[:4] == [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
-    assert sorted(calls[4:]) == [("after", -1), ("e", 4), ("f", 5)]
-    assert [str(context["exception"]) for context in errors] == ["callback bug"]
-    # Later callbacks of the same done records are called too (a new call for them).
-    records.futures[0].add_done_callback(lambda f: calls.append(("again", f.result().offset)))
-    await asyncio.sleep(0)
-    assert calls[-1] == ("again", 0)
-
-
 async def test_gather_and_in_order_await_follow_records_into_split_batches() -> None:
     records = Records(0, batch_size=4096)
     records.futures = [records.append(0, b"%04d" % n * 50) for n in range(15)]
