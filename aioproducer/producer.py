@@ -1063,11 +1063,29 @@ class Producer:
                 later.result, later.topic, later.value, later.key, later.partition,
                 later.timestamp_ms, later.headers,
             )
-        if later.report is not None:
-            message = DeliveredMessage(
-                later.topic, later.value, later.key, later.partition, later.headers
+        if later.report is None:
+            return
+        batch = future._batch
+        if not (batch.final or batch.split):
+            # Appended just now, with no wait since: its report joins the batch's others,
+            # in the order of the batch's records. Waiting on its future instead would
+            # report it after every record of a batch whose reports were watched first,
+            # those appended after it included.
+            self._reports.pend(
+                batch,
+                future.relative_offset,
+                future.timestamp,
+                later.report,
+                later.key,
+                later.value,
+                later.headers,
+                time.monotonic(),
             )
-            self._reports.track(message, later.report, future)
+            return
+        message = DeliveredMessage(
+            later.topic, later.value, later.key, later.partition, later.headers
+        )
+        self._reports.track(message, later.report, future)
 
     async def poll(self, timeout: float | None = 0.0) -> int:
         """Run the delivery callbacks of :meth:`produce` records that are done; return how

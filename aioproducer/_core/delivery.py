@@ -228,7 +228,8 @@ class _BatchReports(BatchWatcher):
     ) -> None:
         """Keep the report of the record at ``relative_offset`` in the batch."""
         entries = self.entries
-        if callback is not self.callback:
+        if callback is not self.callback and callback != self.callback:
+            # (Equal but not the same: a bound method, made anew at each call.)
             self.callback = callback
             self.runs.append(callback)
             self.runs.append(len(entries))
@@ -350,7 +351,10 @@ class DeliveryReports:
                 found = _BatchReports(self, batch)
                 with self._lock:
                     self._batches[id(batch)] = found
-                batch.watch(found)
+                if not (batch.final or batch.split):
+                    # One that is done already (a split's part failed at once) never calls
+                    # back: whoever pends into it queues it (_follow_split).
+                    batch.watch(found)
             reports = self._last = found
         reports.add(relative_offset, timestamp, callback, key, value, headers, started)
         self._pending += 1
@@ -538,11 +542,15 @@ class DeliveryReports:
                 served += 1
                 try:
                     result = report(message._error, message)
-                    if result is not None and inspect.isawaitable(result):
-                        await result
                 except BaseException:
                     self._put_back(item, at)
                     raise
+                if result is not None and inspect.isawaitable(result):
+                    # The rest go back first: while this one is awaited, another poll() or
+                    # flush() serves them, in order, as it would serve the next batch's.
+                    self._put_back(item, at)
+                    await result
+                    break
 
     def wait_blocking(self, timeout: float | None) -> None:
         """Block until a report is queued, no record is outstanding, or ``timeout`` seconds

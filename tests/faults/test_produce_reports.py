@@ -9,6 +9,9 @@ that, whatever happens to the batch:
   on three partitions, with one shared callback and a callback per record, polled while
   producing: every report comes once, in each partition's offset order, with the key,
   value, headers and offset the log holds.
+- ``test_records_that_waited_for_memory_are_reported_in_offset_order``: two tasks produce
+  into a buffer too small for them, so records that waited for memory share batches with
+  records appended at once; the reports still come in each partition's offset order.
 - ``test_a_split_batch_reports_each_record_where_it_went``: MESSAGE_TOO_LARGE splits a
   batch of produced records; each report gives the offset the record has in the log.
 - ``test_a_failed_batch_reports_the_error_for_each_record``: a fatal error for a batch
@@ -95,6 +98,38 @@ async def test_every_report_once_in_order_with_the_offset_the_log_holds(
         assert msg.timestamp() == (2, 1234)
         latency = msg.latency()
         assert latency is not None and latency >= 0
+
+
+async def test_records_that_waited_for_memory_are_reported_in_offset_order(
+    mock_cluster: MockCluster,
+) -> None:
+    topic = unique_topic("reports-waited")
+    mock_cluster.create_topic(topic, 1)
+    got: list[Report] = []
+
+    def on_delivery(err: BaseException | None, msg: DeliveredMessage) -> None:
+        got.append((err, msg))
+
+    options = mock_options(
+        mock_cluster.bootstrap_servers, linger_ms=20, batch_size=1024, buffer_memory=4096
+    )
+    async with Producer(**options) as producer:
+
+        async def produce(name: bytes) -> None:
+            for n in range(1500):
+                await producer.produce(topic, b"%s-%04d" % (name, n), on_delivery=on_delivery)
+
+        await bounded(asyncio.gather(produce(b"a"), produce(b"b")))
+        await bounded(producer.flush())
+        waited = producer.metrics()["bufferpool-wait-time-ns-total"]
+    assert waited > 0  # some records did wait for memory
+    assert len(got) == 3000 and all(err is None for err, _ in got)
+    offsets = [msg.offset() for _, msg in got]
+    assert offsets == sorted(offsets)
+    stored = {
+        r.offset: r.value for r in read_back(mock_cluster.bootstrap_servers, topic, expected=3000)
+    }
+    assert all(stored[msg.offset()] == msg.value() for _, msg in got)
 
 
 async def test_a_split_batch_reports_each_record_where_it_went(

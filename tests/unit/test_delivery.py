@@ -305,3 +305,61 @@ async def test_pending_reports_leave_the_gc_only_atoms_to_skip() -> None:
     future = other.append(0, b"v", 0.0)
     _pend(reports, future, lambda err, msg: None, headers=[("h", b"1")])
     assert gc.is_tracked(reports._batches[id(future._batch)].entries)
+
+
+async def test_reports_that_follow_a_split_into_failed_batches_are_served() -> None:
+    # The parts of a split batch can fail before the old batch's reports follow them (a
+    # purge in the same step): those reports are queued at once, and the parts keep no
+    # watcher, so a send() record's future in them still calls its callbacks.
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    cluster = make_cluster({0: 1})
+    reports = DeliveryReports()
+    got: list[tuple[int, str]] = []
+    values = [f"{n:04d}".encode() * 50 for n in range(15)]
+    futures = [h.append(0, value, 0.0) for value in values]
+    for future in futures[0::2]:  # produce() records; the others are send() records
+        _pend(reports, future, lambda err, msg: got.append((msg.offset(), type(err).__name__)))
+    (batch,) = h.acc.drain(cluster, [1], 1 << 20, 0.0)[1]
+    assert _split(h, batch, 1024) > 1
+    parts = list(h.acc.deque_for(("t", 0)))
+    for part in parts:
+        part.fail(UnknownServerError("purged"))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert reports.serve() == 8 and reports.outstanding == 0
+    assert got == [(-1, "UnknownServerError")] * 8
+    assert all(part.watchers is None for part in parts)
+    results = await asyncio.wait_for(
+        asyncio.gather(*futures[1::2], return_exceptions=True), 10
+    )
+    assert all(isinstance(result, UnknownServerError) for result in results)
+
+
+async def test_an_awaited_callback_leaves_the_rest_of_its_batch_to_other_pollers() -> None:
+    # While poll() awaits an async callback, a flush() serves the reports after it, in
+    # order, before those of a later batch.
+    h = Harness(asyncio.get_running_loop(), batch_size=4096)
+    reports = DeliveryReports()
+    got: list[tuple[int, int]] = []
+    gate = asyncio.Event()
+
+    async def report(err: Any, msg: DeliveredMessage) -> None:
+        got.append((msg.partition(), msg.offset()))
+        if msg.offset() == 100:
+            await gate.wait()
+
+    first = [h.append(0, b"x", 0.0) for _ in range(3)]
+    later = h.append(1, b"y", 0.0)
+    for future in [*first, later]:
+        _pend(reports, future, report)
+    _finish(first[0]._batch, 100)
+    _finish(later._batch, 200)
+    await asyncio.sleep(0)
+    poller = asyncio.ensure_future(reports.serve_async())
+    await asyncio.sleep(0)
+    assert got == [(0, 100)]
+    reports.collect()
+    assert await reports.serve_async() == 3
+    assert got == [(0, 100), (0, 101), (0, 102), (1, 200)]
+    gate.set()
+    assert await poller == 1
