@@ -23,9 +23,11 @@ references to the collector, and a strong one would keep every cycle through the
 The rule, for whoever adds a field to these classes: an object that starts untracked may
 hold only what cannot lead back to it (atoms, bytes, its batch, the loop by weak reference);
 the method that first stores anything else in it (a callback, an error, a watcher, a split
-batch) calls :func:`track` on it in the same statement's block. Only three modules deal
-with the collector: this one, :mod:`aioproducer._core.futures` (record futures) and
-:mod:`aioproducer._core.accumulator` (batches and their builders); the protocol layer never does.
+batch) calls :func:`track` on it in the same statement's block. Only four modules deal
+with the collector: this one, :mod:`aioproducer._core.futures` (record futures),
+:mod:`aioproducer._core.accumulator` (batches and their builders) and
+:mod:`aioproducer._core.delivery` (the ``produce()`` reports a batch keeps, in a list of
+atoms); the protocol layer never does.
 ``tests/unit/test_protocol_sans_io.py`` checks the last point.
 """
 
