@@ -1071,16 +1071,7 @@ class Producer:
             # in the order of the batch's records. Waiting on its future instead would
             # report it after every record of a batch whose reports were watched first,
             # those appended after it included.
-            self._reports.pend(
-                batch,
-                future.relative_offset,
-                future.timestamp,
-                later.report,
-                later.key,
-                later.value,
-                later.headers,
-                time.monotonic(),
-            )
+            self._reports.pend_record(future, later.report, later.key, later.value, later.headers)
             return
         message = DeliveredMessage(
             later.topic, later.value, later.key, later.partition, later.headers

@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from threading import get_ident
-from time import monotonic as _monotonic
 from time import time as _wall_clock  # a global, not a module attribute, per record
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast, final
 
@@ -853,16 +852,7 @@ class RecordAppender(RecordPreparer):
             )
         if isinstance(result, RecordFuture):
             if report is not None:
-                self.reports.pend(
-                    result._batch,
-                    result.relative_offset,
-                    result.timestamp,
-                    report,
-                    key,
-                    value,
-                    headers,
-                    _monotonic(),
-                )
+                self.reports.pend_record(result, report, key, value, headers)
             return None
         return ProduceLater(report, topic, value, key, partition, timestamp, headers, result, None)
 

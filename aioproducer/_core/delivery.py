@@ -24,9 +24,10 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Mapping
+from time import monotonic as _monotonic  # a global, not a module attribute, per record
 from typing import TYPE_CHECKING, Any, Final
 
-from aioproducer._core.futures import BatchWatcher, error_copy
+from aioproducer._core.futures import BatchWatcher, RecordFuture, error_copy
 from aioproducer._core.gc import track as _gc_track
 from aioproducer._core.gc import untrack as _gc_untrack
 from aioproducer.errors import InvalidArgumentTypeError
@@ -359,6 +360,23 @@ class DeliveryReports:
         reports.add(relative_offset, timestamp, callback, key, value, headers, started)
         self._pending += 1
 
+    def pend_record(
+        self, future: RecordFuture, callback: DeliveryCallback, key: Any, value: Any, headers: Any
+    ) -> None:
+        """:meth:`pend` for the record of ``future``, appended just now to a batch still
+        open: its report joins the batch's others, in the order of the batch's records,
+        started now."""
+        self.pend(
+            future._batch,
+            future.relative_offset,
+            future.timestamp,
+            callback,
+            key,
+            value,
+            headers,
+            _monotonic(),
+        )
+
     def _batch_done(self, reports: _BatchReports) -> None:
         # The batch of pending reports is done (or split): queue them.
         if reports.queued:
@@ -446,7 +464,19 @@ class DeliveryReports:
                 return
             message._reported = True
             del self._outstanding[id(future)]
-        _settle_from(message, future)
+        # The outcome of a done future of the record's metadata, into its report.
+        error: BaseException | None
+        metadata: RecordMetadata | None = None
+        if future.cancelled():
+            error = asyncio.CancelledError()
+        else:
+            error = future.exception()
+            if error is None:
+                metadata = future.result()
+        create_time = getattr(future, "timestamp", None)  # a RecordFuture's
+        if not isinstance(create_time, int):
+            create_time = None
+        message._settle(metadata, error, create_time)
         message._future = None
         self._queue(message, 1)
 
@@ -584,22 +614,6 @@ class DeliveryReports:
             with self._lock:
                 if waiter in self._async_waiters:
                     self._async_waiters.remove(waiter)
-
-
-def _settle_from(message: DeliveredMessage, future: Any) -> None:
-    # The outcome of a done future of the record's metadata, into its report.
-    error: BaseException | None
-    metadata: RecordMetadata | None = None
-    if future.cancelled():
-        error = asyncio.CancelledError()
-    else:
-        error = future.exception()
-        if error is None:
-            metadata = future.result()
-    create_time = getattr(future, "timestamp", None)  # a RecordFuture's
-    if not isinstance(create_time, int):
-        create_time = None
-    message._settle(metadata, error, create_time)
 
 
 class ProduceLater:
