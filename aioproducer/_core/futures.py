@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 from aioproducer._core.gc import track as _gc_track
 from aioproducer._core.gc import untrack as _gc_untrack
 from aioproducer._core.gc import untrack_new as _gc_untrack_new
+from aioproducer._core.gc import untracked_tuple as _gc_untracked_tuple
 from aioproducer.errors import KafkaError
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
@@ -34,7 +35,6 @@ __all__ = ["BatchResults", "BatchWatcher", "RecordFuture", "RecordRun"]
 _E = TypeVar("_E", bound=BaseException)
 
 # Final: compiled, these are C statics rather than a globals lookup per record.
-_new_tuple: Final = tuple.__new__
 _RecordMetadata: Final = RecordMetadata
 _CREATE_TIME: Final = TimestampType.CREATE_TIME
 _LOG_APPEND_TIME: Final = TimestampType.LOG_APPEND_TIME
@@ -256,25 +256,24 @@ class RecordFuture(BatchWatcher):
         return asyncio.CancelledError(*(() if message is None else (message,)))
 
     def _metadata(self, batch: ProducerBatch) -> RecordMetadata:
-        # The metadata of an acknowledged record of ``batch``. tuple.__new__ directly: the
-        # NamedTuple's own __new__ is a Python function, and this runs once per record.
+        # The metadata of an acknowledged record of ``batch``, made by the C helper where
+        # it is built (the NamedTuple's own __new__ is a Python function, tuple.__new__
+        # copies a tuple of the items, and this runs once per record): see gc.py.
         base_offset, log_append_time = batch.outcome
         if log_append_time < 0:
             timestamp, timestamp_type = self.timestamp, _CREATE_TIME
         else:
             timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
         sizes = self._sizes  # key_size and value_size, without two property calls
-        return _new_tuple(
+        return _gc_untracked_tuple(
             _RecordMetadata,
-            (
-                batch.topic,
-                batch.partition,
-                base_offset + self.relative_offset if base_offset >= 0 else -1,
-                timestamp,
-                (sizes >> _SIZE_SHIFT) - 1,
-                (sizes & _SIZE_MASK) - 1,
-                timestamp_type,
-            ),
+            batch.topic,
+            batch.partition,
+            base_offset + self.relative_offset if base_offset >= 0 else -1,
+            timestamp,
+            (sizes >> _SIZE_SHIFT) - 1,
+            (sizes & _SIZE_MASK) - 1,
+            timestamp_type,
         )
 
     def result(self) -> RecordMetadata:
@@ -849,17 +848,15 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
     positions = run.positions()
     start = run.start_position
     for index in range(run.count):
-        results[start + index if positions is None else positions[index]] = _new_tuple(
+        results[start + index if positions is None else positions[index]] = _gc_untracked_tuple(
             _RecordMetadata,
-            (
-                topic,
-                partition,
-                first + index if first >= 0 else -1,
-                timestamp,
-                -1 if key_sizes is None else key_sizes[index],
-                value_sizes[index],
-                timestamp_type,
-            ),
+            topic,
+            partition,
+            first + index if first >= 0 else -1,
+            timestamp,
+            -1 if key_sizes is None else key_sizes[index],
+            value_sizes[index],
+            timestamp_type,
         )
 
 

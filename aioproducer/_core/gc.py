@@ -14,7 +14,9 @@ and are tracked from the moment they hold any of those (:func:`track`), as CPyth
 untracks tuples and dicts that hold only atoms.
 
 Record batch builders refer only to buffers, bytes and lists of bytes, so they start
-untracked too. A batch that was acknowledged and has let go of its records and buffer
+untracked too, and so does the :class:`~aioproducer.RecordMetadata` of an acknowledged
+record (:func:`untracked_tuple`: a topic, ints and a timestamp type). A batch that was
+acknowledged and has let go of its records and buffer
 (``RecordAccumulator.deallocate``) is :func:`untrack`-ed, unless it holds a future, an error
 or split batches; it is tracked again if it comes to hold a future or watchers later. A
 batch refers to its event loop weakly: an untracked object's references look like outside
@@ -33,10 +35,14 @@ atoms); the protocol layer never does.
 
 from __future__ import annotations
 
-__all__ = ["track", "untrack", "untrack_new"]
+from typing import TypeVar
+
+_T = TypeVar("_T", bound=tuple[object, ...])
+
+__all__ = ["track", "untrack", "untrack_new", "untracked_tuple"]
 
 try:
-    from aioproducer._native.gcutil import track, untrack, untrack_new
+    from aioproducer._native.gcutil import track, untrack, untrack_new, untracked_tuple
 except ImportError:  # the pure-Python install
 
     def track(obj: object, /) -> None:
@@ -48,3 +54,9 @@ except ImportError:  # the pure-Python install
     def untrack_new(cls: type, /) -> bool:
         """Make new objects of ``cls`` start untracked: not possible without the C helper."""
         return False
+
+    def untracked_tuple(cls: type[_T], /, *items: object) -> _T:
+        """An instance of the tuple subclass ``cls`` holding ``items``; tracked, as every
+        object is without the C helper."""
+        made: _T = tuple.__new__(cls, items)
+        return made

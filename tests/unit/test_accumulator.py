@@ -21,7 +21,7 @@ from aioproducer._core.metadata import Broker, Cluster, PartitionInfo, TopicInfo
 from aioproducer.errors import KafkaError, UnknownServerError
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
-from aioproducer.records import TimestampType
+from aioproducer.records import RecordMetadata, TimestampType
 
 
 def make_cluster(partitions: dict[int, int], topic: str = "t") -> Cluster:
@@ -686,6 +686,39 @@ async def test_a_done_batch_leaves_the_cyclic_gc_only_while_it_can_be_in_no_cycl
         h.acc.deallocate(each)
         assert gc.is_tracked(each)
     assert (await waiting).offset == 7
+
+
+@untracked_futures
+async def test_an_acknowledged_record_s_metadata_is_an_untracked_record_metadata() -> None:
+    # Made by the C helper in one step: the same named tuple as RecordMetadata(...) makes,
+    # equal, hashed alike, its fields by name, and out of the cyclic GC (it holds a topic,
+    # ints and a TimestampType, none of which can lead back to it).
+    h = Harness(asyncio.get_running_loop())
+    batch, (first, second) = _single_batch(h, 2)
+    results = BatchResults()
+    h.acc.append_values("t", 0, 0, [b"a", b"bc"], 0, 2, results)
+    batch.builder.close()
+    batch.complete(40, -1)
+    expected = RecordMetadata(
+        "t", 0, 41, second.timestamp, -1, len(b"v1"), TimestampType.CREATE_TIME
+    )
+    made = second.result()
+    assert type(made) is RecordMetadata and made == expected and hash(made) == hash(expected)
+    assert (made.offset, made.serialized_value_size) == (41, 2)
+    assert made.timestamp_type is TimestampType.CREATE_TIME
+    assert not gc.is_tracked(made) and not gc.is_tracked(first.result())
+    run_metadata = await results
+    assert [m.offset for m in run_metadata] == [42, 43]
+    assert [type(m) for m in run_metadata] == [RecordMetadata, RecordMetadata]
+    assert not any(gc.is_tracked(m) for m in run_metadata)
+    # Log-append time: the broker's timestamp and its type.
+    record = h.append(1, b"v0", 0.0)
+    other = record._batch
+    other.builder.close()
+    other.complete(7, 1_700_000_000_000)
+    assert record.result()[2:] == (7, 1_700_000_000_000, -1, 2, TimestampType.LOG_APPEND_TIME)
+    with pytest.raises(TypeError, match="tuple subclass"):
+        futures_module._gc_untracked_tuple(dict, 1)  # type: ignore[type-var]
 
 
 @untracked_futures

@@ -162,6 +162,12 @@ def test_without_the_gc_helper_every_record_future_stays_tracked(
     obj = Plain()
     fallback.track(obj)
     assert gc.is_tracked(obj)
+    # A record's metadata is then made by tuple.__new__: the same named tuple.
+    from aioproducer import RecordMetadata, TimestampType
+
+    made = fallback.untracked_tuple(RecordMetadata, "t", 0, 7, 5, -1, 3, TimestampType.CREATE_TIME)
+    assert type(made) is RecordMetadata
+    assert made == RecordMetadata("t", 0, 7, 5, -1, 3, TimestampType.CREATE_TIME)
 
 
 def test_without_the_crc_helper_a_batch_takes_the_crc_of_all_its_bytes_at_close(
