@@ -7,7 +7,6 @@ import asyncio
 import concurrent.futures
 import gc
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -198,7 +197,7 @@ def test_the_other_loop_error_says_what_to_do() -> None:
     assert "closed" in str(closed) and "asyncio.run()" in str(closed)
 
 
-# ---- Reports kept by their batch (DeliveryReports.pend) ----------------------------------
+# ---- Reports kept by their batch (DeliveryReports.pend_record) ----------------------------
 
 
 def _pend(
@@ -209,16 +208,7 @@ def _pend(
     value: Any = b"v",
     headers: Any = None,
 ) -> None:
-    reports.pend(
-        future._batch,
-        future.relative_offset,
-        future.timestamp,
-        callback,
-        key,
-        value,
-        headers,
-        time.monotonic(),
-    )
+    reports.pend_record(future, callback, key, value, headers)
 
 
 async def test_pending_reports_are_queued_when_their_batch_is_done() -> None:
