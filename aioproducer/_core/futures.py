@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar, cast
 from aioproducer._core.gc import track as _gc_track
 from aioproducer._core.gc import untrack as _gc_untrack
 from aioproducer._core.gc import untrack_new as _gc_untrack_new
-from aioproducer._core.gc import untracked_tuple as _gc_untracked_tuple
+from aioproducer._core.gc import untracked_tuple
 from aioproducer.errors import KafkaError
 from aioproducer.records import RecordMetadata, RecordMetadataSequence, TimestampType
 
@@ -36,6 +36,7 @@ _E = TypeVar("_E", bound=BaseException)
 
 # Final: compiled, these are C statics rather than a globals lookup per record.
 _RecordMetadata: Final = RecordMetadata
+_untracked_tuple: Final = untracked_tuple  # a static, not a globals lookup per record
 _CREATE_TIME: Final = TimestampType.CREATE_TIME
 _LOG_APPEND_TIME: Final = TimestampType.LOG_APPEND_TIME
 # Tells the BatchResults of different send_many calls apart (see RecordRun.owner).
@@ -265,7 +266,7 @@ class RecordFuture(BatchWatcher):
         else:
             timestamp, timestamp_type = log_append_time, _LOG_APPEND_TIME
         sizes = self._sizes  # key_size and value_size, without two property calls
-        return _gc_untracked_tuple(
+        return _untracked_tuple(
             _RecordMetadata,
             batch.topic,
             batch.partition,
@@ -848,7 +849,7 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
     positions = run.positions()
     start = run.start_position
     for index in range(run.count):
-        results[start + index if positions is None else positions[index]] = _gc_untracked_tuple(
+        results[start + index if positions is None else positions[index]] = _untracked_tuple(
             _RecordMetadata,
             topic,
             partition,

@@ -34,7 +34,8 @@ _MAX_TOPIC_LENGTH = 249
 
 
 def validate_topic(topic: object) -> str:
-    """Check ``topic`` is a legal Kafka topic name, as the broker would; return it.
+    """Check ``topic`` is a legal Kafka topic name, as the broker would; return it (as an
+    exact ``str``).
 
     Raises:
         InvalidTopicError: empty, too long, ``.`` or ``..``, or with a character outside
@@ -56,7 +57,9 @@ def validate_topic(topic: object) -> str:
             f"topic name {topic!r} is illegal: it may contain only ASCII letters, digits, "
             "'.', '_' and '-'"
         )
-    return topic
+    # An exact str: a subclass's instance could refer back to what holds the name (a
+    # batch, a record's metadata), and those are out of the cyclic GC (_core/gc.py).
+    return topic if type(topic) is str else str.__str__(topic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@
  * keep refer to it, and ``untrack(obj)`` takes it out of the walks too.
  *
  * ``untracked_tuple(cls, *items)`` makes the metadata of an acknowledged record: an
- * instance of a tuple subclass (RecordMetadata, a NamedTuple) holding ``items``, made
+ * instance of a named tuple class (RecordMetadata) holding ``items``, made
  * in one step and untracked. tuple.__new__(cls, items) takes an iterable, so it builds a
  * plain tuple first and copies it (about 880 instructions per record, against about 280
  * here), and the NamedTuple's own __new__ is a Python function besides. The metadata holds
@@ -81,16 +81,57 @@ untrack(PyObject *module, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+#ifndef Py_GIL_DISABLED
+/* The last class checked, kept alive, and its field count: the check runs once. */
+static PyTypeObject *checked_type = NULL;
+static Py_ssize_t checked_size = -1;
+#endif
+
+/* Whether type is a named tuple class of size fields: a subclass of tuple laid out as tuple
+ * (no __dict__, no hidden fields as a struct sequence has), with a _fields tuple of that
+ * length, so that its items are all there is to fill. */
+static int
+named_tuple_of(PyTypeObject *type, Py_ssize_t size)
+{
+#ifndef Py_GIL_DISABLED
+    if (type == checked_type && size == checked_size) {
+        return 1;
+    }
+#endif
+    if (type == &PyTuple_Type || !PyType_IsSubtype(type, &PyTuple_Type)
+        || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)
+        || type->tp_basicsize != PyTuple_Type.tp_basicsize
+        || type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
+        return 0;
+    }
+    PyObject *fields = PyObject_GetAttrString((PyObject *)type, "_fields");
+    if (fields == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int fits = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == size;
+    Py_DECREF(fields);
+#ifndef Py_GIL_DISABLED
+    if (fits) {
+        Py_INCREF(type);
+        Py_XDECREF(checked_type);
+        checked_type = type;
+        checked_size = size;
+    }
+#endif
+    return fits;
+}
+
 static PyObject *
 untracked_tuple(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || !PyType_Check(args[0])
-        || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "untracked_tuple() takes a tuple subclass first");
+    PyTypeObject *type = nargs >= 1 && PyType_Check(args[0]) ? (PyTypeObject *)args[0] : NULL;
+    Py_ssize_t size = nargs - 1;
+    if (type == NULL || !named_tuple_of(type, size)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "untracked_tuple() takes a named tuple class and one item per field");
         return NULL;
     }
-    PyTypeObject *type = (PyTypeObject *)args[0];
-    Py_ssize_t size = nargs - 1;
     PyObject *obj = type->tp_alloc(type, size);
     if (obj == NULL) {
         return NULL;
@@ -117,8 +158,8 @@ static PyMethodDef methods[] = {
     {"untrack", untrack, METH_O,
      "Stop the cyclic GC tracking obj, which must be in no reference cycle; no-op if untracked."},
     {"untracked_tuple", (PyCFunction)(void (*)(void))untracked_tuple, METH_FASTCALL,
-     "An instance of the tuple subclass cls holding items, untracked by the cyclic GC: for "
-     "items that cannot lead back to it."},
+     "An instance of the named tuple class cls holding items (one per field), untracked by "
+     "the cyclic GC: for items that cannot lead back to it."},
     {NULL, NULL, 0, NULL},
 };
 

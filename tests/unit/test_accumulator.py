@@ -17,7 +17,7 @@ from aioproducer._core import futures as futures_module
 from aioproducer._core.accumulator import ProducerBatch, RecordAccumulator
 from aioproducer._core.buffer_pool import BufferPool
 from aioproducer._core.futures import BatchResults, RecordFuture
-from aioproducer._core.metadata import Broker, Cluster, PartitionInfo, TopicInfo
+from aioproducer._core.metadata import Broker, Cluster, PartitionInfo, TopicInfo, validate_topic
 from aioproducer.errors import KafkaError, UnknownServerError
 from aioproducer.protocol.compression import CompressionType
 from aioproducer.protocol.record_reader import decode_record_batches
@@ -691,34 +691,61 @@ async def test_a_done_batch_leaves_the_cyclic_gc_only_while_it_can_be_in_no_cycl
 @untracked_futures
 async def test_an_acknowledged_record_s_metadata_is_an_untracked_record_metadata() -> None:
     # Made by the C helper in one step: the same named tuple as RecordMetadata(...) makes,
-    # equal, hashed alike, its fields by name, and out of the cyclic GC (it holds a topic,
-    # ints and a TimestampType, none of which can lead back to it).
+    # equal, hashed alike, each field in its place, and out of the cyclic GC (it holds a
+    # topic, ints and a timestamp type, none of which can lead back to it).
     h = Harness(asyncio.get_running_loop())
-    batch, (first, second) = _single_batch(h, 2)
+    first = h.append(3, b"v0", 0.0)
+    second = h.append(3, b"v12", 0.0)
+    batch = first._batch
     results = BatchResults()
-    h.acc.append_values("t", 0, 0, [b"a", b"bc"], 0, 2, results)
+    h.acc.append_values("t", 3, 0, [b"a", b"bcde"], 0, 2, results)
     batch.builder.close()
     batch.complete(40, -1)
-    expected = RecordMetadata(
-        "t", 0, 41, second.timestamp, -1, len(b"v1"), TimestampType.CREATE_TIME
-    )
     made = second.result()
+    expected = RecordMetadata(
+        topic="t",
+        partition=3,
+        offset=41,
+        timestamp=second.timestamp,
+        serialized_key_size=-1,
+        serialized_value_size=3,
+        timestamp_type=TimestampType.CREATE_TIME,
+    )
     assert type(made) is RecordMetadata and made == expected and hash(made) == hash(expected)
-    assert (made.offset, made.serialized_value_size) == (41, 2)
-    assert made.timestamp_type is TimestampType.CREATE_TIME
+    assert made._asdict() == expected._asdict()
     assert not gc.is_tracked(made) and not gc.is_tracked(first.result())
     run_metadata = await results
-    assert [m.offset for m in run_metadata] == [42, 43]
+    assert list(run_metadata) == [
+        RecordMetadata("t", 3, 42, 0, -1, 1, TimestampType.CREATE_TIME),
+        RecordMetadata("t", 3, 43, 0, -1, 4, TimestampType.CREATE_TIME),
+    ]
     assert [type(m) for m in run_metadata] == [RecordMetadata, RecordMetadata]
     assert not any(gc.is_tracked(m) for m in run_metadata)
     # Log-append time: the broker's timestamp and its type.
-    record = h.append(1, b"v0", 0.0)
+    record = h.append(2, b"v0", 0.0)
     other = record._batch
     other.builder.close()
     other.complete(7, 1_700_000_000_000)
-    assert record.result()[2:] == (7, 1_700_000_000_000, -1, 2, TimestampType.LOG_APPEND_TIME)
-    with pytest.raises(TypeError, match="tuple subclass"):
-        futures_module._gc_untracked_tuple(dict, 1)  # type: ignore[type-var]
+    assert record.result() == RecordMetadata(
+        "t", 2, 7, 1_700_000_000_000, -1, 2, TimestampType.LOG_APPEND_TIME
+    )
+    # Only a named tuple class with one item per field: not tuple itself, nor a struct
+    # sequence (hidden fields), nor too few items.
+    for unfit, items in ((dict, (1,)), (tuple, (1,)), (type(sys.version_info), (1,) * 5)):
+        with pytest.raises(TypeError, match="named tuple class"):
+            futures_module._untracked_tuple(unfit, *items)
+    with pytest.raises(TypeError, match="one item per field"):
+        futures_module._untracked_tuple(RecordMetadata, "t", 0)
+
+
+def test_a_topic_given_as_a_str_subclass_is_kept_as_a_plain_str() -> None:
+    # Batches and record metadata hold the topic name and are out of the cyclic GC: an
+    # object of a str subclass could refer back to them and make a cycle no one collects.
+    class Name(str):
+        pass
+
+    checked = validate_topic(Name("orders"))
+    assert type(checked) is str and checked == "orders"
 
 
 @untracked_futures
