@@ -15,12 +15,12 @@ untracks tuples and dicts that hold only atoms.
 
 Record batch builders refer only to buffers, bytes and lists of bytes, so they start
 untracked too, and so does the :class:`~aioproducer.RecordMetadata` of an acknowledged
-record (:func:`untracked_tuple`: a topic, ints and a timestamp type). A batch that was
-acknowledged and has let go of its records and buffer
-(``RecordAccumulator.deallocate``) is :func:`untrack`-ed, unless it holds a future, an error
-or split batches; it is tracked again if it comes to hold a future or watchers later. A
-batch refers to its event loop weakly: an untracked object's references look like outside
-references to the collector, and a strong one would keep every cycle through the loop.
+record (:func:`untracked_tuple`: a topic, an exact ``str``, and ints). A batch that was
+acknowledged and has let go of its records and buffer (``RecordAccumulator.deallocate``)
+is :func:`untrack`-ed, unless it holds a future, an error or split batches; it is tracked
+again if it comes to hold a future or watchers later. A batch refers to its event loop
+weakly: an untracked object's references look like outside references to the collector,
+and a strong one would keep every cycle through the loop.
 
 The rule, for whoever adds a field to these classes: an object that starts untracked may
 hold only what cannot lead back to it (atoms, bytes, its batch, the loop by weak reference);
@@ -56,7 +56,7 @@ except ImportError:  # the pure-Python install
         return False
 
     def untracked_tuple(cls: type[_T], /, *items: object) -> _T:
-        """An instance of the tuple subclass ``cls`` holding ``items``; tracked, as every
-        object is without the C helper."""
+        """An instance of the named tuple class ``cls`` holding ``items``; tracked, as
+        every object is without the C helper."""
         made: _T = tuple.__new__(cls, items)
         return made

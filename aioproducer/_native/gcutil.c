@@ -22,7 +22,7 @@
  * in one step and untracked. tuple.__new__(cls, items) takes an iterable, so it builds a
  * plain tuple first and copies it (about 880 instructions per record, against about 280
  * here), and the NamedTuple's own __new__ is a Python function besides. The metadata holds
- * a topic, ints and a TimestampType member, none of which can lead back to it.
+ * a topic (an exact str) and ints, none of which can lead back to it.
  *
  * Built only with the mypyc-compiled modules (setup.py); aioproducer.futures runs without
  * it, with every future tracked as usual.
