@@ -14,7 +14,7 @@ needed), and two runs of different lengths are subtracted, which leaves out star
 warm-up::
 
     python -m bench.instructions [--sizes 100,1024] [--records 10000,40000]
-        [--buffer-memory 1048576] [--code DIR] [--one-per-request] [--produce]
+        [--buffer-memory 1048576] [--code DIR] [--one-per-request] [--produce] [--keyed]
 
 ``--one-per-request`` awaits each record before sending the next, with ``linger_ms=0``: every
 record is a Produce request of its own, so the count is the cost of one request and its
@@ -23,6 +23,9 @@ answer (the sender's step, the connection, the codec) plus one record's.
 ``--produce`` calls ``await producer.produce(topic, value, on_delivery=report)`` per record
 instead, then ``flush()``, which runs every delivery callback: the confluent-kafka idiom,
 to set against ``send()``'s count.
+
+``--keyed`` gives each record a key, 10,000 distinct keys in turn as the harness's keyed
+scenario does, so records are partitioned by key hash.
 
 ``--code DIR`` measures the ``aioproducer`` package found in ``DIR`` instead of this
 checkout's (a ``git worktree`` of another commit, built with
@@ -60,10 +63,16 @@ async def _child(
     buffer_memory: int,
     one_per_request: bool,
     produce: bool = False,
+    keyed: bool = False,
 ) -> None:
     from aioproducer import Producer
 
     value = os.urandom(size)
+    # As the harness's keyed scenario: 10,000 distinct keys in turn (None: no key).
+    keys: list[bytes | None] = (
+        [b"key-%08d" % i for i in range(10_000)] if keyed else [None]
+    )
+    key_count = len(keys)
     async with Producer(
         bootstrap_servers=bootstrap,
         linger_ms=0 if one_per_request else 5,
@@ -80,18 +89,18 @@ async def _child(
                 reported += 1
 
             produce_one = producer.produce
-            for _ in range(count):
-                await produce_one(TOPIC, value, on_delivery=report)
+            for index in range(count):
+                await produce_one(TOPIC, value, keys[index % key_count], on_delivery=report)
             await producer.flush()
             if reported != count:
                 raise RuntimeError(f"{reported} delivery reports for {count} records")
             return
         send = producer.send
         if one_per_request:
-            for _ in range(count):
-                await (await send(TOPIC, value))
+            for index in range(count):
+                await (await send(TOPIC, value, keys[index % key_count]))
             return
-        futures = [await send(TOPIC, value) for _ in range(count)]
+        futures = [await send(TOPIC, value, keys[index % key_count]) for index in range(count)]
         for future in futures:
             await future
 
@@ -104,6 +113,7 @@ def _counted(
     buffer_memory: int,
     one_per_request: bool,
     produce: bool = False,
+    keyed: bool = False,
 ) -> int:
     """Instructions executed inside the event loop by one child sending ``count`` records."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -120,6 +130,8 @@ def _counted(
             command.append("--one-per-request")
         if produce:
             command.append("--produce")
+        if keyed:
+            command.append("--keyed")
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the child failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -146,6 +158,11 @@ def main() -> int:
         action="store_true",
         help="produce(on_delivery=...) per record, then flush(), instead of send()",
     )
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="a key per record, 10,000 distinct keys in turn (partition by key hash)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("BOOTSTRAP", "COUNT"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.code is not None:
@@ -162,6 +179,7 @@ def main() -> int:
                 options.buffer_memory,
                 options.one_per_request,
                 options.produce,
+                options.keyed,
             )
         )
         return 0
@@ -189,6 +207,7 @@ def main() -> int:
                     options.buffer_memory,
                     options.one_per_request,
                     options.produce,
+                    options.keyed,
                 )
                 for n in (short, long)
             ]
@@ -197,11 +216,13 @@ def main() -> int:
                 "size": size, "records": [short, long], "instructions": counts,
                 "per_record": per_record, "buffer_memory": options.buffer_memory,
                 "one_per_request": options.one_per_request, "produce": options.produce,
-                "code": where,
+                "keyed": options.keyed, "code": where,
             })
             unit = "request (one record each)" if options.one_per_request else "record"
             if options.produce:
                 unit += " with produce()"
+            if options.keyed:
+                unit += ", keyed"
             print(f"{size:>6} B: {per_record:,.0f} instructions per {unit} ({where})", flush=True)
     save("instructions", rows)
     return 0
