@@ -83,7 +83,11 @@ def _helpers() -> list[Extension]:
     # with the header's at close (aioproducer/_native/crcutil.c says why); without this helper
     # the builder reads the whole batch again at close.
     crcutil = Extension("aioproducer._native.crcutil", ["aioproducer/_native/crcutil.c"])
-    helpers = [gcutil, crcutil]
+    # The Spark data source makes a keyed chunk's (key, value) pairs from the Arrow
+    # columns' buffers in one pass (aioproducer/_native/arrowcols.c says why); without this
+    # helper it zips the columns' lists.
+    arrowcols = Extension("aioproducer._native.arrowcols", ["aioproducer/_native/arrowcols.c"])
+    helpers = [gcutil, crcutil, arrowcols]
     if sys.platform.startswith("linux"):
         # Broker connections write on a native thread (aioproducer/_native/sockwriter.c says
         # why); elsewhere they write through the event loop's transport.

@@ -947,8 +947,19 @@ class Producer:
         appender.check_sendable()
         topic = appender.validate_topic(topic)
         partition = check_partition(partition)
-        # A list (a tuple too is copied): the bulk paths index it natively when compiled.
-        sequence = items if type(items) is list else list(items)
+        rows: Any = None
+        if (
+            type(items) is _BINARY_PAIRS
+            and self._telemetry is None
+            and appender.takes_rows(partition)
+        ):
+            # The Spark data source's keyed chunk: the keys and values of an Arrow batch,
+            # encoded from its buffers (see aioproducer/_native/arrowcols.c).
+            rows = items
+            sequence: list[Any] = []
+        else:
+            # A list (a tuple too is copied): the bulk paths index it natively when compiled.
+            sequence = items if type(items) is list else list(items)
         span: SendSpan | None = None
         if self._telemetry is not None:
             # One span for the call; each record carries its context (see telemetry.py).
@@ -956,19 +967,30 @@ class Producer:
             sequence = span.inject_items(topic, sequence)
         results = BatchResults()
         index = run_end = 0
-        total = len(sequence)
+        total = len(sequence) if rows is None else len(rows)
         try:
             while index < total:
-                try:
-                    index, run_end, pending = appender.append_many(
-                        topic, partition, now_ms, sequence, index, run_end, results
-                    )
-                except SerializerNotReady as not_ready:
-                    # The item after those in results waits for its serializer; then it
-                    # joins them (or waits for metadata or memory), and the next one goes.
-                    index = run_end = len(results) + 1
-                    deadline = time.monotonic() + self._max_block
-                    pending = await self._resume_when_serializable(appender, not_ready, deadline)
+                if rows is not None:
+                    index = appender.append_rows(topic, partition, now_ms, rows, index, results)
+                    if index >= total:
+                        break
+                    # A row without a key, or one that waits for metadata or memory: the
+                    # general path, as a (key, value) tuple.
+                    pending = appender.prepare_item(topic, partition, rows[index], now_ms, results)
+                    index += 1
+                else:
+                    try:
+                        index, run_end, pending = appender.append_many(
+                            topic, partition, now_ms, sequence, index, run_end, results
+                        )
+                    except SerializerNotReady as not_ready:
+                        # The item after those in results waits for its serializer; then it
+                        # joins them (or waits for metadata or memory), and the next one goes.
+                        index = run_end = len(results) + 1
+                        deadline = time.monotonic() + self._max_block
+                        pending = await self._resume_when_serializable(
+                            appender, not_ready, deadline
+                        )
                 if pending is not None:
                     future = await appender.append_pending(pending, self._max_block)
                     results.add_future(future)
@@ -1382,3 +1404,14 @@ def _cancelling(sender_task: asyncio.Task[Any]) -> bool:
 
 # produce() takes send()'s steps itself only while send() is this one (see produce()).
 _PRODUCER_SEND = Producer.send
+
+
+def _load_binary_pairs() -> type | None:
+    try:
+        from aioproducer._native.arrowcols import BinaryPairs
+    except ImportError:  # the pure-Python install: no Spark chunk comes as BinaryPairs
+        return None
+    return BinaryPairs
+
+
+_BINARY_PAIRS = _load_binary_pairs()

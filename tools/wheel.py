@@ -498,6 +498,7 @@ def hot_path_modules(root: Path = ROOT) -> tuple[str, ...]:
 
 #: The C helpers; sockwriter is built on Linux only.
 NATIVE_HELPERS = (
+    "aioproducer._native.arrowcols",
     "aioproducer._native.crcutil",
     "aioproducer._native.gcutil",
     "aioproducer._native.sockwriter",

@@ -531,22 +531,32 @@ class RecordAccumulator:
         stop: int,
         results: BatchResults,
         first_position: int,
+        rows: Any = None,
     ) -> int:
         """Append the ``(key, value)`` records ``items[base + places[i]]`` (``i`` in
-        ``start:stop``; keys and values ``bytes``) to ``batch``, the open batch of their
-        partition.
+        ``start:stop``; keys and values ``bytes``), or those rows of ``rows`` (a BinaryPairs
+        of ``aioproducer._native.arrowcols``) when it is not None, to ``batch``, the open
+        batch of their partition.
 
         Adds them to ``results`` (see :meth:`BatchResults.add_pairs`); returns where it
         stopped (before ``stop`` when the batch filled up: it is then marked full).
         """
         builder = batch.builder
         first_offset = builder.record_count
-        stopped = builder.append_pairs(timestamp, items, base, places, start, stop)
+        if rows is not None:
+            stopped = builder.append_rows(timestamp, rows, base, places, start, stop)
+        else:
+            stopped = builder.append_pairs(timestamp, items, base, places, start, stop)
         if stopped < stop:
             batch.full = True
-        results.add_pairs(
-            batch, first_offset, timestamp, items, base, places, start, stopped, first_position
-        )
+        if rows is not None:
+            results.add_rows(
+                batch, first_offset, timestamp, rows, base, places, start, stopped, first_position
+            )
+        else:
+            results.add_pairs(
+                batch, first_offset, timestamp, items, base, places, start, stopped, first_position
+            )
         return stopped
 
     def append_lazy(

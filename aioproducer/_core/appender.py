@@ -104,18 +104,22 @@ def _pairs_fitting(
     batch: ProducerBatch | None,
     timestamp: int,
     items: list[Any],
+    rows: Any,
     base: int,
     places: list[int],
     first: int,
     largest: int,
 ) -> int:
-    """How far ``places`` (from ``first`` on) of the pairs ``items[base + place]`` go into
-    ``batch`` (an index of ``places``); ``first`` when there is no batch."""
+    """How far ``places`` (from ``first`` on) of the pairs ``items[base + place]`` (or of the
+    rows of ``rows``, a BinaryPairs, when it is not None) go into ``batch`` (an index of
+    ``places``); ``first`` when there is no batch."""
     if batch is None:
         return first
     builder = batch.builder
     if builder.remaining >= (len(places) - first) * (largest + _PAIR_RECORD_OVERHEAD):
         return len(places)
+    if rows is not None:
+        return builder.append_rows(timestamp, rows, base, places, first, len(places), write=False)
     return builder.append_pairs(timestamp, items, base, places, first, len(places), write=False)
 
 
@@ -1294,7 +1298,7 @@ class RecordAppender(RecordPreparer):
             if place == 0:
                 break
             stopped = self._append_chunk(
-                topic, timestamp, items, index, place, groups, largest, results
+                topic, timestamp, items, None, index, place, groups, largest, results
             )
             if stopped < place:
                 # A record needing a new batch while the pool has no memory free: the
@@ -1305,20 +1309,93 @@ class RecordAppender(RecordPreparer):
                 break  # an item that is not a pair of bytes: the general path takes it
         return index
 
+    def takes_rows(self, partition: int | None) -> bool:
+        """Whether :meth:`append_rows` takes a BinaryPairs for ``send_many`` with
+        ``partition``: no interceptor or serializer, records that need no size check each,
+        and either a partition given or the default partitioner hashing keys (the rows'
+        murmur2 is the Java client's, as :class:`DefaultPartitioner` uses, not a
+        subclass's)."""
+        if not (
+            self.intercept is None
+            and self.value_serializer is None
+            and self.key_serializer is None
+            and not self._check_each_record
+        ):
+            return False
+        if partition is not None:
+            return True
+        default = self._default_partitioner
+        return (
+            default is not None
+            and type(default) is DefaultPartitioner
+            and not default.ignores_keys
+        )
+
+    def append_rows(
+        self,
+        topic: str,
+        partition: int | None,
+        timestamp: int,
+        rows: Any,
+        start: int,
+        results: BatchResults,
+    ) -> int:
+        """Append the rows of ``rows`` (a BinaryPairs, from ``aioproducer._native.arrowcols``:
+        the keys and values of an Arrow batch) from ``start`` on, until a row has no key
+        (with no ``partition`` given) or needs a new batch while the pool has no memory free;
+        return the index reached. Only where :meth:`takes_rows` says so.
+
+        :meth:`append_pairs` over the columns' buffers: the same chunks and rounds, each
+        chunk grouped by partition (``rows.group``: the murmur2 of each key, taken modulo
+        the partition count) and each partition's rows written into its open batch as one
+        piece (``rows.encode``). The rows from the returned index on are untouched; the one
+        there goes the general way (as a ``(key, value)`` tuple).
+        """
+        self.check_sendable()
+        layout = self.topic_layout(topic)
+        if layout is None:
+            return start
+        count = layout[0]
+        if partition is not None and not 0 <= partition < count:
+            return start
+        chosen = -1 if partition is None else partition
+        empty: list[Any] = []
+        total = len(rows)
+        index = start
+        while index < total:
+            size = min(total - index, _PAIR_CHUNK)
+            grouped = rows.group(index, size, count, chosen)
+            groups: dict[int, list[int]] = grouped[0]
+            largest: int = grouped[1]
+            taken: int = grouped[2]
+            if taken == 0:
+                break
+            stopped = self._append_chunk(
+                topic, timestamp, empty, rows, index, taken, groups, largest, results
+            )
+            if stopped < taken:
+                return index + stopped
+            index += taken
+            if taken < size:
+                break  # a row without a key: the general path takes it
+        return index
+
     def _append_chunk(
         self,
         topic: str,
         timestamp: int,
         items: list[Any],
+        rows: Any,
         base: int,
         size: int,
         groups: dict[int, list[int]],
         largest: int,
         results: BatchResults,
     ) -> int:
-        """Append the pairs ``items[base:base + size]``, whose places in the chunk
-        ``groups`` holds by partition (no key or value longer together than ``largest``);
-        return the place of the first that must wait for memory (``size`` when none must).
+        """Append the pairs ``items[base:base + size]`` (or those rows of ``rows``, a
+        BinaryPairs, when it is not None), whose places in the chunk ``groups`` holds by
+        partition (no key and value longer together than ``largest``); return the place of
+        the first that must wait for memory (``size`` when none must).
 
         Rounds: every partition's records that fit its open batch go in, up to the first
         record (in the chunk's order) that does not fit its partition's; that one starts a
@@ -1338,7 +1415,7 @@ class RecordAppender(RecordPreparer):
             batch = accumulator.open_batch(topic, partitions[number])
             batches.append(batch)
             fitting[number] = _pairs_fitting(
-                batch, timestamp, items, base, members[number], 0, largest
+                batch, timestamp, items, rows, base, members[number], 0, largest
             )
         while True:
             cutoff = size
@@ -1360,14 +1437,26 @@ class RecordAppender(RecordPreparer):
                     batch = batches[number]
                     assert batch is not None
                     accumulator.append_pairs(
-                        batch, timestamp, items, base, group, first, stop, results, first_position
+                        batch,
+                        timestamp,
+                        items,
+                        base,
+                        group,
+                        first,
+                        stop,
+                        results,
+                        first_position,
+                        rows,
                     )
                     appended[number] = stop
             results.count_to(first_position + cutoff)
             if stalled < 0:
                 return size
             # The record at the cutoff starts a new batch, if the pool has memory now.
-            key, value = cast("tuple[bytes, bytes]", items[base + cutoff])
+            if rows is not None:
+                key, value = cast("tuple[bytes | None, bytes | None]", rows[base + cutoff])
+            else:
+                key, value = cast("tuple[bytes, bytes]", items[base + cutoff])
             future = self._start_batch(topic, partitions[stalled], timestamp, key, value, None)
             if future is None:
                 return cutoff
@@ -1377,7 +1466,7 @@ class RecordAppender(RecordPreparer):
             first = appended[stalled] + 1
             appended[stalled] = first
             fitting[stalled] = _pairs_fitting(
-                batch, timestamp, items, base, members[stalled], first, largest
+                batch, timestamp, items, rows, base, members[stalled], first, largest
             )
 
     def append_values(

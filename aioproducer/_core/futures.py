@@ -543,6 +543,26 @@ class RecordRun:
             value_sizes.append(len(value))
         self.count = count + stop - start
 
+    def add_rows(
+        self,
+        rows: Any,
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+        first_position: int,
+    ) -> None:
+        """:meth:`add_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
+        (``aioproducer._native.arrowcols``), which gives their key and value sizes."""
+        count = self.count
+        key_sizes = self.key_sizes
+        if key_sizes is None:
+            key_sizes = self.key_sizes = _untracked([-1] * count)
+        for index in range(start, stop):
+            self._place(first_position + places[index], count + index - start)
+        rows.sizes(base, places, start, stop, key_sizes, self.value_sizes)
+        self.count = count + stop - start
+
     def _place(self, position: int, count: int) -> None:
         # The place of the run's record number ``count``.
         last = self.last_position
@@ -654,18 +674,7 @@ class BatchResults:
         self, batch: ProducerBatch, offset: int, timestamp: int, key_size: int, value_size: int
     ) -> None:
         """Append the record just written at ``offset`` of ``batch``, without a future."""
-        run = batch.open_run
-        if (
-            run is None
-            or run.owner != self.token
-            or run.first_offset + run.count != offset
-            or run.timestamp != timestamp
-            or run.futures is not None
-        ):
-            run = RecordRun(self.token, batch, offset, timestamp, self._total)
-            batch.records.append(run)
-            batch.open_run = run
-            self._runs.append(run)
+        run = self._open_run(batch, offset, timestamp, self._total)
         run.add(self._total, key_size, value_size)
         self.last_batch = batch
         self._total += 1
@@ -719,6 +728,17 @@ class BatchResults:
         """
         if stop <= start:
             return
+        run = self._open_run(batch, first_offset, timestamp, first_position + places[start])
+        run.add_pairs(items, base, places, start, stop, first_position)
+        self.last_batch = batch
+        self._all = None
+
+    def _open_run(
+        self, batch: ProducerBatch, first_offset: int, timestamp: int, position: int
+    ) -> RecordRun:
+        """The call's run in ``batch`` that records from ``first_offset`` on, stamped
+        ``timestamp``, join: the batch's open run if it is this call's and ends there, else a
+        new one whose first record has place ``position``."""
         run = batch.open_run
         if (
             run is None
@@ -727,13 +747,30 @@ class BatchResults:
             or run.timestamp != timestamp
             or run.futures is not None
         ):
-            run = RecordRun(
-                self.token, batch, first_offset, timestamp, first_position + places[start]
-            )
+            run = RecordRun(self.token, batch, first_offset, timestamp, position)
             batch.records.append(run)
             batch.open_run = run
             self._runs.append(run)
-        run.add_pairs(items, base, places, start, stop, first_position)
+        return run
+
+    def add_rows(
+        self,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        rows: Any,
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+        first_position: int,
+    ) -> None:
+        """:meth:`add_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
+        (``aioproducer._native.arrowcols``)."""
+        if stop <= start:
+            return
+        run = self._open_run(batch, first_offset, timestamp, first_position + places[start])
+        run.add_rows(rows, base, places, start, stop, first_position)
         self.last_batch = batch
         self._all = None
 

@@ -480,6 +480,53 @@ class RecordBatchBuilder:
             self.write_pending()
         return index
 
+    def append_rows(
+        self,
+        timestamp: int,
+        rows: Any,
+        base: int,
+        places: list[int],
+        start: int,
+        stop: int,
+        write: bool = True,
+    ) -> int:
+        """:meth:`append_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
+        (``aioproducer._native.arrowcols``: the keys and values of an Arrow batch, either
+        may be null), which encodes them into one part."""
+        count = self.record_count
+        if start >= stop:
+            return start
+        encoded = rows.encode(
+            self._run_head(timestamp),
+            count,
+            base,
+            places,
+            start,
+            stop,
+            self._capacity - self._position,
+            write,
+        )
+        stopped: int = encoded[1]
+        if not write:
+            return stopped
+        if stopped == start and count == 0:
+            raise ValueError(
+                f"the buffer ({self._capacity} bytes) cannot hold the first record"
+            )
+        if stopped > start:
+            if count == 0:
+                self.base_timestamp = timestamp
+            records: bytes = encoded[0]
+            self._parts.append(records)
+            self._position += encoded[2]
+            self.record_count = count + stopped - start
+            if timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
+        if stopped < stop:
+            # Full: copy the records in now (see append_values).
+            self.write_pending()
+        return stopped
+
     def write_pending(self) -> None:
         """Copy the records appended since the last call into the buffer.
 

@@ -264,6 +264,63 @@ async def test_send_many_accepts_records_and_pairs(target: Target) -> None:
     assert by_value[b"r2"].key is None
 
 
+@pytest.mark.parametrize("buffer_memory", [1 << 20, 16384], ids=["room", "waits-for-memory"])
+async def test_send_many_sends_arrow_rows_as_the_pairs_they_hold(
+    target: Target, buffer_memory: int
+) -> None:
+    # The Spark data source hands send_many a keyed Arrow batch as a BinaryPairs, encoded
+    # from the columns' buffers. The broker must store what the same (key, value) tuples
+    # give: keyed rows where the Java client puts them, in order; rows without a key (the
+    # general path, sticky) and null values (tombstones) too; and with little buffer memory
+    # the rows that wait for it in their place.
+    arrowcols = pytest.importorskip(
+        "aioproducer._native.arrowcols", reason="the C helper is built with the compiled hot path"
+    )
+    pa = pytest.importorskip("pyarrow")
+    rng = random.Random(11)
+    pairs: list[tuple[bytes | None, bytes | None]] = [
+        (
+            None if i % 97 == 5 else b"user-%d" % rng.randrange(300),
+            None if i % 89 == 7 else b"%05d." % i + rng.randbytes(rng.randrange(400)),
+        )
+        for i in range(3000)
+    ]
+
+    def spec(array: Any) -> tuple[Any, Any, Any, int, bool]:
+        validity, offsets, data = array.buffers()
+        return (validity, offsets, data, array.offset, False)
+
+    rows = arrowcols.BinaryPairs(
+        len(pairs),
+        spec(pa.array([k for k, _ in pairs], pa.binary())),
+        spec(pa.array([v for _, v in pairs], pa.binary())),
+    )
+    topic = target.make_topic(4)
+    async with Producer(
+        bootstrap_servers=target.bootstrap, batch_size=4096, buffer_memory=buffer_memory
+    ) as producer:
+        results = await producer.send_many(topic, rows)
+        metadata = await results
+    assert len(metadata) == len(pairs)
+    for (key, value), meta in zip(pairs, metadata, strict=True):
+        if key is not None:
+            assert meta.partition == confluent_kafka.murmur2(key, 4)
+        assert meta.serialized_key_size == (-1 if key is None else len(key))
+        assert meta.serialized_value_size == (-1 if value is None else len(value))
+    consumed = read_back(target.bootstrap, topic, expected=len(pairs))
+    by_partition: dict[int, list[Any]] = defaultdict(list)
+    for record in consumed:
+        by_partition[record.partition].append((record.offset, record.key, record.value))
+    for partition, stored in by_partition.items():
+        sent_here = [
+            (meta.offset, key, value)
+            for (key, value), meta in zip(pairs, metadata, strict=True)
+            if meta.partition == partition
+        ]
+        assert sorted(stored) == sent_here, f"partition {partition}"
+    assert sum(map(len, by_partition.values())) == len(pairs)
+
+
 @pytest.mark.parametrize("acks", [0, 1, "all"])
 async def test_acks(target: Target, acks: Any) -> None:
     if acks == 0 and target.name == "mock":

@@ -173,6 +173,48 @@ def test_batch_write_every_column(
     _check_round_trip(rows, records, partitions=3)
 
 
+def test_keyed_rows_of_keys_and_values_land_where_the_java_client_puts_them(
+    spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory
+) -> None:
+    # A DataFrame of a key and a value only: each Arrow batch goes to send_many as its
+    # columns' buffers (BinaryPairs, where the C helper is built), several batches per
+    # task. Keyed rows go where the Java client's murmur2 puts them; null keys and null
+    # values (tombstones) arrive as nulls; every row once.
+    topic = new_topic(tansu, partitions=5)
+    rows = [
+        {
+            "key": None if i % 101 == 3 else f"user-{i % 997}",
+            "value": None if i % 83 == 5 else f"{i:06d}".encode() + b"." * (i % 300),
+        }
+        for i in range(25_000)
+    ]
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    df = spark.createDataFrame(rows, schema).repartition(3)
+    (
+        df.write.format("aioproducer")
+        .option("kafka.bootstrap.servers", tansu.bootstrap_servers)
+        .option("topic", topic)
+        .option("kafka.batch.size", "8192")
+        .mode("append")
+        .save()
+    )
+    records = read_back(tansu.bootstrap_servers, topic, expected=len(rows), extra_wait=0.5)
+    got = sorted((r.key is None, r.key or b"", r.value is None, r.value or b"") for r in records)
+    sent = sorted(
+        (
+            row["key"] is None,
+            (row["key"] or "").encode(),
+            row["value"] is None,
+            row["value"] or b"",
+        )
+        for row in rows
+    )
+    assert got == sent
+    for record in records:
+        if record.key is not None:
+            assert record.partition == confluent_kafka.murmur2(record.key, 5), record.key
+
+
 def test_streaming_write_routes_rows_by_topic_column(
     spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory, tmp_path: Path
 ) -> None:

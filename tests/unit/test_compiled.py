@@ -116,6 +116,7 @@ def test_the_build_under_test_is_the_expected_one() -> None:
 
 # The C helpers beside the mypyc-compiled modules; each has a pure-Python fallback.
 _NATIVE_HELPERS = (
+    "aioproducer._native.arrowcols",
     "aioproducer._native.crcutil",
     "aioproducer._native.gcutil",
     "aioproducer._native.sockwriter",

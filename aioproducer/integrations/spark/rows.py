@@ -8,8 +8,8 @@ import copy
 import datetime
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, TypeVar
 
 from aioproducer import BatchResults, Producer, ProducerRecord
 from aioproducer._core.appender import check_headers, record_size
@@ -27,6 +27,17 @@ from aioproducer.integrations.spark.options import _Layout
 from aioproducer.integrations.spark.registry import arrow_without_timestamps, row_converter_for
 from aioproducer.protocol.record_batch import RECORD_BATCH_OVERHEAD
 from aioproducer.records import check_partition, check_timestamp
+
+
+def _load_binary_pairs() -> Callable[[int, Any, Any], Any] | None:
+    try:
+        from aioproducer._native.arrowcols import BinaryPairs
+    except ImportError:  # the pure-Python install: keyed chunks zip the columns' lists
+        return None
+    return BinaryPairs
+
+
+_BINARY_PAIRS: Final = _load_binary_pairs()
 
 __all__ = []
 
@@ -131,6 +142,10 @@ def _items(
         _RowRefused: a row cannot be a record (a null topic or header, a timestamp or a
             partition out of range).
     """
+    pairs = columns.get("pairs")
+    if pairs is not None:
+        assert topic is not None
+        return topic, pairs  # made from the Arrow buffers (see _arrow_chunks)
     values = columns["value"]
     if layout.value == "string":
         values = _encoded(values)
@@ -194,11 +209,52 @@ def _items(
     return (topic or records[0].topic) if records else "", records
 
 
+# The Arrow types of a key or value column that _arrow_pairs reads, and whether their
+# offsets are 64-bit. A Spark string column's bytes are sent as they are (see _arrow_chunks).
+_BINARY_KINDS: Final = {
+    "binary": False,
+    "string": False,
+    "large_binary": True,
+    "large_string": True,
+}
+
+
+def _arrow_pairs(layout: _Layout, batch: Any) -> Any:
+    """A keyed chunk's ``send_many`` items as a BinaryPairs (``aioproducer._native.arrowcols``):
+    the ``(key, value)`` rows of the batch, which the producer encodes from the Arrow
+    buffers without a Python object per row. None where that does not apply: no C helper,
+    a layout with more columns than a key and a value, a key or value of a type other than
+    binary or string, or no key in the batch."""
+    if _BINARY_PAIRS is None or layout.key not in ("binary", "string"):
+        return None
+    if layout.value not in ("binary", "string") or len(layout.columns) != 2:
+        return None
+    keys = batch.column("key")
+    if keys.null_count == batch.num_rows:
+        return None  # no key in the batch: plain values take send_many's fastest path
+    values = batch.column("value")
+    specs = []
+    for column in (keys, values):
+        wide = _BINARY_KINDS.get(str(column.type))
+        buffers = column.buffers()
+        if wide is None or len(buffers) != 3:
+            return None
+        validity, offsets, data = buffers
+        specs.append((validity, offsets, data, column.offset, wide))
+    return _BINARY_PAIRS(batch.num_rows, specs[0], specs[1])
+
+
 def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str, list[Any]]]:
-    """Columns as Python lists from Arrow record batches (no Row per record)."""
+    """Columns as Python lists from Arrow record batches (no Row per record); for a keyed
+    chunk of keys and values only, the ``send_many`` items themselves, a BinaryPairs, under
+    ``"pairs"`` (see :func:`_arrow_pairs`)."""
     names = layout.columns
     for batch in batches:
         if batch.num_rows == 0:
+            continue
+        pairs = _arrow_pairs(layout, batch)
+        if pairs is not None:
+            yield {"pairs": pairs}
             continue
         columns: dict[str, list[Any]] = {}
         for name in names:

@@ -1,0 +1,736 @@
+/* aioproducer._native.arrowcols: a keyed chunk of Arrow rows sent without a Python object
+ * per row.
+ *
+ * The Spark data source sends each Arrow batch of keys and values with send_many. Made the
+ * obvious way, key_column.to_pylist() and value_column.to_pylist() zipped into (key, value)
+ * tuples, each row costs two bytes objects and a tuple, made, read again by the
+ * partitioner and the record encoder, and freed; the keyed bulk path spent about 0.8 us per
+ * 100-byte row that way, where a key-less row costs 0.3 (bench/README.md).
+ *
+ * A BinaryPairs holds the two columns' buffers (validity bitmap, offsets, data: the layout of
+ * Arrow's binary, string, large_binary and large_string) and is what send_many takes
+ * instead of a list. Its methods do the per-row work of the keyed bulk path over the buffers
+ * (RecordAppender.append_pairs in aioproducer/_core/appender.py has the same steps over
+ * tuples): group() partitions a run of rows as the Java client does (murmur2 of the key),
+ * encode() writes a partition's rows as record batch v2 records into one bytes object that
+ * the batch copies in with its other records, and sizes() gives the key and value sizes
+ * that the records' metadata reports. As a sequence it is the (key, value) tuples, made on
+ * demand (None for a null), for whatever takes the general path.
+ *
+ * Every offset is checked against the buffers' sizes when the object is made: a malformed
+ * column raises ValueError, it is never read out of bounds.
+ *
+ * Built only with the mypyc-compiled modules (setup.py); without it the data source hands
+ * send_many the zipped lists.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* One Arrow binary column: its buffers, held as views for the call. */
+typedef struct {
+    Py_buffer validity; /* len 0 and buf NULL when the column has no validity bitmap */
+    Py_buffer offsets;
+    Py_buffer data;     /* len 0 and buf NULL when the column has no data buffer */
+    Py_ssize_t offset;  /* the array's offset into its buffers (a slice) */
+    int wide;           /* 64-bit offsets (large_binary, large_string) */
+    int have_validity, have_data, have_offsets;
+} column_t;
+
+static void
+column_release(column_t *column)
+{
+    if (column->have_validity) {
+        PyBuffer_Release(&column->validity);
+    }
+    if (column->have_offsets) {
+        PyBuffer_Release(&column->offsets);
+    }
+    if (column->have_data) {
+        PyBuffer_Release(&column->data);
+    }
+}
+
+static int
+get_optional_buffer(PyObject *obj, Py_buffer *view, int *have)
+{
+    *have = 0;
+    if (obj == Py_None) {
+        view->buf = NULL;
+        view->len = 0;
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    *have = 1;
+    return 0;
+}
+
+/* Fill column from (validity, offsets, data, offset, wide); check that the offsets buffer
+ * covers length rows. */
+static int
+column_open(PyObject *spec, Py_ssize_t length, const char *role, column_t *column)
+{
+    memset(column, 0, sizeof(*column));
+    PyObject *validity, *offsets, *data;
+    Py_ssize_t offset;
+    int wide;
+    if (!PyTuple_Check(spec)
+        || !PyArg_ParseTuple(spec, "OOOnp", &validity, &offsets, &data, &offset, &wide)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "the %s column must be (validity, offsets, data, offset, wide)", role);
+        }
+        return -1;
+    }
+    column->offset = offset;
+    column->wide = wide;
+    if (offset < 0) {
+        PyErr_Format(PyExc_ValueError, "the %s column's offset is negative", role);
+        return -1;
+    }
+    if (get_optional_buffer(validity, &column->validity, &column->have_validity) < 0
+        || get_optional_buffer(data, &column->data, &column->have_data) < 0) {
+        column_release(column);
+        return -1;
+    }
+    if (PyObject_GetBuffer(offsets, &column->offsets, PyBUF_SIMPLE) < 0) {
+        column_release(column);
+        return -1;
+    }
+    column->have_offsets = 1;
+    Py_ssize_t width = wide ? 8 : 4;
+    /* offset + length + 1 offsets; neither term can overflow, being sizes of Python objects
+     * or checked against one. */
+    if (length > PY_SSIZE_T_MAX / 8 - offset - 1
+        || column->offsets.len / width < offset + length + 1) {
+        PyErr_Format(PyExc_ValueError, "the %s column's offsets buffer is too short", role);
+        column_release(column);
+        return -1;
+    }
+    if (column->have_validity && length > 0
+        && column->validity.len < (offset + length + 7) / 8) {
+        PyErr_Format(PyExc_ValueError, "the %s column's validity bitmap is too short", role);
+        column_release(column);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t
+column_offset_at(const column_t *column, Py_ssize_t index)
+{
+    const char *at = (const char *)column->offsets.buf;
+    if (column->wide) {
+        int64_t value;
+        memcpy(&value, at + 8 * index, 8);
+        return value;
+    }
+    int32_t value;
+    memcpy(&value, at + 4 * index, 4);
+    return value;
+}
+
+/* Row row of column as a new reference: bytes, or None where the validity bitmap says
+ * null. */
+static PyObject *
+column_item(const column_t *column, Py_ssize_t row, const char *role)
+{
+    Py_ssize_t at = column->offset + row;
+    if (column->have_validity) {
+        const unsigned char *bits = (const unsigned char *)column->validity.buf;
+        if (!((bits[at >> 3] >> (at & 7)) & 1)) {
+            Py_RETURN_NONE;
+        }
+    }
+    int64_t start = column_offset_at(column, at);
+    int64_t end = column_offset_at(column, at + 1);
+    if (start < 0 || end < start || end > (int64_t)column->data.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "the %s column's offsets for row %zd (%lld to %lld) are outside its data "
+                     "(%zd bytes)",
+                     role, row, (long long)start, (long long)end, column->data.len);
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)column->data.buf + start,
+                                     (Py_ssize_t)(end - start));
+}
+
+static PyMethodDef methods[] = {
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- BinaryPairs: a keyed chunk as a sequence of (key, value), encoded natively ---------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t length;
+    column_t keys;
+    column_t values;
+} pairs_t;
+
+static void
+pairs_dealloc(pairs_t *self)
+{
+    column_release(&self->keys);
+    column_release(&self->values);
+    PyTypeObject *type = Py_TYPE(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+pairs_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *length_obj, *key_spec, *value_spec;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "BinaryPairs() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "BinaryPairs", 3, 3, &length_obj, &key_spec, &value_spec)) {
+        return NULL;
+    }
+    Py_ssize_t length = PyLong_AsSsize_t(length_obj);
+    if (length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (length < 0) {
+        PyErr_SetString(PyExc_ValueError, "BinaryPairs() takes a length of 0 or more");
+        return NULL;
+    }
+    pairs_t *self = (pairs_t *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->length = length;
+    if (column_open(key_spec, length, "key", &self->keys) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (column_open(value_spec, length, "value", &self->values) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    /* Every row's offsets, checked once here: the methods below read them unchecked. */
+    const column_t *columns[2] = {&self->keys, &self->values};
+    const char *roles[2] = {"key", "value"};
+    for (int c = 0; c < 2; c++) {
+        const column_t *column = columns[c];
+        for (Py_ssize_t row = 0; row < length; row++) {
+            Py_ssize_t at = column->offset + row;
+            int64_t first = column_offset_at(column, at);
+            int64_t last = column_offset_at(column, at + 1);
+            if (first < 0 || last < first || last > (int64_t)column->data.len) {
+                PyErr_Format(PyExc_ValueError,
+                             "the %s column's offsets for row %zd (%lld to %lld) are outside "
+                             "its data (%zd bytes)",
+                             roles[c], row, (long long)first, (long long)last,
+                             column->data.len);
+                Py_DECREF(self);
+                return NULL;
+            }
+        }
+    }
+    return (PyObject *)self;
+}
+
+static inline int
+is_null(const column_t *column, Py_ssize_t row)
+{
+    if (!column->have_validity) {
+        return 0;
+    }
+    Py_ssize_t at = column->offset + row;
+    const unsigned char *bits = (const unsigned char *)column->validity.buf;
+    return !((bits[at >> 3] >> (at & 7)) & 1);
+}
+
+/* The bytes of a row (checked at construction); its length, or -1 for a null. */
+static inline int64_t
+row_span(const column_t *column, Py_ssize_t row, const char **data)
+{
+    if (is_null(column, row)) {
+        *data = NULL;
+        return -1;
+    }
+    Py_ssize_t at = column->offset + row;
+    int64_t first = column_offset_at(column, at);
+    *data = (const char *)column->data.buf + first;
+    return column_offset_at(column, at + 1) - first;
+}
+
+static Py_ssize_t
+pairs_len(pairs_t *self)
+{
+    return self->length;
+}
+
+static PyObject *
+pairs_item(pairs_t *self, Py_ssize_t row)
+{
+    if (row < 0 || row >= self->length) {
+        PyErr_SetString(PyExc_IndexError, "BinaryPairs index out of range");
+        return NULL;
+    }
+    PyObject *key = column_item(&self->keys, row, "key");
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *value = column_item(&self->values, row, "value");
+    if (value == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, key);
+    PyTuple_SET_ITEM(pair, 1, value);
+    if (PyObject_GC_IsTracked(pair)) {
+        PyObject_GC_UnTrack(pair);
+    }
+    return pair;
+}
+
+/* Java's Utils.murmur2: the partition of a key is (murmur2(key) & 0x7fffffff) % count. */
+static int32_t
+murmur2(const unsigned char *data, int64_t length)
+{
+    const uint32_t m = 0x5bd1e995u;
+    const int r = 24;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    int64_t whole = length & ~(int64_t)3;
+    for (int64_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8)
+                     | ((uint32_t)data[i + 2] << 16) | ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[whole + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[whole + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *
+pairs_murmur2(pairs_t *self, PyObject *arg)
+{
+    Py_ssize_t row = PyLong_AsSsize_t(arg);
+    if (row == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (row < 0 || row >= self->length) {
+        PyErr_SetString(PyExc_IndexError, "BinaryPairs index out of range");
+        return NULL;
+    }
+    const char *key;
+    int64_t length = row_span(&self->keys, row, &key);
+    if (length < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLong(murmur2((const unsigned char *)key, length));
+}
+
+/* group(start, size, count, partition) -> (groups, largest, taken)
+ *
+ * The rows start..start+size by partition: {partition: [place, ...]} with places counted
+ * from start, in order, each partition's list in the order of its rows. With partition
+ * >= 0 every row goes to it; otherwise to murmur2(key) & 0x7fffffff modulo count, and the
+ * grouping stops at the first row without a key (taken says how many rows were grouped).
+ * largest is the most bytes of key and value together of a grouped row. */
+static PyObject *
+pairs_group(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "group() takes (start, size, count, partition)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[0]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t partition = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || size < 0 || start > self->length || size > self->length - start) {
+        PyErr_SetString(PyExc_IndexError, "group() rows out of range");
+        return NULL;
+    }
+    if (partition < 0 && count <= 0) {
+        PyErr_SetString(PyExc_ValueError, "group() needs a partition count of 1 or more");
+        return NULL;
+    }
+    PyObject *groups = PyDict_New();
+    if (groups == NULL) {
+        return NULL;
+    }
+    int64_t largest = 0;
+    Py_ssize_t place = 0;
+    for (; place < size; place++) {
+        Py_ssize_t row = start + place;
+        const char *key, *value;
+        int64_t key_length = row_span(&self->keys, row, &key);
+        int64_t value_length = row_span(&self->values, row, &value);
+        Py_ssize_t chosen = partition;
+        if (chosen < 0) {
+            if (key_length < 0) {
+                break;
+            }
+            int32_t hash = murmur2((const unsigned char *)key, key_length);
+            chosen = (Py_ssize_t)((uint32_t)hash & 0x7fffffffu) % count;
+        }
+        int64_t together = (key_length > 0 ? key_length : 0)
+                           + (value_length > 0 ? value_length : 0);
+        if (together > largest) {
+            largest = together;
+        }
+        PyObject *number = PyLong_FromSsize_t(chosen);
+        if (number == NULL) {
+            goto fail;
+        }
+        PyObject *places = PyDict_GetItemWithError(groups, number);
+        if (places == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(number);
+                goto fail;
+            }
+            places = PyList_New(0);
+            if (places == NULL || PyDict_SetItem(groups, number, places) < 0) {
+                Py_XDECREF(places);
+                Py_DECREF(number);
+                goto fail;
+            }
+            Py_DECREF(places); /* the dict holds it */
+        }
+        Py_DECREF(number);
+        PyObject *at = PyLong_FromSsize_t(place);
+        if (at == NULL) {
+            goto fail;
+        }
+        int failed = PyList_Append(places, at);
+        Py_DECREF(at);
+        if (failed < 0) {
+            goto fail;
+        }
+    }
+    return Py_BuildValue("(NLn)", groups, (long long)largest, place);
+fail:
+    Py_DECREF(groups);
+    return NULL;
+}
+
+static inline Py_ssize_t
+varint_size(uint64_t zigzag)
+{
+    Py_ssize_t size = 1;
+    while (zigzag >= 0x80) {
+        zigzag >>= 7;
+        size++;
+    }
+    return size;
+}
+
+static inline uint64_t
+zigzag(int64_t value)
+{
+    return ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+}
+
+static inline char *
+put_varint(char *at, uint64_t zigzag)
+{
+    while (zigzag >= 0x80) {
+        *at++ = (char)((zigzag & 0x7f) | 0x80);
+        zigzag >>= 7;
+    }
+    *at++ = (char)zigzag;
+    return at;
+}
+
+/* The row of place index i of places, from base: checked against the length. */
+static int
+place_row(pairs_t *self, PyObject *places, Py_ssize_t base, Py_ssize_t i, Py_ssize_t *row)
+{
+    Py_ssize_t place = PyLong_AsSsize_t(PyList_GET_ITEM(places, i));
+    if (place == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (place < 0 || place > self->length - base) {
+        PyErr_SetString(PyExc_IndexError, "a place outside the rows");
+        return -1;
+    }
+    *row = base + place;
+    if (*row >= self->length) {
+        PyErr_SetString(PyExc_IndexError, "a place outside the rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* The encoded size of a record of the row at offset delta delta, after head. */
+static inline int64_t
+record_size(pairs_t *self, Py_ssize_t row, Py_ssize_t head_size, int64_t delta)
+{
+    const char *key, *value;
+    int64_t key_length = row_span(&self->keys, row, &key);
+    int64_t value_length = row_span(&self->values, row, &value);
+    int64_t body = head_size + varint_size(zigzag(delta)) + varint_size(zigzag(key_length))
+                   + (key_length > 0 ? key_length : 0) + varint_size(zigzag(value_length))
+                   + (value_length > 0 ? value_length : 0) + 1;
+    return varint_size(zigzag(body)) + body;
+}
+
+static int
+check_places(PyObject *places, Py_ssize_t start, Py_ssize_t stop)
+{
+    if (!PyList_Check(places)) {
+        PyErr_SetString(PyExc_TypeError, "places must be a list");
+        return -1;
+    }
+    if (start < 0 || stop < start || stop > PyList_GET_SIZE(places)) {
+        PyErr_SetString(PyExc_IndexError, "start and stop outside places");
+        return -1;
+    }
+    return 0;
+}
+
+/* encode(head, count, base, places, start, stop, room, write) -> (records, stopped, used)
+ *
+ * The records of the rows base + places[i], i from start on, as a record batch v2 holds
+ * them: each one's length, then head (its attributes and timestamp delta, shared by the
+ * run), its offset delta (count for the first, then one more each), key, value and no
+ * headers. As many as fit in room bytes, up to stop: stopped is the i it stopped at and
+ * used their bytes; records is None when write is false (only counting). */
+static PyObject *
+pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode() takes (head, count, base, places, start, stop, room, write)");
+        return NULL;
+    }
+    PyObject *head = args[0];
+    PyObject *places = args[3];
+    if (!PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "head must be bytes");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t base = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[6]);
+    int write = PyObject_IsTrue(args[7]);
+    if (PyErr_Occurred() || write < 0) {
+        return NULL;
+    }
+    if (count < 0 || base < 0 || base > self->length) {
+        PyErr_SetString(PyExc_ValueError, "encode() takes a count and base of 0 or more");
+        return NULL;
+    }
+    if (check_places(places, start, stop) < 0) {
+        return NULL;
+    }
+    Py_ssize_t head_size = PyBytes_GET_SIZE(head);
+    int64_t used = 0;
+    Py_ssize_t i = start;
+    for (; i < stop; i++) {
+        Py_ssize_t row;
+        if (place_row(self, places, base, i, &row) < 0) {
+            return NULL;
+        }
+        int64_t size = record_size(self, row, head_size, (int64_t)count + (i - start));
+        if (used + size > room) {
+            break;
+        }
+        used += size;
+    }
+    Py_ssize_t stopped = i;
+    if (!write) {
+        return Py_BuildValue("(OnL)", Py_None, stopped, (long long)used);
+    }
+    PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)used);
+    if (records == NULL) {
+        return NULL;
+    }
+    char *at = PyBytes_AS_STRING(records);
+    const char *head_bytes = PyBytes_AS_STRING(head);
+    for (i = start; i < stopped; i++) {
+        Py_ssize_t row = base + PyLong_AsSsize_t(PyList_GET_ITEM(places, i));
+        const char *key, *value;
+        int64_t key_length = row_span(&self->keys, row, &key);
+        int64_t value_length = row_span(&self->values, row, &value);
+        int64_t delta = (int64_t)count + (i - start);
+        int64_t body = head_size + varint_size(zigzag(delta))
+                       + varint_size(zigzag(key_length)) + (key_length > 0 ? key_length : 0)
+                       + varint_size(zigzag(value_length))
+                       + (value_length > 0 ? value_length : 0) + 1;
+        at = put_varint(at, zigzag(body));
+        memcpy(at, head_bytes, (size_t)head_size);
+        at += head_size;
+        at = put_varint(at, zigzag(delta));
+        at = put_varint(at, zigzag(key_length));
+        if (key_length > 0) {
+            memcpy(at, key, (size_t)key_length);
+            at += key_length;
+        }
+        at = put_varint(at, zigzag(value_length));
+        if (value_length > 0) {
+            memcpy(at, value, (size_t)value_length);
+            at += value_length;
+        }
+        *at++ = 0; /* no headers */
+    }
+    if (at != PyBytes_AS_STRING(records) + used) {
+        Py_DECREF(records);
+        PyErr_SetString(PyExc_SystemError, "encode(): the records and their size disagree");
+        return NULL;
+    }
+    return Py_BuildValue("(NnL)", records, stopped, (long long)used);
+}
+
+/* sizes(base, places, start, stop, key_sizes, value_sizes): append the key and value
+ * sizes (-1 for a null) of the rows base + places[i], i in start:stop, to the lists. */
+static PyObject *
+pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sizes() takes (base, places, start, stop, key_sizes, value_sizes)");
+        return NULL;
+    }
+    Py_ssize_t base = PyLong_AsSsize_t(args[0]);
+    PyObject *places = args[1];
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[3]);
+    PyObject *key_sizes = args[4];
+    PyObject *value_sizes = args[5];
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (base < 0 || base > self->length) {
+        PyErr_SetString(PyExc_ValueError, "sizes() takes a base within the rows");
+        return NULL;
+    }
+    if (check_places(places, start, stop) < 0) {
+        return NULL;
+    }
+    if (!PyList_Check(key_sizes) || !PyList_Check(value_sizes)) {
+        PyErr_SetString(PyExc_TypeError, "sizes() appends to two lists");
+        return NULL;
+    }
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t row;
+        if (place_row(self, places, base, i, &row) < 0) {
+            return NULL;
+        }
+        const char *data;
+        int64_t lengths[2] = {row_span(&self->keys, row, &data),
+                              row_span(&self->values, row, &data)};
+        PyObject *lists[2] = {key_sizes, value_sizes};
+        for (int c = 0; c < 2; c++) {
+            PyObject *number = PyLong_FromLongLong(lengths[c]);
+            if (number == NULL) {
+                return NULL;
+            }
+            int failed = PyList_Append(lists[c], number);
+            Py_DECREF(number);
+            if (failed < 0) {
+                return NULL;
+            }
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pairs_methods[] = {
+    {"murmur2", (PyCFunction)pairs_murmur2, METH_O,
+     "murmur2(row) -> the Java client's murmur2 of the row's key (a signed 32-bit int), or "
+     "None for a null key."},
+    {"group", (PyCFunction)(void (*)(void))pairs_group, METH_FASTCALL,
+     "group(start, size, count, partition) -> (groups, largest, taken): rows by partition "
+     "(see arrowcols.c)."},
+    {"encode", (PyCFunction)(void (*)(void))pairs_encode, METH_FASTCALL,
+     "encode(head, count, base, places, start, stop, room, write) -> (records, stopped, "
+     "used): rows as a record batch's records (see arrowcols.c)."},
+    {"sizes", (PyCFunction)(void (*)(void))pairs_sizes, METH_FASTCALL,
+     "sizes(base, places, start, stop, key_sizes, value_sizes): append the rows' key and "
+     "value sizes (-1 for null)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot pairs_slots[] = {
+    {Py_tp_dealloc, pairs_dealloc},
+    {Py_tp_new, pairs_new},
+    {Py_tp_methods, pairs_methods},
+    {Py_sq_length, pairs_len},
+    {Py_sq_item, pairs_item},
+    {Py_tp_doc,
+     "BinaryPairs(length, keys, values): the rows of two Arrow binary columns as a sequence "
+     "of (key, value) tuples (None for a null), and the send_many path that encodes them as "
+     "records without a Python object per row. Each column is (validity, offsets, data, "
+     "offset, wide): its validity bitmap and data buffers (either may be None), its "
+     "offsets buffer, the array's offset into them and whether its offsets are 64-bit. The "
+     "buffers are held until the object goes."},
+    {0, NULL},
+};
+
+static PyType_Spec pairs_spec = {
+    "aioproducer._native.arrowcols.BinaryPairs",
+    sizeof(pairs_t),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    pairs_slots,
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "aioproducer._native.arrowcols",
+    "(key, value) pairs from the buffers of Arrow binary columns (see arrowcols.c).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit_arrowcols(void)
+{
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    PyObject *type = PyType_FromSpec(&pairs_spec);
+    if (type == NULL || PyModule_AddObject(module, "BinaryPairs", type) < 0) {
+        Py_XDECREF(type);
+        Py_DECREF(module);
+        return NULL;
+    }
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded Python: a BinaryPairs does not change once made; its methods read the
+     * buffers it holds views of and fill objects they just made. */
+    if (PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
+    return module;
+}
