@@ -156,17 +156,38 @@ def committed_records(bootstrap_servers: str, topic: str, partitions: int) -> in
         consumer.close()
 
 
-def _cpu_seconds() -> float:
+def _cpu_by_role() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants, by role: ``broker`` (the
+    Kafka node's JVM), ``spark_jvm`` (Spark's JVM and what it reaped), ``python_workers``
+    (the Python workers Spark started) and ``driver`` (this process, and what it
+    reaped)."""
     import psutil  # type: ignore[import-untyped,unused-ignore]
 
     me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
+    own = me.cpu_times()
+    # Children that already exited count too, with whoever reaped them.
+    roles = {
+        "driver": own.user + own.system + own.children_user + own.children_system,
+        "spark_jvm": 0.0,
+        "python_workers": 0.0,
+        "broker": 0.0,
+    }
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            total += sum(child.cpu_times()[:2])
-    # Children that already exited (finished Python workers) count too.
-    children = me.cpu_times()
-    return float(total + children.children_user + children.children_system)
+            times = child.cpu_times()
+            name = child.name()
+            if name.startswith("python"):
+                roles["python_workers"] += times.user + times.system
+                continue
+            command = " ".join(child.cmdline())
+            role = "broker" if "kafka.Kafka" in command or "kafka-server" in command else (
+                "spark_jvm" if name == "java" else "driver"
+            )
+            roles[role] += times.user + times.system
+            if role == "spark_jvm":
+                # The JVM reaps the Python workers it started.
+                roles["python_workers"] += times.children_user + times.children_system
+    return roles
 
 
 def _arrow_confluent(bootstrap: str, topic: str) -> Any:
@@ -324,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             for writer in order:
                 topic = f"spark-{writer}-{uuid.uuid4().hex[:8]}"
                 broker.create_topic(topic, options.partitions)
-                cpu_before, start = _cpu_seconds(), time.perf_counter()
+                roles_before, start = _cpu_by_role(), time.perf_counter()
                 error = None
                 try:
                     _write(spark, df, writer, broker.bootstrap_servers, topic, extra)
@@ -333,14 +354,19 @@ def main(argv: list[str] | None = None) -> int:
                     text = str(exc)
                     error = f"{type(exc).__name__}: {text[:200]} ... {text[-600:]}"
                 seconds = time.perf_counter() - start
-                cpu = _cpu_seconds() - cpu_before
+                roles_after = _cpu_by_role()
+                by_role = {role: roles_after[role] - roles_before[role] for role in roles_after}
+                cpu = sum(by_role.values())
                 if writer == "aioproducer_exactly_once":
                     stored = committed_records(broker.bootstrap_servers, topic, options.partitions)
                 else:
                     stored = records_on_broker(broker.bootstrap_servers, topic, options.partitions)
                 if error is None and stored != options.rows:
                     error = f"the broker holds {stored} of {options.rows} rows"
-                run = {"seconds": seconds, "cpu_s": cpu, "stored": stored, "error": error}
+                run = {
+                    "seconds": seconds, "cpu_s": cpu, "cpu_s_by_role": by_role, "stored": stored,
+                    "error": error,
+                }
                 if error is not None:
                     run["partitions_after"] = broker.describe(topic)
                 broker.delete_topic(topic)

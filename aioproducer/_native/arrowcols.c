@@ -17,8 +17,10 @@
  * that the records' metadata reports. As a sequence it is the (key, value) tuples, made on
  * demand (None for a null), for whatever takes the general path.
  *
- * Every offset is checked against the buffers' sizes when the object is made: a malformed
- * column raises ValueError, it is never read out of bounds.
+ * Every offset is checked against the buffers' sizes when the object is made (a malformed
+ * column raises ValueError before any row is sent) and again each time a row is read, since
+ * a writable buffer may change while it is held: no row is read, nor a record written, out
+ * of bounds.
  *
  * Built only with the mypyc-compiled modules (setup.py); without it the data source hands
  * send_many the zipped lists.
@@ -43,12 +45,15 @@ column_release(column_t *column)
 {
     if (column->have_validity) {
         PyBuffer_Release(&column->validity);
+        column->have_validity = 0;
     }
     if (column->have_offsets) {
         PyBuffer_Release(&column->offsets);
+        column->have_offsets = 0;
     }
     if (column->have_data) {
         PyBuffer_Release(&column->data);
+        column->have_data = 0;
     }
 }
 
@@ -134,36 +139,48 @@ column_offset_at(const column_t *column, Py_ssize_t index)
     return value;
 }
 
-/* Row row of column as a new reference: bytes, or None where the validity bitmap says
- * null. */
-static PyObject *
-column_item(const column_t *column, Py_ssize_t row, const char *role)
-{
-    Py_ssize_t at = column->offset + row;
-    if (column->have_validity) {
-        const unsigned char *bits = (const unsigned char *)column->validity.buf;
-        if (!((bits[at >> 3] >> (at & 7)) & 1)) {
-            Py_RETURN_NONE;
-        }
-    }
-    int64_t start = column_offset_at(column, at);
-    int64_t end = column_offset_at(column, at + 1);
-    if (start < 0 || end < start || end > (int64_t)column->data.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "the %s column's offsets for row %zd (%lld to %lld) are outside its data "
-                     "(%zd bytes)",
-                     role, row, (long long)start, (long long)end, column->data.len);
-        return NULL;
-    }
-    return PyBytes_FromStringAndSize((const char *)column->data.buf + start,
-                                     (Py_ssize_t)(end - start));
-}
-
 static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
 /* ---- BinaryPairs: a keyed chunk as a sequence of (key, value), encoded natively ---------- */
+
+static inline int
+is_null(const column_t *column, Py_ssize_t row)
+{
+    if (!column->have_validity) {
+        return 0;
+    }
+    Py_ssize_t at = column->offset + row;
+    const unsigned char *bits = (const unsigned char *)column->validity.buf;
+    return !((bits[at >> 3] >> (at & 7)) & 1);
+}
+
+/* The bytes of row row of column: its length, -1 for a null (data then points at an empty
+ * string), or -2 with ValueError set when its offsets are outside the column's data. */
+static int64_t
+row_span(const column_t *column, Py_ssize_t row, const char *role, const char **data)
+{
+    *data = "";
+    if (is_null(column, row)) {
+        return -1;
+    }
+    Py_ssize_t at = column->offset + row;
+    int64_t first = column_offset_at(column, at);
+    int64_t last = column_offset_at(column, at + 1);
+    if (first < 0 || last < first || last > (int64_t)column->data.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "the %s column's offsets for row %zd (%lld to %lld) are outside its data "
+                     "(%zd bytes)",
+                     role, row, (long long)first, (long long)last, column->data.len);
+        return -2;
+    }
+    if (column->data.buf != NULL) {
+        *data = (const char *)column->data.buf + first;
+    }
+    return last - first;
+}
+
 
 typedef struct {
     PyObject_HEAD
@@ -171,6 +188,19 @@ typedef struct {
     column_t keys;
     column_t values;
 } pairs_t;
+
+/* A row's key and value: 0, or -1 with an exception set. */
+static inline int
+row_pair(const pairs_t *self, Py_ssize_t row, const char **key, int64_t *key_length,
+         const char **value, int64_t *value_length)
+{
+    *key_length = row_span(&self->keys, row, "key", key);
+    if (*key_length == -2) {
+        return -1;
+    }
+    *value_length = row_span(&self->values, row, "value", value);
+    return *value_length == -2 ? -1 : 0;
+}
 
 static void
 pairs_dealloc(pairs_t *self)
@@ -214,21 +244,15 @@ pairs_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return NULL;
     }
-    /* Every row's offsets, checked once here: the methods below read them unchecked. */
+    /* Every non-null row's offsets, checked here so that a malformed column is refused
+     * before any of its rows is sent. The methods check each row again as they read it: a
+     * writable buffer may change while it is held. */
     const column_t *columns[2] = {&self->keys, &self->values};
     const char *roles[2] = {"key", "value"};
     for (int c = 0; c < 2; c++) {
-        const column_t *column = columns[c];
         for (Py_ssize_t row = 0; row < length; row++) {
-            Py_ssize_t at = column->offset + row;
-            int64_t first = column_offset_at(column, at);
-            int64_t last = column_offset_at(column, at + 1);
-            if (first < 0 || last < first || last > (int64_t)column->data.len) {
-                PyErr_Format(PyExc_ValueError,
-                             "the %s column's offsets for row %zd (%lld to %lld) are outside "
-                             "its data (%zd bytes)",
-                             roles[c], row, (long long)first, (long long)last,
-                             column->data.len);
+            const char *data;
+            if (row_span(columns[c], row, roles[c], &data) == -2) {
                 Py_DECREF(self);
                 return NULL;
             }
@@ -237,35 +261,22 @@ pairs_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
-static inline int
-is_null(const column_t *column, Py_ssize_t row)
-{
-    if (!column->have_validity) {
-        return 0;
-    }
-    Py_ssize_t at = column->offset + row;
-    const unsigned char *bits = (const unsigned char *)column->validity.buf;
-    return !((bits[at >> 3] >> (at & 7)) & 1);
-}
 
-/* The bytes of a row (checked at construction); its length, or -1 for a null. */
-static inline int64_t
-row_span(const column_t *column, Py_ssize_t row, const char **data)
-{
-    if (is_null(column, row)) {
-        *data = NULL;
-        return -1;
-    }
-    Py_ssize_t at = column->offset + row;
-    int64_t first = column_offset_at(column, at);
-    *data = (const char *)column->data.buf + first;
-    return column_offset_at(column, at + 1) - first;
-}
 
 static Py_ssize_t
 pairs_len(pairs_t *self)
 {
     return self->length;
+}
+
+/* A row's key or value as a new reference: bytes, or None for a null. */
+static PyObject *
+span_object(const char *data, int64_t length)
+{
+    if (length < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyBytes_FromStringAndSize(data, (Py_ssize_t)length);
 }
 
 static PyObject *
@@ -275,11 +286,16 @@ pairs_item(pairs_t *self, Py_ssize_t row)
         PyErr_SetString(PyExc_IndexError, "BinaryPairs index out of range");
         return NULL;
     }
-    PyObject *key = column_item(&self->keys, row, "key");
+    const char *key_data, *value_data;
+    int64_t key_length, value_length;
+    if (row_pair(self, row, &key_data, &key_length, &value_data, &value_length) < 0) {
+        return NULL;
+    }
+    PyObject *key = span_object(key_data, key_length);
     if (key == NULL) {
         return NULL;
     }
-    PyObject *value = column_item(&self->values, row, "value");
+    PyObject *value = span_object(value_data, value_length);
     if (value == NULL) {
         Py_DECREF(key);
         return NULL;
@@ -344,7 +360,10 @@ pairs_murmur2(pairs_t *self, PyObject *arg)
         return NULL;
     }
     const char *key;
-    int64_t length = row_span(&self->keys, row, &key);
+    int64_t length = row_span(&self->keys, row, "key", &key);
+    if (length == -2) {
+        return NULL;
+    }
     if (length < 0) {
         Py_RETURN_NONE;
     }
@@ -389,8 +408,10 @@ pairs_group(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     for (; place < size; place++) {
         Py_ssize_t row = start + place;
         const char *key, *value;
-        int64_t key_length = row_span(&self->keys, row, &key);
-        int64_t value_length = row_span(&self->values, row, &value);
+        int64_t key_length, value_length;
+        if (row_pair(self, row, &key, &key_length, &value, &value_length) < 0) {
+            goto fail;
+        }
         Py_ssize_t chosen = partition;
         if (chosen < 0) {
             if (key_length < 0) {
@@ -487,17 +508,14 @@ place_row(pairs_t *self, PyObject *places, Py_ssize_t base, Py_ssize_t i, Py_ssi
     return 0;
 }
 
-/* The encoded size of a record of the row at offset delta delta, after head. */
+/* The body size of a record (all but its length's varint) after head_size bytes of head,
+ * at offset delta delta. */
 static inline int64_t
-record_size(pairs_t *self, Py_ssize_t row, Py_ssize_t head_size, int64_t delta)
+body_size(Py_ssize_t head_size, int64_t delta, int64_t key_length, int64_t value_length)
 {
-    const char *key, *value;
-    int64_t key_length = row_span(&self->keys, row, &key);
-    int64_t value_length = row_span(&self->values, row, &value);
-    int64_t body = head_size + varint_size(zigzag(delta)) + varint_size(zigzag(key_length))
-                   + (key_length > 0 ? key_length : 0) + varint_size(zigzag(value_length))
-                   + (value_length > 0 ? value_length : 0) + 1;
-    return varint_size(zigzag(body)) + body;
+    return head_size + varint_size(zigzag(delta)) + varint_size(zigzag(key_length))
+           + (key_length > 0 ? key_length : 0) + varint_size(zigzag(value_length))
+           + (value_length > 0 ? value_length : 0) + 1;
 }
 
 static int
@@ -559,7 +577,14 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         if (place_row(self, places, base, i, &row) < 0) {
             return NULL;
         }
-        int64_t size = record_size(self, row, head_size, (int64_t)count + (i - start));
+        const char *key, *value;
+        int64_t key_length, value_length;
+        if (row_pair(self, row, &key, &key_length, &value, &value_length) < 0) {
+            return NULL;
+        }
+        int64_t body = body_size(head_size, (int64_t)count + (i - start), key_length,
+                                 value_length);
+        int64_t size = varint_size(zigzag(body)) + body;
         if (used + size > room) {
             break;
         }
@@ -574,17 +599,26 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     char *at = PyBytes_AS_STRING(records);
+    char *end = at + used;
     const char *head_bytes = PyBytes_AS_STRING(head);
     for (i = start; i < stopped; i++) {
-        Py_ssize_t row = base + PyLong_AsSsize_t(PyList_GET_ITEM(places, i));
+        /* Each row read and checked again: nothing the first pass read is trusted, so a
+         * buffer (or places) changed in between cannot make this write out of bounds. */
+        Py_ssize_t row;
         const char *key, *value;
-        int64_t key_length = row_span(&self->keys, row, &key);
-        int64_t value_length = row_span(&self->values, row, &value);
+        int64_t key_length, value_length;
+        if (place_row(self, places, base, i, &row) < 0
+            || row_pair(self, row, &key, &key_length, &value, &value_length) < 0) {
+            Py_DECREF(records);
+            return NULL;
+        }
         int64_t delta = (int64_t)count + (i - start);
-        int64_t body = head_size + varint_size(zigzag(delta))
-                       + varint_size(zigzag(key_length)) + (key_length > 0 ? key_length : 0)
-                       + varint_size(zigzag(value_length))
-                       + (value_length > 0 ? value_length : 0) + 1;
+        int64_t body = body_size(head_size, delta, key_length, value_length);
+        if (varint_size(zigzag(body)) + body > end - at) {
+            Py_DECREF(records);
+            PyErr_SetString(PyExc_ValueError, "encode(): the rows changed while being encoded");
+            return NULL;
+        }
         at = put_varint(at, zigzag(body));
         memcpy(at, head_bytes, (size_t)head_size);
         at += head_size;
@@ -601,7 +635,7 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         }
         *at++ = 0; /* no headers */
     }
-    if (at != PyBytes_AS_STRING(records) + used) {
+    if (at != end) {
         Py_DECREF(records);
         PyErr_SetString(PyExc_SystemError, "encode(): the records and their size disagree");
         return NULL;
@@ -644,9 +678,11 @@ pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         if (place_row(self, places, base, i, &row) < 0) {
             return NULL;
         }
-        const char *data;
-        int64_t lengths[2] = {row_span(&self->keys, row, &data),
-                              row_span(&self->values, row, &data)};
+        const char *key, *value;
+        int64_t lengths[2];
+        if (row_pair(self, row, &key, &lengths[0], &value, &lengths[1]) < 0) {
+            return NULL;
+        }
         PyObject *lists[2] = {key_sizes, value_sizes};
         for (int c = 0; c < 2; c++) {
             PyObject *number = PyLong_FromLongLong(lengths[c]);

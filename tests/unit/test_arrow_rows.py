@@ -176,6 +176,24 @@ def test_malformed_columns_and_places_outside_the_rows_are_refused() -> None:
         rows.sizes(0, [0], 0, 1, [], None)
 
 
+def test_a_buffer_changed_after_the_rows_were_made_is_never_read_out_of_bounds() -> None:
+    # A writable buffer (an array made with pa.array, say) may change while the rows hold
+    # it: each row is checked again as it is read, and what no longer fits is refused.
+    offsets = bytearray((0).to_bytes(4, "little") + (3).to_bytes(4, "little"))
+    rows = arrowcols.BinaryPairs(1, (None, offsets, b"abc", 0, False), _spec(pa.array([b"v"])))
+    assert rows[0] == (b"abc", b"v")
+    offsets[4:8] = (200).to_bytes(4, "little")
+    for read in (
+        lambda: rows[0],
+        lambda: rows.murmur2(0),
+        lambda: rows.group(0, 1, 3, -1),
+        lambda: rows.encode(b"\x00\x00", 0, 0, [0], 0, 1, 10_000, True),
+        lambda: rows.sizes(0, [0], 0, 1, [], []),
+    ):
+        with pytest.raises(ValueError, match="outside its data"):
+            read()
+
+
 # ---- RecordAppender.append_rows ----------------------------------------------------------------
 
 

@@ -236,8 +236,10 @@ def _arrow_pairs(layout: _Layout, batch: Any) -> Any:
     specs = []
     for column in (keys, values):
         wide = _BINARY_KINDS.get(str(column.type))
+        if wide is None or not hasattr(column, "buffers"):
+            return None  # not binary or string, or not an Array (a Table's ChunkedArray)
         buffers = column.buffers()
-        if wide is None or len(buffers) != 3:
+        if len(buffers) != 3:
             return None
         validity, offsets, data = buffers
         specs.append((validity, offsets, data, column.offset, wide))
