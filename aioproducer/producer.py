@@ -947,17 +947,13 @@ class Producer:
         appender.check_sendable()
         topic = appender.validate_topic(topic)
         partition = check_partition(partition)
-        rows: Any = None
-        if (
-            type(items) is _BINARY_PAIRS
-            and self._telemetry is None
-            and appender.takes_rows(partition)
-        ):
-            # The Spark data source's keyed chunk: the keys and values of an Arrow batch,
+        rows: Any = items if type(items) is _BINARY_PAIRS and self._telemetry is None else None
+        if rows is not None and appender.takes_rows(partition, rows.keyless()):
+            # The Spark data source's chunk: the keys (if any) and values of an Arrow batch,
             # encoded from its buffers (see aioproducer/_native/arrowcols.c).
-            rows = items
             sequence: list[Any] = []
         else:
+            rows = None
             # A list (a tuple too is copied): the bulk paths index it natively when compiled.
             sequence = items if type(items) is list else list(items)
         span: SendSpan | None = None
@@ -974,8 +970,9 @@ class Producer:
                     index = appender.append_rows(topic, partition, now_ms, rows, index, results)
                     if index >= total:
                         break
-                    # A row without a key, or one that waits for metadata or memory: the
-                    # general path, as a (key, value) tuple.
+                    # A keyed batch's row without a key, a row that starts a batch of
+                    # key-less rows, or one that waits for metadata or memory: the general
+                    # path, as a (key, value) tuple.
                     pending = appender.prepare_item(topic, partition, rows[index], now_ms, results)
                     index += 1
                 else:

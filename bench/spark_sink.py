@@ -177,7 +177,10 @@ def _cpu_by_role() -> dict[str, float]:
             times = child.cpu_times()
             name = child.name()
             if name.startswith("python"):
-                roles["python_workers"] += times.user + times.system
+                # PySpark's daemon forks the workers and reaps those that exit.
+                roles["python_workers"] += (
+                    times.user + times.system + times.children_user + times.children_system
+                )
                 continue
             command = " ".join(child.cmdline())
             role = "broker" if "kafka.Kafka" in command or "kafka-server" in command else (

@@ -520,6 +520,28 @@ class RecordAccumulator:
         results.add_values(batch, first_offset, timestamp, values, start, stopped)
         return stopped
 
+    def append_value_rows(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        rows: Any,
+        start: int,
+        stop: int,
+        results: BatchResults,
+    ) -> int:
+        """:meth:`append_values` for the rows ``start:stop`` of ``rows``, a BinaryPairs
+        without a key column (``aioproducer._native.arrowcols``)."""
+        batch = self.open_batch(topic, partition)
+        if batch is None:
+            return start
+        first_offset = batch.builder.record_count
+        stopped = batch.builder.append_rows(timestamp, rows, 0, None, start, stop)
+        if stopped < stop:
+            batch.full = True
+        results.add_value_rows(batch, first_offset, timestamp, rows, start, stopped)
+        return stopped
+
     def append_pairs(
         self,
         batch: ProducerBatch,

@@ -1196,6 +1196,11 @@ class RecordAppender(RecordPreparer):
             self.intercept is None and self.value_serializer is None and not self._check_each_record
         )
         plain_pairs_ok = plain_values_ok and self.key_serializer is None
+        if partition is None and self._default_partitioner is None:
+            # A run of plain values goes to one partition chosen per batch, as the built-in
+            # sticky partitioner chooses; any other partitioner (round robin, a callable)
+            # is asked once per record, as send() asks it: the general path.
+            plain_values_ok = False
         total = len(items)
         index = start
         # Where the keyed bulk path last stopped: that item goes the general way.
@@ -1309,12 +1314,12 @@ class RecordAppender(RecordPreparer):
                 break  # an item that is not a pair of bytes: the general path takes it
         return index
 
-    def takes_rows(self, partition: int | None) -> bool:
+    def takes_rows(self, partition: int | None, keyless: bool) -> bool:
         """Whether :meth:`append_rows` takes a BinaryPairs for ``send_many`` with
         ``partition``: no interceptor or serializer, records that need no size check each,
-        and either a partition given or the default partitioner hashing keys (the rows'
-        murmur2 is the Java client's, as :class:`DefaultPartitioner` uses, not a
-        subclass's)."""
+        and a partition given, or the built-in partitioner: sticky for ``keyless`` rows
+        (those without a key column), hashing keys for keyed ones (the rows' murmur2 is the
+        Java client's, as :class:`DefaultPartitioner` uses, not a subclass's)."""
         if not (
             self.intercept is None
             and self.value_serializer is None
@@ -1325,11 +1330,9 @@ class RecordAppender(RecordPreparer):
         if partition is not None:
             return True
         default = self._default_partitioner
-        return (
-            default is not None
-            and type(default) is DefaultPartitioner
-            and not default.ignores_keys
-        )
+        if default is None:
+            return False
+        return keyless or (type(default) is DefaultPartitioner and not default.ignores_keys)
 
     def append_rows(
         self,
@@ -1348,8 +1351,10 @@ class RecordAppender(RecordPreparer):
         :meth:`append_pairs` over the columns' buffers: the same chunks and rounds, each
         chunk grouped by partition (``rows.group``: the murmur2 of each key, taken modulo
         the partition count) and each partition's rows written into its open batch as one
-        piece (``rows.encode``). The rows from the returned index on are untouched; the one
-        there goes the general way (as a ``(key, value)`` tuple).
+        piece (``rows.encode``). Rows without a key column (``rows.keyless()``) go as
+        :meth:`append_values` takes plain values, when no partition is given. The rows from
+        the returned index on are untouched; the one there goes the general way (as a
+        ``(key, value)`` tuple).
         """
         self.check_sendable()
         layout = self.topic_layout(topic)
@@ -1358,6 +1363,8 @@ class RecordAppender(RecordPreparer):
         count = layout[0]
         if partition is not None and not 0 <= partition < count:
             return start
+        if partition is None and rows.keyless():
+            return self._append_keyless_rows(topic, timestamp, rows, start, results, layout)
         chosen = -1 if partition is None else partition
         empty: list[Any] = []
         total = len(rows)
@@ -1378,6 +1385,39 @@ class RecordAppender(RecordPreparer):
             index += taken
             if taken < size:
                 break  # a row without a key: the general path takes it
+        return index
+
+    def _append_keyless_rows(
+        self,
+        topic: str,
+        timestamp: int,
+        rows: Any,
+        start: int,
+        results: BatchResults,
+        layout: tuple[int, Any],
+    ) -> int:
+        """:meth:`append_values` for the rows of ``rows``, which have no key column: each run
+        goes to the partition the sticky partitioner picks, into its open batch, and the
+        partitioner hears of the bytes added. Returns the index of the row that needs a new
+        batch: the general path starts it (asking the partitioner, then telling it), and the
+        caller comes back for the rest."""
+        count, available = layout
+        accumulator = self._accumulator
+        total = len(rows)
+        index = start
+        while index < total:
+            chosen = self.choose_partition(topic, None, count, available)
+            reached = accumulator.append_value_rows(
+                topic, chosen, timestamp, rows, index, total, results
+            )
+            if reached == index:
+                break
+            if self._record_appended is not None:
+                size = 10 * (reached - index) + rows.value_bytes(index, reached)
+                last = results.last_batch
+                assert last is not None
+                self._tell_record_appended(topic, chosen, size, last.full, last)
+            index = reached
         return index
 
     def _append_chunk(

@@ -693,18 +693,42 @@ class BatchResults:
         ``first_offset`` on, without futures."""
         if stop <= start:
             return
+        run = self._new_run(batch, first_offset, timestamp, stop - start)
+        sizes = run.value_sizes
+        for index in range(start, stop):
+            sizes.append(len(values[index]))
+
+    def add_value_rows(
+        self,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        rows: Any,
+        start: int,
+        stop: int,
+    ) -> None:
+        """:meth:`add_values` for the rows ``start:stop`` of ``rows``, a BinaryPairs without
+        a key column (``aioproducer._native.arrowcols``), which gives the values' sizes."""
+        if stop <= start:
+            return
+        run = self._new_run(batch, first_offset, timestamp, stop - start)
+        rows.sizes(0, None, start, stop, None, run.value_sizes)
+
+    def _new_run(
+        self, batch: ProducerBatch, first_offset: int, timestamp: int, count: int
+    ) -> RecordRun:
+        """A run of the ``count`` records just written to ``batch`` from ``first_offset`` on,
+        at the next places of the call's results; its value sizes are the caller's to add."""
         run = RecordRun(self.token, batch, first_offset, timestamp, self._total)
         batch.records.append(run)
         batch.open_run = run
         self._runs.append(run)
-        sizes = run.value_sizes
-        for index in range(start, stop):
-            sizes.append(len(values[index]))
-        run.count = stop - start
-        run.last_position = self._total + stop - start - 1
+        run.count = count
+        run.last_position = self._total + count - 1
         self.last_batch = batch
-        self._total += stop - start
+        self._total += count
         self._all = None
+        return run
 
     def add_pairs(
         self,

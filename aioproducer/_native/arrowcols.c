@@ -1,21 +1,24 @@
-/* aioproducer._native.arrowcols: a keyed chunk of Arrow rows sent without a Python object
- * per row.
+/* aioproducer._native.arrowcols: Arrow rows of a key and a value sent without a Python
+ * object per row.
  *
- * The Spark data source sends each Arrow batch of keys and values with send_many. Made the
- * obvious way, key_column.to_pylist() and value_column.to_pylist() zipped into (key, value)
- * tuples, each row costs two bytes objects and a tuple, made, read again by the
- * partitioner and the record encoder, and freed; the keyed bulk path spent about 0.8 us per
- * 100-byte row that way, where a key-less row costs 0.3 (bench/README.md).
+ * The Spark data source sends each Arrow batch with send_many. Made the obvious way, the
+ * columns' to_pylist() (zipped into (key, value) tuples when there are keys), each row
+ * costs a bytes object per column (and a tuple), made, read again by the partitioner and
+ * the record encoder, and freed: about 1.1 us per keyed 100-byte row in the worker, 0.3
+ * without a key (bench/README.md).
  *
- * A BinaryPairs holds the two columns' buffers (validity bitmap, offsets, data: the layout of
+ * A BinaryPairs holds the columns' buffers (validity bitmap, offsets, data: the layout of
  * Arrow's binary, string, large_binary and large_string) and is what send_many takes
- * instead of a list. Its methods do the per-row work of the keyed bulk path over the buffers
- * (RecordAppender.append_pairs in aioproducer/_core/appender.py has the same steps over
- * tuples): group() partitions a run of rows as the Java client does (murmur2 of the key),
- * encode() writes a partition's rows as record batch v2 records into one bytes object that
- * the batch copies in with its other records, and sizes() gives the key and value sizes
- * that the records' metadata reports. As a sequence it is the (key, value) tuples, made on
- * demand (None for a null), for whatever takes the general path.
+ * instead of a list. Its methods do the per-row work of the bulk paths over the buffers
+ * (RecordAppender.append_pairs and append_values in aioproducer/_core/appender.py have the
+ * same steps over tuples and bytes): group() partitions a run of keyed rows as the Java
+ * client does (murmur2 of the key), encode() writes rows as record batch v2 records into
+ * one bytes object that the batch copies in with its other records, and sizes() gives the
+ * key and value sizes that the records' metadata reports. Rows without a key column (keys
+ * None) go as a run to the partition the sticky partitioner picks, as plain values do:
+ * encode() takes them in order (places None), and value_bytes() is what the partitioner is
+ * told they added. As a sequence it is the (key, value) tuples, made on demand (None for a
+ * null), for whatever takes the general path.
  *
  * Every offset is checked against the buffers' sizes when the object is made (a malformed
  * column raises ValueError before any row is sent) and again each time a row is read, since
@@ -23,7 +26,7 @@
  * of bounds.
  *
  * Built only with the mypyc-compiled modules (setup.py); without it the data source hands
- * send_many the zipped lists.
+ * send_many lists.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +40,7 @@ typedef struct {
     Py_buffer data;     /* len 0 and buf NULL when the column has no data buffer */
     Py_ssize_t offset;  /* the array's offset into its buffers (a slice) */
     int wide;           /* 64-bit offsets (large_binary, large_string) */
+    int absent;         /* no column: every row is null (keys of a key-less batch) */
     int have_validity, have_data, have_offsets;
 } column_t;
 
@@ -82,6 +86,10 @@ column_open(PyObject *spec, Py_ssize_t length, const char *role, column_t *colum
     PyObject *validity, *offsets, *data;
     Py_ssize_t offset;
     int wide;
+    if (spec == Py_None && strcmp(role, "key") == 0) {
+        column->absent = 1;
+        return 0;
+    }
     if (!PyTuple_Check(spec)
         || !PyArg_ParseTuple(spec, "OOOnp", &validity, &offsets, &data, &offset, &wide)) {
         if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -148,6 +156,9 @@ static PyMethodDef methods[] = {
 static inline int
 is_null(const column_t *column, Py_ssize_t row)
 {
+    if (column->absent) {
+        return 1;
+    }
     if (!column->have_validity) {
         return 0;
     }
@@ -492,7 +503,7 @@ put_varint(char *at, uint64_t zigzag)
 static int
 place_row(pairs_t *self, PyObject *places, Py_ssize_t base, Py_ssize_t i, Py_ssize_t *row)
 {
-    Py_ssize_t place = PyLong_AsSsize_t(PyList_GET_ITEM(places, i));
+    Py_ssize_t place = places == Py_None ? i : PyLong_AsSsize_t(PyList_GET_ITEM(places, i));
     if (place == -1 && PyErr_Occurred()) {
         return -1;
     }
@@ -521,11 +532,11 @@ body_size(Py_ssize_t head_size, int64_t delta, int64_t key_length, int64_t value
 static int
 check_places(PyObject *places, Py_ssize_t start, Py_ssize_t stop)
 {
-    if (!PyList_Check(places)) {
-        PyErr_SetString(PyExc_TypeError, "places must be a list");
+    if (places != Py_None && !PyList_Check(places)) {
+        PyErr_SetString(PyExc_TypeError, "places must be a list or None");
         return -1;
     }
-    if (start < 0 || stop < start || stop > PyList_GET_SIZE(places)) {
+    if (start < 0 || stop < start || (places != Py_None && stop > PyList_GET_SIZE(places))) {
         PyErr_SetString(PyExc_IndexError, "start and stop outside places");
         return -1;
     }
@@ -534,7 +545,8 @@ check_places(PyObject *places, Py_ssize_t start, Py_ssize_t stop)
 
 /* encode(head, count, base, places, start, stop, room, write) -> (records, stopped, used)
  *
- * The records of the rows base + places[i], i from start on, as a record batch v2 holds
+ * The records of the rows base + places[i] (base + i when places is None), i from start
+ * on, as a record batch v2 holds
  * them: each one's length, then head (its attributes and timestamp delta, shared by the
  * run), its offset delta (count for the first, then one more each), key, value and no
  * headers. As many as fit in room bytes, up to stop: stopped is the i it stopped at and
@@ -669,8 +681,8 @@ pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     if (check_places(places, start, stop) < 0) {
         return NULL;
     }
-    if (!PyList_Check(key_sizes) || !PyList_Check(value_sizes)) {
-        PyErr_SetString(PyExc_TypeError, "sizes() appends to two lists");
+    if ((key_sizes != Py_None && !PyList_Check(key_sizes)) || !PyList_Check(value_sizes)) {
+        PyErr_SetString(PyExc_TypeError, "sizes() appends to two lists (the first may be None)");
         return NULL;
     }
     for (Py_ssize_t i = start; i < stop; i++) {
@@ -685,6 +697,9 @@ pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         }
         PyObject *lists[2] = {key_sizes, value_sizes};
         for (int c = 0; c < 2; c++) {
+            if (lists[c] == Py_None) {
+                continue;
+            }
             PyObject *number = PyLong_FromLongLong(lengths[c]);
             if (number == NULL) {
                 return NULL;
@@ -699,7 +714,48 @@ pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* value_bytes(start, stop): the bytes of the values of rows start:stop together (a null
+ * counts 0). */
+static PyObject *
+pairs_value_bytes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "value_bytes() takes (start, stop)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[0]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[1]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || stop < start || stop > self->length) {
+        PyErr_SetString(PyExc_IndexError, "value_bytes() rows out of range");
+        return NULL;
+    }
+    int64_t total = 0;
+    for (Py_ssize_t row = start; row < stop; row++) {
+        const char *value;
+        int64_t length = row_span(&self->values, row, "value", &value);
+        if (length == -2) {
+            return NULL;
+        }
+        total += length > 0 ? length : 0;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+static PyObject *
+pairs_keyless(pairs_t *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->keys.absent);
+}
+
 static PyMethodDef pairs_methods[] = {
+    {"keyless", (PyCFunction)pairs_keyless, METH_NOARGS,
+     "keyless() -> whether the rows have no key column (made with keys None): every key "
+     "null."},
+    {"value_bytes", (PyCFunction)(void (*)(void))pairs_value_bytes, METH_FASTCALL,
+     "value_bytes(start, stop) -> the bytes of the values of rows start:stop together."},
     {"murmur2", (PyCFunction)pairs_murmur2, METH_O,
      "murmur2(row) -> the Java client's murmur2 of the row's key (a signed 32-bit int), or "
      "None for a null key."},
@@ -711,7 +767,7 @@ static PyMethodDef pairs_methods[] = {
      "used): rows as a record batch's records (see arrowcols.c)."},
     {"sizes", (PyCFunction)(void (*)(void))pairs_sizes, METH_FASTCALL,
      "sizes(base, places, start, stop, key_sizes, value_sizes): append the rows' key and "
-     "value sizes (-1 for null)."},
+     "value sizes (-1 for null; key_sizes None: the values' only)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -726,8 +782,9 @@ static PyType_Slot pairs_slots[] = {
      "of (key, value) tuples (None for a null), and the send_many path that encodes them as "
      "records without a Python object per row. Each column is (validity, offsets, data, "
      "offset, wide): its validity bitmap and data buffers (either may be None), its "
-     "offsets buffer, the array's offset into them and whether its offsets are 64-bit. The "
-     "buffers are held until the object goes."},
+     "offsets buffer, the array's offset into them and whether its offsets are 64-bit; "
+     "keys may be None (no key column: every key null). The buffers are held until the "
+     "object goes."},
     {0, NULL},
 };
 

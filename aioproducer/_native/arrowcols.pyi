@@ -6,7 +6,9 @@ from typing import Any
 _Column = tuple[Any, Any, Any, int, bool]
 
 class BinaryPairs:
-    def __new__(cls, length: int, keys: _Column, values: _Column, /) -> BinaryPairs: ...
+    def __new__(cls, length: int, keys: _Column | None, values: _Column, /) -> BinaryPairs: ...
+    def keyless(self) -> bool: ...
+    def value_bytes(self, start: int, stop: int, /) -> int: ...
     def __len__(self) -> int: ...
     def __getitem__(self, row: int, /) -> tuple[bytes | None, bytes | None]: ...
     def __iter__(self) -> Iterator[tuple[bytes | None, bytes | None]]: ...
@@ -19,7 +21,7 @@ class BinaryPairs:
         head: bytes,
         count: int,
         base: int,
-        places: list[int],
+        places: list[int] | None,
         start: int,
         stop: int,
         room: int,
@@ -29,10 +31,10 @@ class BinaryPairs:
     def sizes(
         self,
         base: int,
-        places: list[int],
+        places: list[int] | None,
         start: int,
         stop: int,
-        key_sizes: list[int],
+        key_sizes: list[int] | None,
         value_sizes: list[int],
         /,
     ) -> None: ...

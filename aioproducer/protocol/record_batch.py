@@ -485,14 +485,15 @@ class RecordBatchBuilder:
         timestamp: int,
         rows: Any,
         base: int,
-        places: list[int],
+        places: list[int] | None,
         start: int,
         stop: int,
         write: bool = True,
     ) -> int:
-        """:meth:`append_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
-        (``aioproducer._native.arrowcols``: the keys and values of an Arrow batch, either
-        may be null), which encodes them into one part."""
+        """:meth:`append_pairs` for the rows ``base + places[i]`` (``base + i`` when
+        ``places`` is None) of ``rows``, a BinaryPairs (``aioproducer._native.arrowcols``:
+        the keys and values of an Arrow batch, either may be null), which encodes them into
+        one part."""
         count = self.record_count
         if start >= stop:
             return start

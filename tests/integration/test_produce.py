@@ -264,23 +264,26 @@ async def test_send_many_accepts_records_and_pairs(target: Target) -> None:
     assert by_value[b"r2"].key is None
 
 
+@pytest.mark.parametrize("keys", ["keyed", "no key column"])
 @pytest.mark.parametrize("buffer_memory", [1 << 20, 16384], ids=["room", "waits-for-memory"])
 async def test_send_many_sends_arrow_rows_as_the_pairs_they_hold(
-    target: Target, buffer_memory: int
+    target: Target, buffer_memory: int, keys: str
 ) -> None:
-    # The Spark data source hands send_many a keyed Arrow batch as a BinaryPairs, encoded
-    # from the columns' buffers. The broker must store what the same (key, value) tuples
-    # give: keyed rows where the Java client puts them, in order; rows without a key (the
-    # general path, sticky) and null values (tombstones) too; and with little buffer memory
-    # the rows that wait for it in their place.
+    # The Spark data source hands send_many an Arrow batch as a BinaryPairs, encoded from
+    # the columns' buffers. The broker must store what the same (key, value) tuples give:
+    # keyed rows where the Java client puts them, in order; rows without a key (the general
+    # path, sticky; or a whole batch without a key column, a run per batch) and null values
+    # (tombstones) too; and with little buffer memory the rows that wait for it in their
+    # place.
     arrowcols = pytest.importorskip(
         "aioproducer._native.arrowcols", reason="the C helper is built with the compiled hot path"
     )
     pa = pytest.importorskip("pyarrow")
     rng = random.Random(11)
+    keyed = keys == "keyed"
     pairs: list[tuple[bytes | None, bytes | None]] = [
         (
-            None if i % 97 == 5 else b"user-%d" % rng.randrange(300),
+            None if i % 97 == 5 or not keyed else b"user-%d" % rng.randrange(300),
             None if i % 89 == 7 else b"%05d." % i + rng.randbytes(rng.randrange(400)),
         )
         for i in range(3000)
@@ -292,7 +295,7 @@ async def test_send_many_sends_arrow_rows_as_the_pairs_they_hold(
 
     rows = arrowcols.BinaryPairs(
         len(pairs),
-        spec(pa.array([k for k, _ in pairs], pa.binary())),
+        spec(pa.array([k for k, _ in pairs], pa.binary())) if keyed else None,
         spec(pa.array([v for _, v in pairs], pa.binary())),
     )
     topic = target.make_topic(4)
@@ -319,6 +322,8 @@ async def test_send_many_sends_arrow_rows_as_the_pairs_they_hold(
         ]
         assert sorted(stored) == sent_here, f"partition {partition}"
     assert sum(map(len, by_partition.values())) == len(pairs)
+    if not keyed:
+        assert len(by_partition) > 1, "the sticky partitioner never moved on"
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])

@@ -183,6 +183,22 @@ async def test_close_with_timeout_fails_what_is_left(mock_cluster: Any) -> None:
         assert isinstance(future.exception(), KafkaError)
 
 
+async def test_send_many_asks_a_round_robin_partitioner_once_per_value(mock_cluster: Any) -> None:
+    # Plain values too: their bulk path picks a partition per batch, as the built-in sticky
+    # partitioner does, so any other partitioner is asked once per record instead.
+    topic = _topic(mock_cluster, partitions=3)
+    values = [b"%04d" % i * 10 for i in range(60)]
+    async with Producer(
+        bootstrap_servers=mock_cluster.bootstrap_servers, partitioner="round_robin"
+    ) as producer:
+        metadata = await (await producer.send_many(topic, values))
+    assert [m.partition for m in metadata] == [i % 3 for i in range(60)]
+    consumed = read_back(mock_cluster.bootstrap_servers, topic, expected=len(values))
+    assert sorted((r.partition, r.value) for r in consumed) == sorted(
+        (i % 3, value) for i, value in enumerate(values)
+    )
+
+
 async def test_send_many_asks_a_round_robin_partitioner_once_per_pair(mock_cluster: Any) -> None:
     # (key, value) pairs take send_many's keyed bulk path; a partitioner that may answer
     # differently when asked twice (round robin) must still be asked once per record, also

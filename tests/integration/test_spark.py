@@ -173,23 +173,28 @@ def test_batch_write_every_column(
     _check_round_trip(rows, records, partitions=3)
 
 
-def test_keyed_rows_of_keys_and_values_land_where_the_java_client_puts_them(
-    spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "no key column"])
+def test_rows_of_keys_and_values_land_where_the_java_client_puts_them(
+    spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory, keyed: bool
 ) -> None:
-    # A DataFrame of a key and a value only: each Arrow batch goes to send_many as its
-    # columns' buffers (BinaryPairs, where the C helper is built), several batches per
-    # task. Keyed rows go where the Java client's murmur2 puts them; null keys and null
-    # values (tombstones) arrive as nulls; every row once.
+    # A DataFrame of a key and a value only (or a value only): each Arrow batch goes to
+    # send_many as its columns' buffers (BinaryPairs, where the C helper is built), several
+    # batches per task. Keyed rows go where the Java client's murmur2 puts them, key-less
+    # ones where the sticky partitioner does (moving on as batches fill); null keys and
+    # null values (tombstones) arrive as nulls; every row once.
     topic = new_topic(tansu, partitions=5)
     rows = [
         {
-            "key": None if i % 101 == 3 else f"user-{i % 997}",
+            "key": None if i % 101 == 3 or not keyed else f"user-{i % 997}",
             "value": None if i % 83 == 5 else f"{i:06d}".encode() + b"." * (i % 300),
         }
         for i in range(25_000)
     ]
-    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    df = spark.createDataFrame(rows, schema).repartition(3)
+    fields = [StructField("key", StringType())] if keyed else []
+    schema = StructType([*fields, StructField("value", BinaryType())])
+    df = spark.createDataFrame(
+        [row if keyed else {"value": row["value"]} for row in rows], schema
+    ).repartition(3)
     (
         df.write.format("aioproducer")
         .option("kafka.bootstrap.servers", tansu.bootstrap_servers)
@@ -213,6 +218,8 @@ def test_keyed_rows_of_keys_and_values_land_where_the_java_client_puts_them(
     for record in records:
         if record.key is not None:
             assert record.partition == confluent_kafka.murmur2(record.key, 5), record.key
+    if not keyed:
+        assert len({record.partition for record in records}) > 1
 
 
 def test_streaming_write_routes_rows_by_topic_column(

@@ -306,6 +306,19 @@ async def test_send_under_partitioner_ignore_keys_moves_on_as_batches_fill() -> 
     assert len(partitions) > 1
 
 
+async def test_send_many_asks_a_custom_partitioner_once_per_plain_value() -> None:
+    # Plain values take a bulk path that picks a partition per batch, as the built-in sticky
+    # partitioner does; a round-robin partitioner must be asked once per record instead,
+    # as send() asks it, or a run of values lands in one partition.
+    partitioner = CountingPartitioner()
+    h = Harness(partitioner=partitioner, value_serializer=None)
+    h.know_topic(partitions=3)
+    results = _send_many(h, [b"v%d" % i for i in range(9)])
+    assert partitioner.calls == 9
+    assert {p: len(r) for p, r in _stored(h).items()} == {0: 3, 1: 3, 2: 3}
+    assert len(results) == 9
+
+
 async def test_send_many_pairs_after_plain_values_in_one_batch_keep_their_places() -> None:
     h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
     h.know_topic(partitions=1)

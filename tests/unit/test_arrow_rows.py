@@ -17,7 +17,12 @@ from typing import Any
 import pytest
 
 from aioproducer._core.futures import BatchResults
-from aioproducer._core.partitioner import DefaultPartitioner, murmur2, to_positive
+from aioproducer._core.partitioner import (
+    DefaultPartitioner,
+    RoundRobinPartitioner,
+    murmur2,
+    to_positive,
+)
 from aioproducer.protocol.record_batch import RecordBatchBuilder
 from tests.unit.test_appender import BATCH_SIZE, TOPIC, Harness, _send_many, _stored
 
@@ -34,15 +39,15 @@ def _spec(array: Any) -> tuple[Any, Any, Any, int, bool]:
     return (validity, offsets, data, array.offset, str(array.type).startswith("large_"))
 
 
-def _rows(pairs: list[Pair], kind: Any = None, offset: int = 0) -> Any:
+def _rows(pairs: list[Pair], kind: Any = None, offset: int = 0, keyless: bool = False) -> Any:
     """A BinaryPairs of ``pairs``, whose Arrow arrays start ``offset`` rows into their
-    buffers (a slice, as Spark's batches may be)."""
+    buffers (a slice, as Spark's batches may be); without a key column if ``keyless``."""
     kind = kind or pa.binary()
     padding: list[Pair] = [(b"pad", b"pad")] * offset
     everything = padding + pairs
     keys = pa.array([k for k, _ in everything], kind).slice(offset)
     values = pa.array([v for _, v in everything], kind).slice(offset)
-    return arrowcols.BinaryPairs(len(pairs), _spec(keys), _spec(values))
+    return arrowcols.BinaryPairs(len(pairs), None if keyless else _spec(keys), _spec(values))
 
 
 def _random_pairs(count: int, seed: int, null_keys: float = 0.0) -> list[Pair]:
@@ -153,6 +158,26 @@ def test_sizes_are_each_rows_key_and_value_length_or_minus_one() -> None:
     assert value_sizes == [-1 if v is None else len(v) for _, v in picked]
 
 
+def test_rows_without_a_key_column_are_key_less_values_in_order() -> None:
+    pairs = [(None, v) for _, v in _random_pairs(300, seed=9)]
+    rows = _rows(pairs, keyless=True)
+    assert rows.keyless() and not _rows(pairs).keyless()
+    assert list(rows) == pairs
+    assert rows.group(0, 10, 3, -1)[2] == 0, "no key to hash"
+    assert rows.value_bytes(5, 250) == sum(len(v or b"") for _, v in pairs[5:250])
+    values: list[int] = []
+    rows.sizes(0, None, 10, 20, None, values)
+    assert values == [-1 if v is None else len(v) for _, v in pairs[10:20]]
+    by_values = RecordBatchBuilder(bytearray(1 << 20))
+    by_rows = RecordBatchBuilder(bytearray(1 << 20))
+    for _, value in pairs[:100]:
+        by_values.try_append(9, None, value, None)
+    assert by_rows.append_rows(9, rows, 0, None, 0, 100) == 100
+    assert bytes(by_rows.close()) == bytes(by_values.close())
+    with pytest.raises(TypeError):
+        arrowcols.BinaryPairs(1, _spec(pa.array([b"k"])), None)  # values are never absent
+
+
 def test_malformed_columns_and_places_outside_the_rows_are_refused() -> None:
     good = pa.array([b"a", b"bc"])
     # Offsets past the data: refused when the object is made, never read.
@@ -231,7 +256,7 @@ async def test_rows_are_stored_and_reported_as_the_same_pairs_sent_as_tuples() -
     )
     for h in (by_rows, by_tuples):
         h.know_topic(partitions=3)
-        assert h.appender.takes_rows(None)
+        assert h.appender.takes_rows(None, keyless=False)
     rows_results = _send_rows(by_rows, _rows(pairs))
     tuple_results = _send_many(by_tuples, list(pairs))
     assert len(rows_results) == len(pairs)
@@ -295,6 +320,46 @@ async def test_rows_stop_at_the_first_that_must_wait_for_memory() -> None:
     assert pending is not None and pending.needs_memory and pending.target == 0
 
 
+async def test_key_less_rows_are_stored_and_reported_as_the_same_plain_values() -> None:
+    # Rows without a key column go as send_many's plain values do: a run per batch to the
+    # partition the sticky partitioner picks (told of each run's bytes), a new batch started
+    # by the general path. The same random source for both: the same partitions.
+    rng = random.Random(10)
+    values = [rng.randbytes(rng.randint(0, 300)) for _ in range(1500)]
+    by_rows = Harness(
+        partitioner=DefaultPartitioner(BATCH_SIZE, rng=random.Random(3)), value_serializer=None
+    )
+    by_values = Harness(
+        partitioner=DefaultPartitioner(BATCH_SIZE, rng=random.Random(3)), value_serializer=None
+    )
+    for h in (by_rows, by_values):
+        h.know_topic(partitions=3)
+    rows_results = _send_rows(by_rows, _rows([(None, v) for v in values], keyless=True))
+    value_results = _send_many(by_values, list(values))
+    stored = _stored(by_rows)
+    assert len(stored) > 1, "the sticky partitioner never moved on"
+    assert stored == _stored(by_values)
+    assert sum(map(len, stored.values())) == len(values)
+    rows_metadata = await _acknowledge_and_read(by_rows, rows_results, 3)
+    assert rows_metadata == await _acknowledge_and_read(by_values, value_results, 3)
+    for value, meta in zip(values, rows_metadata, strict=True):
+        assert (meta.serialized_key_size, meta.serialized_value_size) == (-1, len(value))
+        assert stored[meta.partition][meta.offset] == (None, value)
+
+
+async def test_key_less_rows_keep_null_values_and_their_order() -> None:
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
+    h.know_topic(partitions=1)
+    pairs: list[Pair] = [(None, None if i % 7 == 0 else b"%03d" % i * 9) for i in range(400)]
+    results = _send_rows(h, _rows(pairs, keyless=True))
+    assert _stored(h) == {0: pairs}
+    metadata = await _acknowledge_and_read(h, results, 1)
+    assert [m.offset for m in metadata] == list(range(400))
+    assert [m.serialized_value_size for m in metadata] == [
+        -1 if v is None else len(v) for _, v in pairs
+    ]
+
+
 async def test_rows_wait_for_an_unknown_topic_the_general_way() -> None:
     h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
     assert h.appender.append_rows(TOPIC, None, 5, _rows([(b"k", b"v")]), 0, BatchResults()) == 0
@@ -302,15 +367,20 @@ async def test_rows_wait_for_an_unknown_topic_the_general_way() -> None:
 
 async def test_only_the_java_clients_partitioning_takes_rows() -> None:
     plain = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
-    assert plain.appender.takes_rows(None) and plain.appender.takes_rows(1)
+    assert plain.appender.takes_rows(None, keyless=False) and plain.appender.takes_rows(1, False)
+    assert plain.appender.takes_rows(None, keyless=True)
     ignoring = Harness(
         partitioner=DefaultPartitioner(BATCH_SIZE, ignore_keys=True), value_serializer=None
     )
-    assert not ignoring.appender.takes_rows(None), "a sticky choice must hear of each record"
-    assert ignoring.appender.takes_rows(0)
+    assert not ignoring.appender.takes_rows(None, False), "a sticky choice hears of each record"
+    assert ignoring.appender.takes_rows(0, False)
+    assert ignoring.appender.takes_rows(None, True), "key-less rows: sticky per batch anyway"
+    round_robin = Harness(partitioner=RoundRobinPartitioner(), value_serializer=None)
+    assert not round_robin.appender.takes_rows(None, True), "asked once per record"
+    assert round_robin.appender.takes_rows(2, True)
     serializing = Harness(partitioner=DefaultPartitioner(BATCH_SIZE))  # a value serializer
-    assert not serializing.appender.takes_rows(None)
-    assert not serializing.appender.takes_rows(0)
+    assert not serializing.appender.takes_rows(None, False)
+    assert not serializing.appender.takes_rows(0, True)
 
 
 def test_rows_of_a_large_chunk_cost_no_object_per_row() -> None:

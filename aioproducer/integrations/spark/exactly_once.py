@@ -174,12 +174,14 @@ class _InputDigest:
         self.total = 0
 
     def add(self, columns: Mapping[str, list[Any]]) -> None:
-        pairs = columns.get("pairs")
+        pairs: Any = columns.get("pairs")
         if pairs is not None:
-            # A keyed chunk made from the Arrow buffers (rows._arrow_pairs): its (key,
-            # value) rows, as the key and value columns they came from.
+            # A chunk made from the Arrow buffers (rows._arrow_pairs): its (key, value) rows,
+            # as the columns they came from (a batch without keys has no key column).
             rows = list(pairs)
-            columns = {"key": [row[0] for row in rows], "value": [row[1] for row in rows]}
+            columns = {"value": [row[1] for row in rows]}
+            if not pairs.keyless():
+                columns["key"] = [row[0] for row in rows]
         count = len(columns["value"])
         present = [columns.get(name) for name in _DIGEST_COLUMNS]
         total = self.total

@@ -220,21 +220,24 @@ _BINARY_KINDS: Final = {
 
 
 def _arrow_pairs(layout: _Layout, batch: Any) -> Any:
-    """A keyed chunk's ``send_many`` items as a BinaryPairs (``aioproducer._native.arrowcols``):
-    the ``(key, value)`` rows of the batch, which the producer encodes from the Arrow
-    buffers without a Python object per row. None where that does not apply: no C helper,
-    a layout with more columns than a key and a value, a key or value of a type other than
-    binary or string, or no key in the batch."""
-    if _BINARY_PAIRS is None or layout.key not in ("binary", "string"):
+    """A chunk's ``send_many`` items as a BinaryPairs (``aioproducer._native.arrowcols``): the
+    ``(key, value)`` rows of the batch, which the producer encodes from the Arrow buffers
+    without a Python object per row (a batch without keys, or whose keys are all null, as
+    key-less rows). None where that does not apply: no C helper, a layout with columns
+    other than a key and a value, or a key or value of a type other than binary or
+    string."""
+    if _BINARY_PAIRS is None or layout.key not in (None, "binary", "string"):
         return None
-    if layout.value not in ("binary", "string") or len(layout.columns) != 2:
+    if layout.value not in ("binary", "string") or set(layout.columns) - {"key", "value"}:
         return None
-    keys = batch.column("key")
-    if keys.null_count == batch.num_rows:
-        return None  # no key in the batch: plain values take send_many's fastest path
-    values = batch.column("value")
-    specs = []
-    for column in (keys, values):
+    keys = batch.column("key") if layout.key is not None else None
+    if keys is not None and keys.null_count == batch.num_rows:
+        keys = None  # no key in the batch: key-less rows, for the sticky partitioner
+    specs: list[Any] = []
+    for column in (keys, batch.column("value")):
+        if column is None:
+            specs.append(None)
+            continue
         wide = _BINARY_KINDS.get(str(column.type))
         if wide is None or not hasattr(column, "buffers"):
             return None  # not binary or string, or not an Array (a Table's ChunkedArray)
@@ -247,8 +250,8 @@ def _arrow_pairs(layout: _Layout, batch: Any) -> Any:
 
 
 def _arrow_chunks(layout: _Layout, batches: Iterable[Any]) -> Iterator[dict[str, list[Any]]]:
-    """Columns as Python lists from Arrow record batches (no Row per record); for a keyed
-    chunk of keys and values only, the ``send_many`` items themselves, a BinaryPairs, under
+    """Columns as Python lists from Arrow record batches (no Row per record); for a chunk of
+    keys and values only, the ``send_many`` items themselves, a BinaryPairs, under
     ``"pairs"`` (see :func:`_arrow_pairs`)."""
     names = layout.columns
     for batch in batches:
