@@ -699,6 +699,13 @@ class RecordAppender(RecordPreparer):
         self._keys_ignored = (
             self._default_partitioner is not None and self._default_partitioner.ignores_keys
         )
+        # Whether key-less records may go a run per batch (send_many's bulk paths): the
+        # built-in sticky choice, which a subclass's own partition() (possible where nothing
+        # is compiled) would not make.
+        self._sticky_runs = (
+            self._default_partitioner is not None
+            and type(self._default_partitioner).partition is DefaultPartitioner.partition
+        )
         super().__init__(
             key_serializer=key_serializer, value_serializer=value_serializer, intercept=intercept
         )
@@ -1196,11 +1203,11 @@ class RecordAppender(RecordPreparer):
             self.intercept is None and self.value_serializer is None and not self._check_each_record
         )
         plain_pairs_ok = plain_values_ok and self.key_serializer is None
-        if partition is None and self._default_partitioner is None:
+        if partition is None and not self._sticky_runs:
             # A run of plain values goes to one partition chosen per batch, as the built-in
             # sticky partitioner chooses; any other partitioner (round robin, a callable)
             # is asked once per record, as send() asks it: the general path.
-            plain_values_ok = False
+            plain_values_ok = plain_pairs_ok = False
         total = len(items)
         index = start
         # Where the keyed bulk path last stopped: that item goes the general way.
@@ -1329,10 +1336,12 @@ class RecordAppender(RecordPreparer):
             return False
         if partition is not None:
             return True
+        if keyless:
+            return self._sticky_runs
         default = self._default_partitioner
-        if default is None:
-            return False
-        return keyless or (type(default) is DefaultPartitioner and not default.ignores_keys)
+        return (
+            default is not None and type(default) is DefaultPartitioner and not self._keys_ignored
+        )
 
     def append_rows(
         self,
@@ -1344,9 +1353,10 @@ class RecordAppender(RecordPreparer):
         results: BatchResults,
     ) -> int:
         """Append the rows of ``rows`` (a BinaryPairs, from ``aioproducer._native.arrowcols``:
-        the keys and values of an Arrow batch) from ``start`` on, until a row has no key
-        (with no ``partition`` given) or needs a new batch while the pool has no memory free;
-        return the index reached. Only where :meth:`takes_rows` says so.
+        the keys and values of an Arrow batch) from ``start`` on, until a row of a keyed
+        batch has no key (with no ``partition`` given), a row of a key-less one needs a new
+        batch, or a row needs a new batch while the pool has no memory free; return the
+        index reached. Only where :meth:`takes_rows` says so.
 
         :meth:`append_pairs` over the columns' buffers: the same chunks and rounds, each
         chunk grouped by partition (``rows.group``: the murmur2 of each key, taken modulo

@@ -556,10 +556,12 @@ class RecordRun:
         (``aioproducer._native.arrowcols``), which gives their key and value sizes."""
         count = self.count
         key_sizes = self.key_sizes
-        if key_sizes is None:
+        if key_sizes is None and not rows.keyless():
             key_sizes = self.key_sizes = _untracked([-1] * count)
         for index in range(start, stop):
             self._place(first_position + places[index], count + index - start)
+        # Key-less rows (to a partition given) leave the key sizes as they are: None while
+        # every record of the run is key-less.
         rows.sizes(base, places, start, stop, key_sizes, self.value_sizes)
         self.count = count + stop - start
 
@@ -693,10 +695,11 @@ class BatchResults:
         ``first_offset`` on, without futures."""
         if stop <= start:
             return
-        run = self._new_run(batch, first_offset, timestamp, stop - start)
+        run = self._new_run(batch, first_offset, timestamp)
         sizes = run.value_sizes
         for index in range(start, stop):
             sizes.append(len(values[index]))
+        self._count_run(run, stop - start)
 
     def add_value_rows(
         self,
@@ -711,24 +714,28 @@ class BatchResults:
         a key column (``aioproducer._native.arrowcols``), which gives the values' sizes."""
         if stop <= start:
             return
-        run = self._new_run(batch, first_offset, timestamp, stop - start)
+        run = self._new_run(batch, first_offset, timestamp)
         rows.sizes(0, None, start, stop, None, run.value_sizes)
+        self._count_run(run, stop - start)
 
-    def _new_run(
-        self, batch: ProducerBatch, first_offset: int, timestamp: int, count: int
-    ) -> RecordRun:
-        """A run of the ``count`` records just written to ``batch`` from ``first_offset`` on,
-        at the next places of the call's results; its value sizes are the caller's to add."""
+    def _new_run(self, batch: ProducerBatch, first_offset: int, timestamp: int) -> RecordRun:
+        """A new run of records just written to ``batch`` from ``first_offset`` on, at the
+        next places of the call's results; the caller adds their value sizes, then counts
+        them in (:meth:`_count_run`)."""
         run = RecordRun(self.token, batch, first_offset, timestamp, self._total)
         batch.records.append(run)
         batch.open_run = run
         self._runs.append(run)
+        return run
+
+    def _count_run(self, run: RecordRun, count: int) -> None:
+        """Count in the ``count`` records of ``run``, a new run (:meth:`_new_run`) whose
+        value sizes are added."""
         run.count = count
         run.last_position = self._total + count - 1
-        self.last_batch = batch
+        self.last_batch = run.batch
         self._total += count
         self._all = None
-        return run
 
     def add_pairs(
         self,

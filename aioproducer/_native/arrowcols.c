@@ -151,7 +151,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* ---- BinaryPairs: a keyed chunk as a sequence of (key, value), encoded natively ---------- */
+/* ---- BinaryPairs: rows as a sequence of (key, value), encoded natively --------------------- */
 
 static inline int
 is_null(const column_t *column, Py_ssize_t row)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from aioproducer._core.accumulator import RecordAccumulator
 from aioproducer._core.appender import PendingRecord, RecordAppender
 from aioproducer._core.buffer_pool import BufferPool
@@ -317,6 +319,34 @@ async def test_send_many_asks_a_custom_partitioner_once_per_plain_value() -> Non
     assert partitioner.calls == 9
     assert {p: len(r) for p, r in _stored(h).items()} == {0: 3, 1: 3, 2: 3}
     assert len(results) == 9
+
+
+async def test_send_many_asks_a_subclass_with_its_own_partition_once_per_plain_value() -> None:
+    # Where nothing is compiled the built-in partitioner can be subclassed: one with its own
+    # partition() is asked per record too, not once per batch as the sticky choice is.
+    try:
+
+        class Alternating(DefaultPartitioner):
+            calls = 0
+
+            def partition(
+                self,
+                topic: str,
+                key_bytes: bytes | None,
+                partition_count: int,
+                available: Sequence[int],
+            ) -> int:
+                Alternating.calls += 1
+                return Alternating.calls % partition_count
+
+        partitioner = Alternating(BATCH_SIZE)
+    except TypeError:  # raised by the class or by making one, as the version goes
+        pytest.skip("the compiled partitioner cannot be subclassed")
+    h = Harness(partitioner=partitioner, value_serializer=None)
+    h.know_topic(partitions=2)
+    _send_many(h, [b"v%d" % i for i in range(8)])
+    assert Alternating.calls == 8
+    assert {p: len(r) for p, r in _stored(h).items()} == {0: 4, 1: 4}
 
 
 async def test_send_many_pairs_after_plain_values_in_one_batch_keep_their_places() -> None:
