@@ -32,7 +32,7 @@ from aioproducer.records import check_partition, check_timestamp
 def _load_binary_pairs() -> Callable[[int, Any, Any], Any] | None:
     try:
         from aioproducer._native.arrowcols import BinaryPairs
-    except ImportError:  # the pure-Python install: keyed chunks zip the columns' lists
+    except ImportError:  # the pure-Python install: chunks go as the columns' lists
         return None
     return BinaryPairs
 
