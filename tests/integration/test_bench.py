@@ -157,7 +157,6 @@ async def test_the_instant_broker_gives_each_partition_contiguous_offsets() -> N
         await server.wait_closed()
 
 
-@pytest.mark.spark
 @_COMPILED_PASS_ONLY
 @pytest.mark.parametrize("flags", [["--keyed"], ["--keyed", "--lists"], []])
 def test_the_spark_rows_benchmark_sees_every_row_acknowledged(flags: list[str]) -> None:
@@ -174,6 +173,8 @@ def test_the_spark_rows_benchmark_sees_every_row_acknowledged(flags: list[str]) 
     assert f"25,000 rows of 100 B, {key}" in result.stdout, result.stdout
 
 
+@pytest.mark.spark
+@_COMPILED_PASS_ONLY
 def test_the_spark_sink_yardstick_writes_and_counts_every_row() -> None:
     """bench.spark_sink: the DataFrame goes through format("aioproducer") and the
     mapInArrow + confluent-kafka loop, each write counted on the broker (Spark's own sink is
