@@ -1,5 +1,6 @@
-"""The Spark integration in a local Spark session, writing to Tansu, read back with
-confluent-kafka and compared exactly.
+"""The Spark integration in a local Spark session, writing to Tansu (to Apache Kafka where
+several tasks write one partition at once), read back with confluent-kafka and compared
+exactly.
 
 What is proved: every Kafka sink column (key, value, topic, partition, headers, timestamp)
 reaches Kafka as it was in the DataFrame, through the batch data source, a streaming query
@@ -16,6 +17,7 @@ batches and Rows as Spark hands them over), without a Spark job each.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import itertools
 import json
@@ -70,6 +72,7 @@ from aioproducer.integrations.spark import rows as rows_module
 from aioproducer.integrations.spark import sink as sink_module
 from aioproducer.integrations.spark.options import _layout
 from aioproducer.testing import InMemoryProducer
+from tests.support.kafka import KafkaBroker
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
 from tests.support.readback import ConsumedRecord, read_back
 from tests.support.spark import local_spark
@@ -175,14 +178,18 @@ def test_batch_write_every_column(
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "no key column"])
 def test_rows_of_keys_and_values_land_where_the_java_client_puts_them(
-    spark: SparkSession, tansu: EmbeddedBroker, new_topic: TopicFactory, keyed: bool
+    spark: SparkSession, kafka: KafkaBroker, new_topic: TopicFactory, keyed: bool
 ) -> None:
     # A DataFrame of a key and a value only (or a value only): each Arrow batch goes to
     # send_many as its columns' buffers (BinaryPairs, where the C helper is built), several
     # batches per task. Keyed rows go where the Java client's murmur2 puts them, key-less
     # ones where the sticky partitioner does (moving on as batches fill); null keys and
     # null values (tombstones) arrive as nulls; every row once.
-    topic = new_topic(tansu, partitions=5)
+    #
+    # On Apache Kafka: three tasks write each partition at once, and Tansu's memory store
+    # moves a partition's end past a batch before it stores it; a reader there once skipped
+    # one batch's offsets without a word.
+    topic = new_topic(kafka, partitions=5)
     rows = [
         {
             "key": None if i % 101 == 3 or not keyed else f"user-{i % 997}",
@@ -197,13 +204,13 @@ def test_rows_of_keys_and_values_land_where_the_java_client_puts_them(
     ).repartition(3)
     (
         df.write.format("aioproducer")
-        .option("kafka.bootstrap.servers", tansu.bootstrap_servers)
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
         .option("topic", topic)
         .option("kafka.batch.size", "8192")
         .mode("append")
         .save()
     )
-    records = read_back(tansu.bootstrap_servers, topic, expected=len(rows), extra_wait=0.5)
+    records = read_back(kafka.bootstrap_servers, topic, expected=len(rows), extra_wait=0.5)
     got = sorted((r.key is None, r.key or b"", r.value is None, r.value or b"") for r in records)
     sent = sorted(
         (
@@ -214,12 +221,32 @@ def test_rows_of_keys_and_values_land_where_the_java_client_puts_them(
         )
         for row in rows
     )
-    assert got == sent
+    if got != sent:
+        missing = collections.Counter(sent) - collections.Counter(got)
+        extra = collections.Counter(got) - collections.Counter(sent)
+        pytest.fail(
+            f"{sum(missing.values())} rows missing, {sum(extra.values())} extra; missing rows: "
+            f"{sorted((v[:6], k) for _, k, _, v in missing)[:60]}; "
+            f"extra: {sorted((v[:6], k) for _, k, _, v in extra)[:60]}; "
+            f"offsets not read, per partition: {_gaps(records)}"
+        )
     for record in records:
         if record.key is not None:
             assert record.partition == confluent_kafka.murmur2(record.key, 5), record.key
     if not keyed:
         assert len({record.partition for record in records}) > 1
+
+
+def _gaps(records: list[ConsumedRecord]) -> dict[int, list[tuple[int, int]]]:
+    """The ranges of offsets below each partition's last record that were not read."""
+    gaps: dict[int, list[tuple[int, int]]] = {}
+    for partition, group in itertools.groupby(records, key=lambda record: record.partition):
+        expected_offset = 0
+        for record in group:
+            if record.offset > expected_offset:
+                gaps.setdefault(partition, []).append((expected_offset, record.offset))
+            expected_offset = record.offset + 1
+    return gaps
 
 
 def test_streaming_write_routes_rows_by_topic_column(
