@@ -1479,10 +1479,13 @@ class RecordAppender(RecordPreparer):
             for number in range(count):
                 group = members[number]
                 first = appended[number]
-                stop = first
                 end = fitting[number]
-                while stop < end and group[stop] < cutoff:
-                    stop += 1
+                if cutoff == size:
+                    stop = end  # every place in the chunk is below its size
+                else:
+                    stop = first
+                    while stop < end and group[stop] < cutoff:
+                        stop += 1
                 if stop > first:
                     batch = batches[number]
                     assert batch is not None

@@ -503,6 +503,15 @@ class RecordRun:
         self.value_sizes: list[int] = []
         _untracked(self.value_sizes)
         self.futures: list[RecordFuture] | None = None
+        # A run of rows of a BinaryPairs (add_rows) keeps no size or place per record: per
+        # piece added, the list of places it came with (``rows.group()``'s, shared, never
+        # changed) and four numbers in ``bounds`` (the piece's first position, base, start
+        # and stop). Sizes and places are worked out from them and the rows when the
+        # metadata or the futures are asked for, which a caller that only awaits the call
+        # never does. Such a run takes rows only, and other runs never take rows.
+        self.rows: Any = None
+        self.pieces: list[list[int]] | None = None
+        self.bounds: list[int] | None = None
 
     def add(self, position: int, key_size: int, value_size: int) -> None:
         """Take the record at the next offset of the batch, for place ``position`` (after
@@ -553,17 +562,25 @@ class RecordRun:
         first_position: int,
     ) -> None:
         """:meth:`add_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
-        (``aioproducer._native.arrowcols``), which gives their key and value sizes."""
-        count = self.count
-        key_sizes = self.key_sizes
-        if key_sizes is None and not rows.keyless():
-            key_sizes = self.key_sizes = _untracked([-1] * count)
-        for index in range(start, stop):
-            self._place(first_position + places[index], count + index - start)
-        # Key-less rows (to a partition given) leave the key sizes as they are: None while
-        # every record of the run is key-less.
-        rows.sizes(base, places, start, stop, key_sizes, self.value_sizes)
-        self.count = count + stop - start
+        (``aioproducer._native.arrowcols``), which gives their key and value sizes when
+        they are asked for: the run keeps ``places`` and the four numbers, nothing per row.
+        Only on a run that is empty or holds rows of ``rows``."""
+        pieces = self.pieces
+        bounds = self.bounds
+        if pieces is None or bounds is None:
+            pieces = self.pieces = []
+            bounds = self.bounds = []
+            # Lists of ints, and the lists of places (ints only): in no reference cycle.
+            _gc_untrack(pieces)
+            _gc_untrack(bounds)
+            self.rows = rows
+        pieces.append(places)
+        bounds.append(first_position)
+        bounds.append(base)
+        bounds.append(start)
+        bounds.append(stop)
+        self.last_position = first_position + places[stop - 1]
+        self.count += stop - start
 
     def _place(self, position: int, count: int) -> None:
         # The place of the run's record number ``count``.
@@ -581,6 +598,15 @@ class RecordRun:
     def positions(self) -> list[int] | None:
         """The places in the call's results of the run's records, in order; None while they
         follow each other from :attr:`start_position` on."""
+        pieces = self.pieces
+        bounds = self.bounds
+        if pieces is not None and bounds is not None:
+            placed: list[int] = []
+            for number, places in enumerate(pieces):
+                first_position = bounds[4 * number]
+                for index in range(bounds[4 * number + 2], bounds[4 * number + 3]):
+                    placed.append(first_position + places[index])
+            return placed
         gaps = self.gaps
         if gaps is None:
             return None
@@ -590,6 +616,32 @@ class RecordRun:
             position += gap
             positions.append(position)
         return positions
+
+    def sizes(self) -> tuple[list[int] | None, list[int]]:
+        """The records' key sizes (None while every record is key-less) and value sizes,
+        in order (-1 for a null); for a run of rows, read from the rows now."""
+        pieces = self.pieces
+        bounds = self.bounds
+        if pieces is None or bounds is None:
+            return self.key_sizes, self.value_sizes
+        rows = self.rows
+        key_sizes: list[int] | None = None if rows.keyless() else []
+        value_sizes: list[int] = []
+        try:
+            for number, places in enumerate(pieces):
+                rows.sizes(
+                    bounds[4 * number + 1],
+                    places,
+                    bounds[4 * number + 2],
+                    bounds[4 * number + 3],
+                    key_sizes,
+                    value_sizes,
+                )
+        except ValueError:
+            # Buffers changed after the call (writable Arrow buffers): the records were
+            # written as they were then, and their sizes are no longer known.
+            return [-1] * self.count, [-1] * self.count
+        return key_sizes, value_sizes
 
     def futures_if_moved(self) -> list[RecordFuture] | None:
         """The records' futures if they exist, made now if the run's batch was split (each
@@ -606,8 +658,7 @@ class RecordRun:
             batch = self.batch
             first = self.first_offset
             timestamp = self.timestamp
-            key_sizes = self.key_sizes
-            value_sizes = self.value_sizes
+            key_sizes, value_sizes = self.sizes()
             futures = []
             for index in range(self.count):
                 future = RecordFuture(
@@ -765,11 +816,17 @@ class BatchResults:
         self._all = None
 
     def _open_run(
-        self, batch: ProducerBatch, first_offset: int, timestamp: int, position: int
+        self,
+        batch: ProducerBatch,
+        first_offset: int,
+        timestamp: int,
+        position: int,
+        rows: Any = None,
     ) -> RecordRun:
         """The call's run in ``batch`` that records from ``first_offset`` on, stamped
-        ``timestamp``, join: the batch's open run if it is this call's and ends there, else a
-        new one whose first record has place ``position``."""
+        ``timestamp``, join: the batch's open run if it is this call's and ends there (and
+        holds rows of ``rows`` when given, or no rows when not), else a new one whose first
+        record has place ``position``."""
         run = batch.open_run
         if (
             run is None
@@ -777,6 +834,7 @@ class BatchResults:
             or run.first_offset + run.count != first_offset
             or run.timestamp != timestamp
             or run.futures is not None
+            or run.rows is not rows
         ):
             run = RecordRun(self.token, batch, first_offset, timestamp, position)
             batch.records.append(run)
@@ -800,7 +858,9 @@ class BatchResults:
         (``aioproducer._native.arrowcols``)."""
         if stop <= start:
             return
-        run = self._open_run(batch, first_offset, timestamp, first_position + places[start])
+        run = self._open_run(
+            batch, first_offset, timestamp, first_position + places[start], rows
+        )
         run.add_rows(rows, base, places, start, stop, first_position)
         self.last_batch = batch
         self._all = None
@@ -912,8 +972,7 @@ def _fill_run(results: list[Any], run: RecordRun, batch: ProducerBatch) -> None:
     topic = batch.topic
     partition = batch.partition
     first = base_offset + run.first_offset if base_offset >= 0 else -1
-    key_sizes = run.key_sizes
-    value_sizes = run.value_sizes
+    key_sizes, value_sizes = run.sizes()
     positions = run.positions()
     start = run.start_position
     for index in range(run.count):

@@ -410,18 +410,31 @@ pairs_group(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "group() needs a partition count of 1 or more");
         return NULL;
     }
-    PyObject *groups = PyDict_New();
-    if (groups == NULL) {
-        return NULL;
+    /* Each partition's list of places, found through a small open-addressing table (the
+     * chunk has at most ``size`` distinct partitions, and the table is at least twice
+     * that), in the order the partitions first appear; the dict is made at the end. */
+    Py_ssize_t distinct = partition >= 0 ? 1 : (count < size ? count : size);
+    Py_ssize_t capacity = 8;
+    while (capacity < 2 * distinct) {
+        capacity <<= 1;
     }
+    Py_ssize_t *slot_partition = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)capacity);
+    PyObject **slot_places = PyMem_Calloc((size_t)capacity, sizeof(PyObject *));
+    Py_ssize_t *order = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(distinct > 0 ? distinct : 1));
+    Py_ssize_t used = 0;
+    PyObject *groups = NULL;
     int64_t largest = 0;
     Py_ssize_t place = 0;
+    if (slot_partition == NULL || slot_places == NULL || order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (; place < size; place++) {
         Py_ssize_t row = start + place;
         const char *key, *value;
         int64_t key_length, value_length;
         if (row_pair(self, row, &key, &key_length, &value, &value_length) < 0) {
-            goto fail;
+            goto done;
         }
         Py_ssize_t chosen = partition;
         if (chosen < 0) {
@@ -436,39 +449,61 @@ pairs_group(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         if (together > largest) {
             largest = together;
         }
-        PyObject *number = PyLong_FromSsize_t(chosen);
-        if (number == NULL) {
-            goto fail;
+        Py_ssize_t slot = (Py_ssize_t)((size_t)chosen & (size_t)(capacity - 1));
+        while (slot_places[slot] != NULL && slot_partition[slot] != chosen) {
+            slot = (slot + 1) & (capacity - 1);
         }
-        PyObject *places = PyDict_GetItemWithError(groups, number);
-        if (places == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(number);
-                goto fail;
+        if (slot_places[slot] == NULL) {
+            if (used >= distinct) {
+                PyErr_SetString(PyExc_SystemError, "group() found more partitions than rows");
+                goto done;
             }
-            places = PyList_New(0);
-            if (places == NULL || PyDict_SetItem(groups, number, places) < 0) {
-                Py_XDECREF(places);
-                Py_DECREF(number);
-                goto fail;
+            PyObject *places = PyList_New(0);
+            if (places == NULL) {
+                goto done;
             }
-            Py_DECREF(places); /* the dict holds it */
+            /* Ints only: out of the cyclic GC, which need never walk it. */
+            PyObject_GC_UnTrack(places);
+            slot_places[slot] = places;
+            slot_partition[slot] = chosen;
+            order[used++] = slot;
         }
-        Py_DECREF(number);
         PyObject *at = PyLong_FromSsize_t(place);
         if (at == NULL) {
-            goto fail;
+            goto done;
         }
-        int failed = PyList_Append(places, at);
+        int failed = PyList_Append(slot_places[slot], at);
         Py_DECREF(at);
         if (failed < 0) {
-            goto fail;
+            goto done;
         }
     }
+    groups = PyDict_New();
+    if (groups == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < used; i++) {
+        PyObject *number = PyLong_FromSsize_t(slot_partition[order[i]]);
+        if (number == NULL || PyDict_SetItem(groups, number, slot_places[order[i]]) < 0) {
+            Py_XDECREF(number);
+            Py_CLEAR(groups);
+            goto done;
+        }
+        Py_DECREF(number);
+    }
+done:
+    if (slot_places != NULL) {
+        for (Py_ssize_t i = 0; i < used; i++) {
+            Py_DECREF(slot_places[order[i]]); /* the dict holds those it has */
+        }
+    }
+    PyMem_Free(slot_partition);
+    PyMem_Free(slot_places);
+    PyMem_Free(order);
+    if (groups == NULL) {
+        return NULL;
+    }
     return Py_BuildValue("(NLn)", groups, (long long)largest, place);
-fail:
-    Py_DECREF(groups);
-    return NULL;
 }
 
 static inline Py_ssize_t

@@ -392,3 +392,103 @@ def test_rows_of_a_large_chunk_cost_no_object_per_row() -> None:
     places = list(range(5000))
     assert builder.append_rows(5, rows, 0, places, 0, 5000) == 5000
     assert len(builder.pending_parts) == 1
+
+
+async def test_the_results_of_keyed_rows_keep_no_size_or_place_per_row() -> None:
+    # A call's results keep, per run of rows, the lists of places group() made and four
+    # numbers per piece: no list grows with the rows until the metadata is asked for.
+    pairs = [(b"key-%d" % i, os.urandom(8)) for i in range(20_000)]
+    h = Harness(
+        buffer_memory=64 << 20, partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None
+    )
+    h.know_topic(partitions=6)
+    results = _send_rows(h, _rows(pairs))
+    runs = results._runs
+    assert runs and sum(run.count for run in runs) + len(results._futures) == len(pairs)
+    for run in runs:
+        assert run.value_sizes == [] and run.key_sizes is None and run.gaps is None
+        assert run.pieces is not None and run.bounds is not None
+        assert len(run.bounds) == 4 * len(run.pieces)
+    # A piece per partition per round of a chunk of 256 rows: one round, and one more
+    # wherever a batch fills up (1 KiB batches here, some 40 rows).
+    pieces = sum(len(run.pieces or ()) for run in runs)
+    batches = sum(len(h.accumulator.deque_for((TOPIC, p))) for p in range(6))
+    assert pieces <= 6 * (-(-len(pairs) // 256) + batches)
+    assert pieces < len(pairs) // 5
+    # Asked for, the places and sizes are the rows': each record's metadata is where its
+    # row was, with its key and value sizes, in the order of the rows.
+    metadata = await _acknowledge_and_read(h, results, 6)
+    offsets = dict.fromkeys(range(6), 0)
+    for (key, value), meta in zip(pairs, metadata, strict=True):
+        assert meta.partition == to_positive(murmur2(key)) % 6
+        assert meta.offset == offsets[meta.partition]
+        offsets[meta.partition] += 1
+        assert (meta.serialized_key_size, meta.serialized_value_size) == (len(key), len(value))
+
+
+async def test_a_split_batch_of_rows_reports_each_rows_metadata_from_its_new_batch() -> None:
+    # The broker finds a batch of rows too large: it is split, and its records then need
+    # futures, made from the rows (the run kept no sizes), each following its record into
+    # the smaller batches; the call's metadata comes from there, in the rows' order.
+    from tests.unit import test_sender as sender
+
+    h = sender.Harness(batch_size=4096, linger_ms=0)
+    first = h.append(0, b"first")
+    pairs: list[Pair] = [(b"k%d" % i, b"%04d" % i * 20) for i in range(40)]
+    pairs[7] = (b"k7", None)
+    rows = _rows(pairs)
+    results = BatchResults([first])
+    batch = h.accumulator.open_batch(sender.TOPIC, 0)
+    assert batch is not None
+    places = list(range(len(pairs)))
+    appended = h.accumulator.append_pairs(
+        batch, sender.TIMESTAMP, [], 0, places, 0, len(places), results, 1, rows
+    )
+    assert appended == len(pairs), "the test wants every row in the first batch"
+    results.count_to(1 + len(pairs))
+    h.step()
+    sent = h.last_produce(1)
+    assert len(sent.batch(0).records) == 1 + len(pairs)
+    h.accumulator.batch_size = 1024
+    await h.respond(sent, sender.error(0, sender.MESSAGE_TOO_LARGE))
+    assert not results.done()
+    seen: list[bytes | None] = []
+    base = 300
+    for _ in range(1 + len(pairs)):
+        h.step()
+        request = h.last_produce(1)
+        if request is sent or request.reply.done():
+            break
+        part = request.values(0)
+        assert 0 < len(part) < 1 + len(pairs)
+        seen.extend(part)
+        await h.respond(request, sender.ok(0, base))
+        base += len(part)
+    assert seen == [b"first"] + [value for _, value in pairs]
+    metadata = list(await results)
+    assert [meta.offset for meta in metadata] == list(range(300, 300 + 1 + len(pairs)))
+    assert [(meta.serialized_key_size, meta.serialized_value_size) for meta in metadata] == [
+        (-1, 5)
+    ] + [(len(key or b""), -1 if value is None else len(value)) for key, value in pairs]
+    assert h.memory_is_back()
+
+
+async def test_rows_whose_buffer_changed_after_the_call_report_unknown_sizes() -> None:
+    # The records were written as the rows were during the call; a writable buffer changed
+    # afterwards no longer tells the sizes of the rows kept without a future, which the
+    # metadata then gives as -1 (the first of a new batch has a future, which knows them).
+    offsets = bytearray(b"".join(n.to_bytes(4, "little") for n in (0, 3, 6, 9)))
+    values = _spec(pa.array([b"v", b"w", b"x"]))
+    rows = arrowcols.BinaryPairs(3, (None, offsets, b"abcdefghi", 0, False), values)
+    h = Harness(partitioner=DefaultPartitioner(BATCH_SIZE), value_serializer=None)
+    h.know_topic(partitions=1)
+    results = BatchResults()
+    assert h.appender.append_rows(TOPIC, 0, 5, rows, 0, results) == 3
+    assert _stored(h) == {0: [(b"abc", b"v"), (b"def", b"w"), (b"ghi", b"x")]}
+    offsets[8:12] = (200).to_bytes(4, "little")
+    metadata = await _acknowledge_and_read(h, results, 1)
+    assert [(m.offset, m.serialized_key_size, m.serialized_value_size) for m in metadata] == [
+        (0, 3, 1),
+        (1, -1, -1),
+        (2, -1, -1),
+    ]
