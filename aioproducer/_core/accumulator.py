@@ -566,14 +566,16 @@ class RecordAccumulator:
         builder = batch.builder
         first_offset = builder.record_count
         if rows is not None:
-            stopped = builder.append_rows(timestamp, rows, base, places, start, stop)
+            # The records' key and value sizes, as the encoder writes them.
+            sizes = bytearray()
+            stopped = builder.append_rows(timestamp, rows, base, places, start, stop, True, sizes)
         else:
             stopped = builder.append_pairs(timestamp, items, base, places, start, stop)
         if stopped < stop:
             batch.full = True
         if rows is not None:
             results.add_rows(
-                batch, first_offset, timestamp, rows, base, places, start, stopped, first_position
+                batch, first_offset, timestamp, rows, places, start, stopped, first_position, sizes
             )
         else:
             results.add_pairs(

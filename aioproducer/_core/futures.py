@@ -12,6 +12,7 @@ are the names to import.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import copy
 import functools
@@ -503,13 +504,15 @@ class RecordRun:
         self.value_sizes: list[int] = []
         _untracked(self.value_sizes)
         self.futures: list[RecordFuture] | None = None
-        # A run of rows of a BinaryPairs (add_rows) keeps no size or place per record: per
-        # piece added, the list of places it came with (``rows.group()``'s, shared, never
-        # changed) and four numbers in ``bounds`` (the piece's first position, base, start
-        # and stop). Sizes and places are worked out from them and the rows when the
-        # metadata or the futures are asked for, which a caller that only awaits the call
-        # never does. Such a run takes rows only, and other runs never take rows.
-        self.rows: Any = None
+        # A run of rows of a BinaryPairs (add_rows) keeps no object per record: per piece
+        # added, the list of places it came with (``rows.group()``'s, shared, never
+        # changed) and two numbers in ``bounds`` (the piece's first position, and its start
+        # and stop in the list), and the records' key and value sizes packed as two int32
+        # each in ``packed``. Places and sizes become lists only when the metadata or the
+        # futures are asked for, which a caller that only awaits the call never does. Such
+        # a run takes rows only, and other runs never take rows.
+        self.packed: bytearray | None = None
+        self.keyless_rows = False
         self.pieces: list[list[int]] | None = None
         self.bounds: list[int] | None = None
 
@@ -555,30 +558,34 @@ class RecordRun:
     def add_rows(
         self,
         rows: Any,
-        base: int,
         places: list[int],
         start: int,
         stop: int,
         first_position: int,
+        sizes: bytearray,
     ) -> None:
-        """:meth:`add_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
-        (``aioproducer._native.arrowcols``), which gives their key and value sizes when
-        they are asked for: the run keeps ``places`` and the four numbers, nothing per row.
-        Only on a run that is empty or holds rows of ``rows``."""
+        """Take the records of the rows ``places[i]`` of a chunk of ``rows``, a BinaryPairs
+        (``aioproducer._native.arrowcols``), for ``i`` in ``start:stop``, at the next
+        offsets of the batch, for places ``first_position + places[i]``; ``sizes`` holds
+        their key and value sizes as the encoder packed them. The run keeps ``places`` and
+        three numbers, no object per row. Only on a run that is empty or holds rows."""
         pieces = self.pieces
         bounds = self.bounds
-        if pieces is None or bounds is None:
-            pieces = self.pieces = []
-            bounds = self.bounds = []
+        packed = self.packed
+        if pieces is None or bounds is None or packed is None:
+            self.pieces = pieces = [places]
+            self.bounds = bounds = [first_position, start, stop]
+            self.packed = sizes
             # Lists of ints, and the lists of places (ints only): in no reference cycle.
             _gc_untrack(pieces)
             _gc_untrack(bounds)
-            self.rows = rows
-        pieces.append(places)
-        bounds.append(first_position)
-        bounds.append(base)
-        bounds.append(start)
-        bounds.append(stop)
+            self.keyless_rows = rows.keyless()
+        else:
+            packed += sizes
+            pieces.append(places)
+            bounds.append(first_position)
+            bounds.append(start)
+            bounds.append(stop)
         self.last_position = first_position + places[stop - 1]
         self.count += stop - start
 
@@ -603,8 +610,8 @@ class RecordRun:
         if pieces is not None and bounds is not None:
             placed: list[int] = []
             for number, places in enumerate(pieces):
-                first_position = bounds[4 * number]
-                for index in range(bounds[4 * number + 2], bounds[4 * number + 3]):
+                first_position = bounds[3 * number]
+                for index in range(bounds[3 * number + 1], bounds[3 * number + 2]):
                     placed.append(first_position + places[index])
             return placed
         gaps = self.gaps
@@ -619,29 +626,14 @@ class RecordRun:
 
     def sizes(self) -> tuple[list[int] | None, list[int]]:
         """The records' key sizes (None while every record is key-less) and value sizes,
-        in order (-1 for a null); for a run of rows, read from the rows now."""
-        pieces = self.pieces
-        bounds = self.bounds
-        if pieces is None or bounds is None:
+        in order (-1 for a null)."""
+        packed = self.packed
+        if packed is None:
             return self.key_sizes, self.value_sizes
-        rows = self.rows
-        key_sizes: list[int] | None = None if rows.keyless() else []
-        value_sizes: list[int] = []
-        try:
-            for number, places in enumerate(pieces):
-                rows.sizes(
-                    bounds[4 * number + 1],
-                    places,
-                    bounds[4 * number + 2],
-                    bounds[4 * number + 3],
-                    key_sizes,
-                    value_sizes,
-                )
-        except ValueError:
-            # Buffers changed after the call (writable Arrow buffers): the records were
-            # written as they were then, and their sizes are no longer known.
-            return [-1] * self.count, [-1] * self.count
-        return key_sizes, value_sizes
+        numbers = array.array(_INT32)
+        numbers.frombytes(packed)
+        both: list[int] = numbers.tolist()
+        return (None if self.keyless_rows else both[0::2]), both[1::2]
 
     def futures_if_moved(self) -> list[RecordFuture] | None:
         """The records' futures if they exist, made now if the run's batch was split (each
@@ -673,6 +665,10 @@ class RecordRun:
                 futures.append(future)
             self.futures = futures
         return futures
+
+
+# The array type code of a 32-bit int, as arrowcols packs a row's key and value sizes.
+_INT32: Final = next(code for code in "ihl" if array.array(code).itemsize == 4)
 
 
 def _untracked(numbers: list[int]) -> list[int]:
@@ -821,12 +817,12 @@ class BatchResults:
         first_offset: int,
         timestamp: int,
         position: int,
-        rows: Any = None,
+        rows: bool = False,
     ) -> RecordRun:
         """The call's run in ``batch`` that records from ``first_offset`` on, stamped
         ``timestamp``, join: the batch's open run if it is this call's and ends there (and
-        holds rows of ``rows`` when given, or no rows when not), else a new one whose first
-        record has place ``position``."""
+        holds rows when ``rows``, or no rows when not), else a new one whose first record
+        has place ``position``."""
         run = batch.open_run
         if (
             run is None
@@ -834,7 +830,7 @@ class BatchResults:
             or run.first_offset + run.count != first_offset
             or run.timestamp != timestamp
             or run.futures is not None
-            or run.rows is not rows
+            or (run.packed is not None) != rows
         ):
             run = RecordRun(self.token, batch, first_offset, timestamp, position)
             batch.records.append(run)
@@ -848,20 +844,21 @@ class BatchResults:
         first_offset: int,
         timestamp: int,
         rows: Any,
-        base: int,
         places: list[int],
         start: int,
         stop: int,
         first_position: int,
+        sizes: bytearray,
     ) -> None:
-        """:meth:`add_pairs` for the rows ``base + places[i]`` of ``rows``, a BinaryPairs
-        (``aioproducer._native.arrowcols``)."""
+        """:meth:`add_pairs` for rows of ``rows``, a BinaryPairs
+        (``aioproducer._native.arrowcols``), the ``places[i]`` of a chunk, whose key and
+        value sizes ``sizes`` holds packed (see :meth:`RecordRun.add_rows`)."""
         if stop <= start:
             return
         run = self._open_run(
-            batch, first_offset, timestamp, first_position + places[start], rows
+            batch, first_offset, timestamp, first_position + places[start], True
         )
-        run.add_rows(rows, base, places, start, stop, first_position)
+        run.add_rows(rows, places, start, stop, first_position, sizes)
         self.last_batch = batch
         self._all = None
 

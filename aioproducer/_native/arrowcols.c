@@ -578,20 +578,30 @@ check_places(PyObject *places, Py_ssize_t start, Py_ssize_t stop)
     return 0;
 }
 
-/* encode(head, count, base, places, start, stop, room, write) -> (records, stopped, used)
+/* encode(head, count, base, places, start, stop, room, write[, sizes])
+ *     -> (records, stopped, used)
  *
  * The records of the rows base + places[i] (base + i when places is None), i from start
  * on, as a record batch v2 holds
  * them: each one's length, then head (its attributes and timestamp delta, shared by the
  * run), its offset delta (count for the first, then one more each), key, value and no
  * headers. As many as fit in room bytes, up to stop: stopped is the i it stopped at and
- * used their bytes; records is None when write is false (only counting). */
+ * used their bytes; records is None when write is false (only counting). With sizes (a
+ * bytearray) and write, the key and value sizes of each record written (-1 for a null)
+ * are appended to it as two native int32, as the record has them (on an error it may hold
+ * part of them). */
 static PyObject *
 pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
+    if (nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "encode() takes (head, count, base, places, start, stop, room, write)");
+                        "encode() takes (head, count, base, places, start, stop, room, write"
+                        "[, sizes])");
+        return NULL;
+    }
+    PyObject *sizes = nargs == 9 ? args[8] : Py_None;
+    if (sizes != Py_None && !PyByteArray_Check(sizes)) {
+        PyErr_SetString(PyExc_TypeError, "encode(): sizes must be a bytearray or None");
         return NULL;
     }
     PyObject *head = args[0];
@@ -645,6 +655,16 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     if (records == NULL) {
         return NULL;
     }
+    char *sized = NULL;
+    if (sizes != Py_None) {
+        Py_ssize_t had = PyByteArray_GET_SIZE(sizes);
+        if (PyByteArray_Resize(sizes, had + (stopped - start) * (Py_ssize_t)(2 * sizeof(int32_t)))
+            < 0) {
+            Py_DECREF(records);
+            return NULL;
+        }
+        sized = PyByteArray_AS_STRING(sizes) + had;
+    }
     char *at = PyBytes_AS_STRING(records);
     char *end = at + used;
     const char *head_bytes = PyBytes_AS_STRING(head);
@@ -681,6 +701,11 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
             at += value_length;
         }
         *at++ = 0; /* no headers */
+        if (sized != NULL) {
+            int32_t packed[2] = {(int32_t)key_length, (int32_t)value_length};
+            memcpy(sized, packed, sizeof(packed));
+            sized += sizeof(packed);
+        }
     }
     if (at != end) {
         Py_DECREF(records);
@@ -798,8 +823,8 @@ static PyMethodDef pairs_methods[] = {
      "group(start, size, count, partition) -> (groups, largest, taken): rows by partition "
      "(see arrowcols.c)."},
     {"encode", (PyCFunction)(void (*)(void))pairs_encode, METH_FASTCALL,
-     "encode(head, count, base, places, start, stop, room, write) -> (records, stopped, "
-     "used): rows as a record batch's records (see arrowcols.c)."},
+     "encode(head, count, base, places, start, stop, room, write[, sizes]) -> (records, "
+     "stopped, used): rows as a record batch's records (see arrowcols.c)."},
     {"sizes", (PyCFunction)(void (*)(void))pairs_sizes, METH_FASTCALL,
      "sizes(base, places, start, stop, key_sizes, value_sizes): append the rows' key and "
      "value sizes (-1 for null; key_sizes None: the values' only)."},

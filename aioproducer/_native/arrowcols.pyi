@@ -26,6 +26,7 @@ class BinaryPairs:
         stop: int,
         room: int,
         write: bool,
+        sizes: bytearray | None = None,
         /,
     ) -> tuple[bytes | None, int, int]: ...
     def sizes(

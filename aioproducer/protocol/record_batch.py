@@ -489,11 +489,13 @@ class RecordBatchBuilder:
         start: int,
         stop: int,
         write: bool = True,
+        sizes: bytearray | None = None,
     ) -> int:
         """:meth:`append_pairs` for the rows ``base + places[i]`` (``base + i`` when
         ``places`` is None) of ``rows``, a BinaryPairs (``aioproducer._native.arrowcols``:
         the keys and values of an Arrow batch, either may be null), which encodes them into
-        one part."""
+        one part. With ``sizes``, the key and value sizes of each record appended are added
+        to it as two native int32 (-1 for a null)."""
         count = self.record_count
         if start >= stop:
             return start
@@ -506,6 +508,7 @@ class RecordBatchBuilder:
             stop,
             self._capacity - self._position,
             write,
+            sizes,
         )
         stopped: int = encoded[1]
         if not write:

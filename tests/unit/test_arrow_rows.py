@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import struct
 from typing import Any
 
 import pytest
@@ -145,6 +146,26 @@ def test_encoding_stops_at_the_first_row_that_does_not_fit() -> None:
     assert builder.record_count == stopped and builder.remaining < 120
     with pytest.raises(ValueError, match="cannot hold the first record"):
         RecordBatchBuilder(bytearray(100)).append_rows(5, rows, 0, places, 0, 1)
+
+
+def test_encoding_packs_the_sizes_of_the_records_it_writes() -> None:
+    # The key and value sizes of each record written (-1 for a null), appended to a
+    # bytearray as two native int32: what a call's results keep of the records.
+    pairs = [
+        (None if i % 7 == 3 else b"k%d" % i, None if i % 5 == 1 else b"v" * i) for i in range(50)
+    ]
+    rows = _rows(pairs)
+    builder = RecordBatchBuilder(bytearray(600))
+    places = list(range(0, 50, 2))
+    sizes = bytearray(b"kept")
+    stopped = builder.append_rows(5, rows, 0, places, 0, len(places), True, sizes)
+    assert 0 < stopped < len(places), "the test wants the batch to fill up"
+    written = [pairs[place] for place in places[:stopped]]
+    expected = [-1 if part is None else len(part) for pair in written for part in pair]
+    assert sizes == b"kept" + struct.pack(f"={len(expected)}i", *expected)
+    # Counting alone adds none.
+    builder.append_rows(5, rows, 0, places, stopped, len(places), False, sizes)
+    assert len(sizes) == 4 + 8 * stopped
 
 
 def test_sizes_are_each_rows_key_and_value_length_or_minus_one() -> None:
@@ -408,7 +429,8 @@ async def test_the_results_of_keyed_rows_keep_no_size_or_place_per_row() -> None
     for run in runs:
         assert run.value_sizes == [] and run.key_sizes is None and run.gaps is None
         assert run.pieces is not None and run.bounds is not None
-        assert len(run.bounds) == 4 * len(run.pieces)
+        assert len(run.bounds) == 3 * len(run.pieces)
+        assert run.packed is not None and len(run.packed) == 8 * run.count
     # A piece per partition per round of a chunk of 256 rows: one round, and one more
     # wherever a batch fills up (1 KiB batches here, some 40 rows).
     pieces = sum(len(run.pieces or ()) for run in runs)
@@ -473,10 +495,9 @@ async def test_a_split_batch_of_rows_reports_each_rows_metadata_from_its_new_bat
     assert h.memory_is_back()
 
 
-async def test_rows_whose_buffer_changed_after_the_call_report_unknown_sizes() -> None:
-    # The records were written as the rows were during the call; a writable buffer changed
-    # afterwards no longer tells the sizes of the rows kept without a future, which the
-    # metadata then gives as -1 (the first of a new batch has a future, which knows them).
+async def test_rows_report_the_sizes_they_were_sent_with_if_their_buffer_changes_after() -> None:
+    # A writable buffer changed after the call: the records were written as the rows were
+    # during the call, and their metadata tells the sizes they were written with.
     offsets = bytearray(b"".join(n.to_bytes(4, "little") for n in (0, 3, 6, 9)))
     values = _spec(pa.array([b"v", b"w", b"x"]))
     rows = arrowcols.BinaryPairs(3, (None, offsets, b"abcdefghi", 0, False), values)
@@ -485,10 +506,12 @@ async def test_rows_whose_buffer_changed_after_the_call_report_unknown_sizes() -
     results = BatchResults()
     assert h.appender.append_rows(TOPIC, 0, 5, rows, 0, results) == 3
     assert _stored(h) == {0: [(b"abc", b"v"), (b"def", b"w"), (b"ghi", b"x")]}
-    offsets[8:12] = (200).to_bytes(4, "little")
+    offsets[4:8] = (1).to_bytes(4, "little")
+    offsets[8:12] = (5).to_bytes(4, "little")
+    assert rows[1] == (b"bcde", b"w")
     metadata = await _acknowledge_and_read(h, results, 1)
     assert [(m.offset, m.serialized_key_size, m.serialized_value_size) for m in metadata] == [
         (0, 3, 1),
-        (1, -1, -1),
-        (2, -1, -1),
+        (1, 3, 1),
+        (2, 3, 1),
     ]
