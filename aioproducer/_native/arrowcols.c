@@ -588,8 +588,8 @@ check_places(PyObject *places, Py_ssize_t start, Py_ssize_t stop)
  * headers. As many as fit in room bytes, up to stop: stopped is the i it stopped at and
  * used their bytes; records is None when write is false (only counting). With sizes (a
  * bytearray) and write, the key and value sizes of each record written (-1 for a null)
- * are appended to it as two native int32, as the record has them (on an error it may hold
- * part of them). */
+ * are appended to it as two native int32, as the record has them (on an error it is left
+ * as it was). */
 static PyObject *
 pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -656,8 +656,9 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     char *sized = NULL;
+    Py_ssize_t had = 0;
     if (sizes != Py_None) {
-        Py_ssize_t had = PyByteArray_GET_SIZE(sizes);
+        had = PyByteArray_GET_SIZE(sizes);
         if (PyByteArray_Resize(sizes, had + (stopped - start) * (Py_ssize_t)(2 * sizeof(int32_t)))
             < 0) {
             Py_DECREF(records);
@@ -677,12 +678,18 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
         if (place_row(self, places, base, i, &row) < 0
             || row_pair(self, row, &key, &key_length, &value, &value_length) < 0) {
             Py_DECREF(records);
+            if (sized != NULL) {
+                PyByteArray_Resize(sizes, had); /* shrinking back: cannot fail */
+            }
             return NULL;
         }
         int64_t delta = (int64_t)count + (i - start);
         int64_t body = body_size(head_size, delta, key_length, value_length);
         if (varint_size(zigzag(body)) + body > end - at) {
             Py_DECREF(records);
+            if (sized != NULL) {
+                PyByteArray_Resize(sizes, had); /* shrinking back: cannot fail */
+            }
             PyErr_SetString(PyExc_ValueError, "encode(): the rows changed while being encoded");
             return NULL;
         }
@@ -709,6 +716,9 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (at != end) {
         Py_DECREF(records);
+        if (sized != NULL) {
+            PyByteArray_Resize(sizes, had); /* shrinking back: cannot fail */
+        }
         PyErr_SetString(PyExc_SystemError, "encode(): the records and their size disagree");
         return NULL;
     }
