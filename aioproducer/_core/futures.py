@@ -506,8 +506,8 @@ class RecordRun:
         self.futures: list[RecordFuture] | None = None
         # A run of rows of a BinaryPairs (add_rows) keeps no object per record: per piece
         # added, the list of places it came with (``rows.group()``'s, shared, never
-        # changed) and two numbers in ``bounds`` (the piece's first position, and its start
-        # and stop in the list), and the records' key and value sizes packed as two int32
+        # changed) and three numbers in ``bounds`` (the piece's first position, and its
+        # start and stop in the list), and the records' key and value sizes packed as two int32
         # each in ``packed``. Places and sizes become lists only when the metadata or the
         # futures are asked for, which a caller that only awaits the call never does. Such
         # a run takes rows only, and other runs never take rows.
