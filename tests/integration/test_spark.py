@@ -74,7 +74,7 @@ from aioproducer.integrations.spark.options import _layout
 from aioproducer.testing import InMemoryProducer
 from tests.support.kafka import KafkaBroker
 from tests.support.mock_cluster import ApiKey, ErrorCode, MockCluster
-from tests.support.readback import ConsumedRecord, read_back
+from tests.support.readback import ConsumedRecord, read_back, unread_offsets
 from tests.support.spark import local_spark
 
 pytestmark = pytest.mark.spark
@@ -228,25 +228,13 @@ def test_rows_of_keys_and_values_land_where_the_java_client_puts_them(
             f"{sum(missing.values())} rows missing, {sum(extra.values())} extra; missing rows: "
             f"{sorted((v[:6], k) for _, k, _, v in missing)[:60]}; "
             f"extra: {sorted((v[:6], k) for _, k, _, v in extra)[:60]}; "
-            f"offsets not read, per partition: {_gaps(records)}"
+            f"offsets not read, per partition: {unread_offsets(records)}"
         )
     for record in records:
         if record.key is not None:
             assert record.partition == confluent_kafka.murmur2(record.key, 5), record.key
     if not keyed:
         assert len({record.partition for record in records}) > 1
-
-
-def _gaps(records: list[ConsumedRecord]) -> dict[int, list[tuple[int, int]]]:
-    """The ranges of offsets below each partition's last record that were not read."""
-    gaps: dict[int, list[tuple[int, int]]] = {}
-    for partition, group in itertools.groupby(records, key=lambda record: record.partition):
-        expected_offset = 0
-        for record in group:
-            if record.offset > expected_offset:
-                gaps.setdefault(partition, []).append((expected_offset, record.offset))
-            expected_offset = record.offset + 1
-    return gaps
 
 
 def test_streaming_write_routes_rows_by_topic_column(

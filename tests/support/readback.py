@@ -6,6 +6,7 @@ are slow on Tansu and add nothing to a read-back.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from dataclasses import dataclass
@@ -213,6 +214,21 @@ def _stable_offsets(bootstrap: str, topic: str, partitions: list[int]) -> list[A
         return None
 
 
+def unread_offsets(records: list[ConsumedRecord]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the ranges ``(first, end)`` of offsets below its last record read that
+    no record read has (on Kafka a transaction's marker takes one offset each; elsewhere a
+    range means records the read skipped)."""
+    unread: dict[int, list[tuple[int, int]]] = {}
+    ordered = sorted(records, key=lambda record: (record.partition, record.offset))
+    for partition, group in itertools.groupby(ordered, key=lambda record: record.partition):
+        expected = 0
+        for record in group:
+            if record.offset > expected:
+                unread.setdefault(partition, []).append((expected, record.offset))
+            expected = record.offset + 1
+    return unread
+
+
 def _report_shortfall(
     consumer: Any,
     topic: str,
@@ -245,7 +261,8 @@ def _report_shortfall(
         for p in partitions
     )
     print(
-        f"read_back({topic!r}): {len(records)} of {expected} records in {timeout:g} s; {detail}",
+        f"read_back({topic!r}): {len(records)} of {expected} records in {timeout:g} s; {detail}; "
+        f"offsets not read: {unread_offsets(records)}",
         file=sys.stderr,
     )
 
