@@ -536,10 +536,12 @@ class RecordAccumulator:
         if batch is None:
             return start
         first_offset = batch.builder.record_count
-        stopped = batch.builder.append_rows(timestamp, rows, 0, None, start, stop)
+        # The records' key and value sizes, as the encoder writes them.
+        sizes = bytearray()
+        stopped = batch.builder.append_rows(timestamp, rows, 0, None, start, stop, True, sizes)
         if stopped < stop:
             batch.full = True
-        results.add_value_rows(batch, first_offset, timestamp, rows, start, stopped)
+        results.add_value_rows(batch, first_offset, timestamp, start, stopped, sizes)
         return stopped
 
     def append_pairs(

@@ -510,7 +510,8 @@ class RecordRun:
         # start and stop in the list), and the records' key and value sizes packed as two int32
         # each in ``packed``. Places and sizes become lists only when the metadata or the
         # futures are asked for, which a caller that only awaits the call never does. Such
-        # a run takes rows only, and other runs never take rows.
+        # a run takes rows only, and other runs never take rows. A run of key-less rows
+        # (add_value_rows) has packed sizes only: its places follow each other.
         self.packed: bytearray | None = None
         self.keyless_rows = False
         self.pieces: list[list[int]] | None = None
@@ -573,6 +574,7 @@ class RecordRun:
         bounds = self.bounds
         packed = self.packed
         if pieces is None or bounds is None or packed is None:
+            assert pieces is None and packed is None, "a run of key-less rows takes no more"
             self.pieces = pieces = [places]
             self.bounds = bounds = [first_position, start, stop]
             self.packed = sizes
@@ -753,16 +755,19 @@ class BatchResults:
         batch: ProducerBatch,
         first_offset: int,
         timestamp: int,
-        rows: Any,
         start: int,
         stop: int,
+        sizes: bytearray,
     ) -> None:
-        """:meth:`add_values` for the rows ``start:stop`` of ``rows``, a BinaryPairs without
-        a key column (``aioproducer._native.arrowcols``), which gives the values' sizes."""
+        """:meth:`add_values` for the rows ``start:stop`` of a BinaryPairs without a key
+        column (``aioproducer._native.arrowcols``), whose key and value sizes ``sizes``
+        holds as the encoder packed them: the run keeps them so, places following each
+        other."""
         if stop <= start:
             return
         run = self._new_run(batch, first_offset, timestamp)
-        rows.sizes(0, None, start, stop, None, run.value_sizes)
+        run.packed = sizes
+        run.keyless_rows = True
         self._count_run(run, stop - start)
 
     def _new_run(self, batch: ProducerBatch, first_offset: int, timestamp: int) -> RecordRun:
@@ -830,7 +835,8 @@ class BatchResults:
             or run.first_offset + run.count != first_offset
             or run.timestamp != timestamp
             or run.futures is not None
-            or (run.packed is not None) != rows
+            # Rows join a run of rows (pieces); other records a run without packed sizes.
+            or (run.pieces is None if rows else run.packed is not None)
         ):
             run = RecordRun(self.token, batch, first_offset, timestamp, position)
             batch.records.append(run)

@@ -12,8 +12,8 @@
  * instead of a list. Its methods do the per-row work of the bulk paths over the buffers
  * (RecordAppender.append_pairs and append_values in aioproducer/_core/appender.py have the
  * same steps over tuples and bytes): group() partitions a run of keyed rows as the Java
- * client does (murmur2 of the key), encode() writes rows as record batch v2 records into
- * one bytes object that the batch copies in with its other records, and sizes() gives the
+ * client does (murmur2 of the key), and encode() writes rows as record batch v2 records into
+ * one bytes object that the batch copies in with its other records, packing as it goes the
  * key and value sizes that the records' metadata reports. Rows without a key column (keys
  * None) go as a run to the partition the sticky partitioner picks, as plain values do:
  * encode() takes them in order (places None), and value_bytes() is what the partitioner is
@@ -725,65 +725,6 @@ pairs_encode(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NnL)", records, stopped, (long long)used);
 }
 
-/* sizes(base, places, start, stop, key_sizes, value_sizes): append the key and value
- * sizes (-1 for a null) of the rows base + places[i], i in start:stop, to the lists. */
-static PyObject *
-pairs_sizes(pairs_t *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "sizes() takes (base, places, start, stop, key_sizes, value_sizes)");
-        return NULL;
-    }
-    Py_ssize_t base = PyLong_AsSsize_t(args[0]);
-    PyObject *places = args[1];
-    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t stop = PyLong_AsSsize_t(args[3]);
-    PyObject *key_sizes = args[4];
-    PyObject *value_sizes = args[5];
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (base < 0 || base > self->length) {
-        PyErr_SetString(PyExc_ValueError, "sizes() takes a base within the rows");
-        return NULL;
-    }
-    if (check_places(places, start, stop) < 0) {
-        return NULL;
-    }
-    if ((key_sizes != Py_None && !PyList_Check(key_sizes)) || !PyList_Check(value_sizes)) {
-        PyErr_SetString(PyExc_TypeError, "sizes() appends to two lists (the first may be None)");
-        return NULL;
-    }
-    for (Py_ssize_t i = start; i < stop; i++) {
-        Py_ssize_t row;
-        if (place_row(self, places, base, i, &row) < 0) {
-            return NULL;
-        }
-        const char *key, *value;
-        int64_t lengths[2];
-        if (row_pair(self, row, &key, &lengths[0], &value, &lengths[1]) < 0) {
-            return NULL;
-        }
-        PyObject *lists[2] = {key_sizes, value_sizes};
-        for (int c = 0; c < 2; c++) {
-            if (lists[c] == Py_None) {
-                continue;
-            }
-            PyObject *number = PyLong_FromLongLong(lengths[c]);
-            if (number == NULL) {
-                return NULL;
-            }
-            int failed = PyList_Append(lists[c], number);
-            Py_DECREF(number);
-            if (failed < 0) {
-                return NULL;
-            }
-        }
-    }
-    Py_RETURN_NONE;
-}
-
 /* value_bytes(start, stop): the bytes of the values of rows start:stop together (a null
  * counts 0). */
 static PyObject *
@@ -835,9 +776,6 @@ static PyMethodDef pairs_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))pairs_encode, METH_FASTCALL,
      "encode(head, count, base, places, start, stop, room, write[, sizes]) -> (records, "
      "stopped, used): rows as a record batch's records (see arrowcols.c)."},
-    {"sizes", (PyCFunction)(void (*)(void))pairs_sizes, METH_FASTCALL,
-     "sizes(base, places, start, stop, key_sizes, value_sizes): append the rows' key and "
-     "value sizes (-1 for null; key_sizes None: the values' only)."},
     {NULL, NULL, 0, NULL},
 };
 

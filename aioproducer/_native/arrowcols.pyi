@@ -29,13 +29,3 @@ class BinaryPairs:
         sizes: bytearray | None = None,
         /,
     ) -> tuple[bytes | None, int, int]: ...
-    def sizes(
-        self,
-        base: int,
-        places: list[int] | None,
-        start: int,
-        stop: int,
-        key_sizes: list[int] | None,
-        value_sizes: list[int],
-        /,
-    ) -> None: ...

@@ -168,15 +168,15 @@ def test_encoding_packs_the_sizes_of_the_records_it_writes() -> None:
     assert len(sizes) == 4 + 8 * stopped
 
 
-def test_sizes_are_each_rows_key_and_value_length_or_minus_one() -> None:
+def test_packed_sizes_are_each_rows_key_and_value_length_or_minus_one() -> None:
     pairs = _random_pairs(100, seed=5, null_keys=0.3)
     rows = _rows(pairs)
-    key_sizes: list[int] = []
-    value_sizes: list[int] = []
-    rows.sizes(20, [0, 5, 79], 0, 3, key_sizes, value_sizes)
+    sizes = bytearray()
+    builder = RecordBatchBuilder(bytearray(1 << 16))
+    assert builder.append_rows(5, rows, 20, [0, 5, 79], 0, 3, True, sizes) == 3
     picked = [pairs[20], pairs[25], pairs[99]]
-    assert key_sizes == [-1 if k is None else len(k) for k, _ in picked]
-    assert value_sizes == [-1 if v is None else len(v) for _, v in picked]
+    expected = [-1 if part is None else len(part) for pair in picked for part in pair]
+    assert sizes == struct.pack("=6i", *expected)
 
 
 def test_rows_without_a_key_column_are_key_less_values_in_order() -> None:
@@ -186,9 +186,11 @@ def test_rows_without_a_key_column_are_key_less_values_in_order() -> None:
     assert list(rows) == pairs
     assert rows.group(0, 10, 3, -1)[2] == 0, "no key to hash"
     assert rows.value_bytes(5, 250) == sum(len(v or b"") for _, v in pairs[5:250])
-    values: list[int] = []
-    rows.sizes(0, None, 10, 20, None, values)
-    assert values == [-1 if v is None else len(v) for _, v in pairs[10:20]]
+    sizes = bytearray()
+    packing = RecordBatchBuilder(bytearray(1 << 20))
+    assert packing.append_rows(9, rows, 0, None, 10, 20, True, sizes) == 20
+    expected = [size for _, v in pairs[10:20] for size in (-1, -1 if v is None else len(v))]
+    assert sizes == struct.pack("=20i", *expected)
     by_values = RecordBatchBuilder(bytearray(1 << 20))
     by_rows = RecordBatchBuilder(bytearray(1 << 20))
     for _, value in pairs[:100]:
@@ -219,7 +221,7 @@ def test_malformed_columns_and_places_outside_the_rows_are_refused() -> None:
     with pytest.raises(ValueError):
         rows.group(0, 2, 0, -1)
     with pytest.raises(TypeError):
-        rows.sizes(0, [0], 0, 1, [], None)
+        rows.encode(b"\x00\x00", 0, 0, [0], 0, 1, 1000, True, [])  # sizes: a bytearray
 
 
 def test_a_buffer_changed_after_the_rows_were_made_is_never_read_out_of_bounds() -> None:
@@ -234,7 +236,7 @@ def test_a_buffer_changed_after_the_rows_were_made_is_never_read_out_of_bounds()
         lambda: rows.murmur2(0),
         lambda: rows.group(0, 1, 3, -1),
         lambda: rows.encode(b"\x00\x00", 0, 0, [0], 0, 1, 10_000, True),
-        lambda: rows.sizes(0, [0], 0, 1, [], []),
+        lambda: rows.encode(b"\x00\x00", 0, 0, [0], 0, 1, 10_000, True, bytearray()),
     ):
         with pytest.raises(ValueError, match="outside its data"):
             read()
